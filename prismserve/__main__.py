@@ -1,0 +1,3 @@
+from prismserve.cli import main
+
+raise SystemExit(main())

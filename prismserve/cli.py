@@ -1,0 +1,51 @@
+"""The `prismserve` command: a thin layer over the packages."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prismserve",
+        description="Serve any-to-any multimodal models: plan, split and serve their components.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="serve an example app in-process with record & replay and fake executors")
+    demo.add_argument("--app", help="app file to serve (default: the built-in Omni-like demo app)")
+    demo.add_argument("--json", action="store_true", help="print the recorded graph as JSON")
+    demo.set_defaults(func=_demo)
+
+    from prismserve.planner.cli import add_plan_command
+
+    add_plan_command(sub)
+    return parser
+
+
+def _version() -> str:
+    from prismserve import __version__
+
+    return f"prismserve {__version__}"
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from prismserve.demo import run_demo
+
+    return run_demo(app_path=args.app, as_json=args.json)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `prismserve` console script."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
