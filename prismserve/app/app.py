@@ -1,0 +1,55 @@
+"""A loaded app: its tasks, the typed serve() entry point, and how to call it."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from pydantic import BaseModel
+
+from prismserve.task import Task, UnitTask
+
+
+@dataclass(frozen=True, eq=False)
+class App:
+    """An app module that passed validation: name, tasks, serve() and its request/response types."""
+
+    name: str
+    module: ModuleType
+    tasks: dict[str, Task[Any, Any]]
+    serve_fn: Callable[[Any], Any]
+    request_type: type[BaseModel]
+    response_type: type[BaseModel]  # the chunk type when `streaming`
+    streaming: bool
+
+    def unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
+        """The app's unit tasks, one per deployment key (equivalent tasks collapse into one)."""
+        found: dict[str, UnitTask[Any, Any]] = {}
+        for task in self.tasks.values():
+            for key, unit in task.unit_tasks().items():
+                found.setdefault(key, unit)
+        return found
+
+    def parse_request(self, data: Any) -> BaseModel:
+        """The request as the app's request type; raises pydantic's ValidationError on bad input."""
+        if isinstance(data, self.request_type):
+            return data
+        if isinstance(data, (str, bytes)):
+            return self.request_type.model_validate_json(data)
+        return self.request_type.model_validate(data)
+
+    async def serve(self, request: Any) -> BaseModel | AsyncIterator[BaseModel]:
+        """Run serve() on a request: a response model, or an async iterator of chunks when streaming.
+
+        Task calls inside serve() run on the dispatcher set with `use_dispatcher`.
+        """
+        request = self.parse_request(request)
+        if self.streaming:
+            result = self.serve_fn(request)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        return await self.serve_fn(request)

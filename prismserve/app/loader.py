@@ -1,0 +1,135 @@
+"""Loading an app file: compile, import, validate; every problem reported in one clear line."""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import re
+import sys
+import traceback
+import typing
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from pydantic import BaseModel
+
+from prismserve.app.app import App
+from prismserve.app.config import AppConfig
+from prismserve.task import Task
+
+APP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_STREAM_ORIGINS = {
+    collections.abc.AsyncIterator,
+    collections.abc.AsyncIterable,
+    collections.abc.AsyncGenerator,
+}
+
+
+class AppLoadError(ValueError):
+    """An app file cannot be served; the message says where and what to fix."""
+
+
+def load_app(path: str | Path, name: str | None = None) -> App:
+    """Load and validate the app in `path`; its name defaults to the file's stem."""
+    path = Path(path)
+    try:
+        source = path.read_text()
+    except OSError as exc:
+        raise AppLoadError(f"{path}: cannot read app file: {exc.strerror or exc}") from None
+    return load_app_source(source, name or path.stem, filename=str(path))
+
+
+def load_app_source(source: str, name: str, filename: str = "<app>") -> App:
+    """Load and validate an app from its source text."""
+    if not APP_NAME.match(name):
+        raise AppLoadError(
+            f"{filename}: app name {name!r} is invalid: use letters, digits, '_' or '-', starting with a letter"
+        )
+    module = _execute(source, name, filename)
+    tasks = _config_tasks(module, filename)
+    serve, request_type, response_type, streaming = _serve_signature(module, filename)
+    return App(name, module, tasks, serve, request_type, response_type, streaming)
+
+
+def _execute(source: str, name: str, filename: str) -> ModuleType:
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as exc:
+        raise AppLoadError(f"{filename}:{exc.lineno}: syntax error: {exc.msg}") from None
+    module_name = f"prismserve_app_{name.replace('-', '_')}"
+    module = ModuleType(module_name)
+    module.__file__ = filename
+    # Registered so that pydantic can resolve the app's annotations and graphs can name its classes.
+    previous = sys.modules.get(module_name)
+    sys.modules[module_name] = module
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:  # noqa: BLE001 - any import-time failure of user code is reported
+        if previous is None:
+            del sys.modules[module_name]
+        else:
+            sys.modules[module_name] = previous
+        line = next(
+            (frame.lineno for frame in reversed(traceback.extract_tb(exc.__traceback__)) if frame.filename == filename),
+            None,
+        )
+        where = f"{filename}:{line}" if line else filename
+        raise AppLoadError(f"{where}: error while importing the app: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def _config_tasks(module: ModuleType, filename: str) -> dict[str, Task[Any, Any]]:
+    config = getattr(module, "Config", None)
+    if config is None:
+        raise AppLoadError(f"{filename}: no `class Config(AppConfig)` found; declare one listing the app's tasks")
+    if not (inspect.isclass(config) and issubclass(config, AppConfig)):
+        raise AppLoadError(f"{filename}: `Config` must be a class deriving from prismserve.app.AppConfig")
+    tasks = config.tasks
+    if not isinstance(tasks, dict) or not tasks:
+        raise AppLoadError(f"{filename}: Config.tasks must be a non-empty dict of name -> task")
+    for task_name, task in tasks.items():
+        if not isinstance(task_name, str) or not isinstance(task, Task):
+            raise AppLoadError(
+                f"{filename}: Config.tasks[{task_name!r}] must map a string to a Task instance, "
+                f"got {type(task).__name__}"
+            )
+    return dict(tasks)
+
+
+def _serve_signature(module: ModuleType, filename: str) -> tuple[Any, type[BaseModel], type[BaseModel], bool]:
+    serve = getattr(module, "serve", None)
+    if serve is None or not inspect.isfunction(serve):
+        raise AppLoadError(f"{filename}: no `async def serve(request)` function found")
+    streaming_fn = inspect.isasyncgenfunction(serve)
+    if not (streaming_fn or inspect.iscoroutinefunction(serve)):
+        raise AppLoadError(f"{filename}: serve must be declared `async def serve(request)`")
+    params = list(inspect.signature(serve).parameters.values())
+    if len(params) != 1 or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        raise AppLoadError(f"{filename}: serve must take exactly one argument, the request")
+    try:
+        hints = typing.get_type_hints(serve)
+    except Exception as exc:  # noqa: BLE001 - unresolvable annotations
+        raise AppLoadError(f"{filename}: cannot resolve serve's annotations: {exc}") from None
+    request_type = hints.get(params[0].name)
+    if not _is_model(request_type):
+        raise AppLoadError(
+            f"{filename}: serve's request parameter must be annotated with a pydantic model, got {request_type!r}"
+        )
+    if "return" not in hints:
+        raise AppLoadError(
+            f"{filename}: annotate serve's return type: a pydantic model, or AsyncIterator[Model] when streaming"
+        )
+    returned = hints["return"]
+    streaming = typing.get_origin(returned) in _STREAM_ORIGINS
+    response_type = typing.get_args(returned)[0] if streaming and typing.get_args(returned) else returned
+    if streaming_fn and not streaming:
+        raise AppLoadError(f"{filename}: serve yields, so its return type must be AsyncIterator[Model]")
+    if not _is_model(response_type):
+        what = "streamed chunk" if streaming else "response"
+        raise AppLoadError(f"{filename}: serve's {what} type must be a pydantic model, got {response_type!r}")
+    return serve, request_type, response_type, streaming
+
+
+def _is_model(tp: Any) -> bool:
+    return inspect.isclass(tp) and issubclass(tp, BaseModel)

@@ -1,0 +1,73 @@
+"""AppRegistry: the registered apps and the unit-task deployments they share (002 §2.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prismserve.app.app import App
+from prismserve.task import UnitTask
+
+
+class AppRegistryError(ValueError):
+    """An app cannot be registered or unregistered as asked."""
+
+
+@dataclass
+class Deployment:
+    """One unit-task deployment (an equivalence class of unit tasks) and the apps that use it."""
+
+    key: str
+    task: UnitTask[Any, Any]
+    apps: set[str] = field(default_factory=set)
+
+
+class AppRegistry:
+    """Apps by name; equivalent unit tasks of all apps share one `Deployment`."""
+
+    def __init__(self) -> None:
+        self._apps: dict[str, App] = {}
+        self._deployments: dict[str, Deployment] = {}
+
+    def register(self, app: App) -> list[Deployment]:
+        """Add an app; returns the deployments it needs that did not exist before."""
+        if app.name in self._apps:
+            raise AppRegistryError(f"an app named {app.name!r} is already registered; unregister it first")
+        self._apps[app.name] = app
+        new = []
+        for key, task in app.unit_tasks().items():
+            deployment = self._deployments.get(key)
+            if deployment is None:
+                deployment = self._deployments[key] = Deployment(key, task)
+                new.append(deployment)
+            deployment.apps.add(app.name)
+        return new
+
+    def unregister(self, name: str) -> list[Deployment]:
+        """Remove an app; returns the deployments no remaining app uses."""
+        if name not in self._apps:
+            raise AppRegistryError(f"no app named {name!r} is registered")
+        del self._apps[name]
+        released = []
+        for key, deployment in list(self._deployments.items()):
+            deployment.apps.discard(name)
+            if not deployment.apps:
+                released.append(self._deployments.pop(key))
+        return released
+
+    def get(self, name: str) -> App:
+        """The app called `name`."""
+        try:
+            return self._apps[name]
+        except KeyError:
+            raise AppRegistryError(f"no app named {name!r}; registered: {sorted(self._apps)}") from None
+
+    @property
+    def apps(self) -> dict[str, App]:
+        """Registered apps by name."""
+        return dict(self._apps)
+
+    @property
+    def deployments(self) -> dict[str, Deployment]:
+        """Unit-task deployments by deployment key."""
+        return dict(self._deployments)

@@ -1,0 +1,40 @@
+"""The task layer: tasks, data handles, streams, record & replay, task graphs (000 §5.1–5.2)."""
+
+from prismserve.task.base import Task, TaskData, TaskInput, TaskOutput, UnitTask
+from prismserve.task.data import DataHandle, Stream
+from prismserve.task.dispatch import Dispatcher, current_dispatcher, use_dispatcher
+from prismserve.task.errors import (
+    DispatchError,
+    RecordError,
+    ReplayDivergenceError,
+    TaskDefinitionError,
+    TaskError,
+    TaskUsageError,
+)
+from prismserve.task.graph import Edge, Invocation, TaskGraph
+from prismserve.task.local import LocalDispatcher
+from prismserve.task.session import replayable_choice
+
+__all__ = [
+    "DataHandle",
+    "DispatchError",
+    "Dispatcher",
+    "Edge",
+    "Invocation",
+    "LocalDispatcher",
+    "RecordError",
+    "ReplayDivergenceError",
+    "Stream",
+    "Task",
+    "TaskData",
+    "TaskDefinitionError",
+    "TaskError",
+    "TaskGraph",
+    "TaskInput",
+    "TaskOutput",
+    "TaskUsageError",
+    "UnitTask",
+    "current_dispatcher",
+    "replayable_choice",
+    "use_dispatcher",
+]

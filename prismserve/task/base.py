@@ -1,0 +1,286 @@
+"""Tasks: a model's computation as plain Python (000 §5.1, 002 §2.2).
+
+A `UnitTask` is one model component (encoder, LLM, generator) and the unit of deployment. A
+composite task is any `Task` whose `invoke` calls other tasks, with arbitrary branches and loops.
+`await task(input)` records the unit-task calls into a `TaskGraph`, has a dispatcher execute it,
+then replays `invoke` with the real outputs (000 §5.2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import random
+import typing
+from collections.abc import Iterator
+from typing import Any, ClassVar, Generic, TypeVar, final
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
+
+from prismserve.task.data import DataHandle, Stream, accepting_placeholders
+from prismserve.task.dispatch import current_dispatcher
+from prismserve.task.errors import TaskDefinitionError, TaskUsageError
+from prismserve.task.graph import TaskGraph, data_id
+from prismserve.task.session import Session, current_session
+
+InT = TypeVar("InT")
+OutT = TypeVar("OutT")
+
+
+def _holds_placeholder(obj: Any) -> bool:
+    if isinstance(obj, (DataHandle, Stream)):
+        return obj.is_placeholder
+    if isinstance(obj, dict):
+        return any(_holds_placeholder(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_placeholder(v) for v in obj)
+    if isinstance(obj, BaseModel):
+        return any(_holds_placeholder(v) for v in obj.__dict__.values())
+    return False
+
+
+class TaskData(BaseModel):
+    """Base of task inputs and outputs.
+
+    While recording, fields may hold placeholders of any declared type: a model built from
+    placeholders skips validation then, and is validated for real when the dispatcher fills it.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        if accepting_placeholders.get() and _holds_placeholder(data):
+            built = type(self).model_construct(**data)
+            for slot in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
+                object.__setattr__(self, slot, getattr(built, slot))
+        else:
+            super().__init__(**data)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _accept_placeholders(cls, data: Any, handler: Any) -> Any:
+        if accepting_placeholders.get() and isinstance(data, dict) and _holds_placeholder(data):
+            return cls.model_construct(**data)
+        return handler(data)
+
+
+class TaskInput(TaskData):
+    """Input of a task."""
+
+
+class TaskOutput(TaskData):
+    """Output of a task. During record, each field of a unit task's output is a placeholder."""
+
+
+def _is_stream_type(annotation: Any) -> bool:
+    return annotation is Stream or typing.get_origin(annotation) is Stream
+
+
+def _generic_args(cls: type) -> tuple[Any, ...]:
+    for klass in cls.__mro__:
+        meta = getattr(klass, "__pydantic_generic_metadata__", None)
+        if meta and meta["origin"] is not None and not meta["parameters"]:
+            return meta["args"]
+    return ()
+
+
+class Task(BaseModel, Generic[InT, OutT]):
+    """A piece of a model's computation. Fields are its configuration.
+
+    Subclasses build subtasks in `post_init` (plain attribute assignment) and implement
+    `invoke(input) -> output` as synchronous Python; `await task(input)` runs it.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    input_type: ClassVar[type[Any] | None] = None
+    output_type: ClassVar[Any] = None
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.__pydantic_generic_metadata__["origin"] is not None:
+            return  # a parametrised alias such as Task[A, B], not a user class
+        if inspect.iscoroutinefunction(cls.invoke) or inspect.isasyncgenfunction(cls.invoke):
+            raise TaskDefinitionError(
+                f"{cls.__qualname__}.invoke must be a plain `def`: it runs twice (record, replay) and "
+                "never awaits; put async logic in the app's serve()"
+            )
+        args = _generic_args(cls)
+        if args:
+            cls.input_type, cls.output_type = args
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.post_init()
+
+    def post_init(self) -> None:
+        """Build subtasks here (`self.encoder = EncoderTask(...)`)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self).__pydantic_fields__ or name.startswith("_"):
+            super().__setattr__(name, value)
+        else:
+            # Subtasks and other state derived from the fields, set in post_init.
+            object.__setattr__(self, name, value)
+
+    def invoke(self, task_input: InT) -> OutT:
+        """The computation, in plain synchronous Python calling subtasks' invoke()."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement invoke()")
+
+    def subtasks(self) -> list[Task[Any, Any]]:
+        """The tasks this task holds directly (in fields or attributes)."""
+        return list(_tasks_in(list(self.__dict__.values())))
+
+    def unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
+        """Every unit task reachable from this task, one per deployment key."""
+        found: dict[str, UnitTask[Any, Any]] = {}
+        stack: list[Task[Any, Any]] = [self]
+        while stack:
+            task = stack.pop()
+            if isinstance(task, UnitTask):
+                found.setdefault(task.deployment_key(), task)
+            else:
+                stack.extend(task.subtasks())
+        return found
+
+    def coerce_input(self, task_input: Any) -> Any:
+        """The input as the declared input type (a dict is validated into it)."""
+        input_type = type(self).input_type
+        if input_type is None or isinstance(input_type, TypeVar) or isinstance(task_input, input_type):
+            return task_input
+        return input_type.model_validate(task_input)
+
+    def record(self, task_input: InT, *, rng: random.Random | None = None) -> TaskGraph:
+        """Run invoke with placeholder outputs and return the graph of unit-task calls."""
+        session = Session(TaskGraph(type(self).__qualname__), rng=rng)
+        token = current_session.set(session)
+        lenient = accepting_placeholders.set(True)
+        try:
+            self.invoke(task_input)
+        except ValidationError as exc:
+            exc.add_note(
+                f"while recording {type(self).__qualname__}: unit-task outputs are placeholders during "
+                "record; models that carry them must derive from TaskInput or TaskOutput"
+            )
+            raise
+        finally:
+            accepting_placeholders.reset(lenient)
+            current_session.reset(token)
+        return session.graph
+
+    def replay(self, task_input: InT, graph: TaskGraph, outputs: list[Any]) -> OutT:
+        """Run invoke again, each unit task returning its real output from `outputs`."""
+        session = Session(graph, outputs=outputs)
+        token = current_session.set(session)
+        try:
+            result = self.invoke(task_input)
+        finally:
+            current_session.reset(token)
+        session.finish_replay()
+        return result
+
+    async def __call__(self, task_input: InT, *, rng: random.Random | None = None) -> OutT:
+        """Record, dispatch on the current dispatcher, replay; returns invoke's real result."""
+        dispatcher = current_dispatcher.get()
+        if dispatcher is None:
+            raise TaskUsageError(
+                f"no dispatcher to run {type(self).__qualname__} on: serve the app with prismserve, or wrap "
+                "the call in `with use_dispatcher(LocalDispatcher({...})):`"
+            )
+        task_input = self.coerce_input(task_input)
+        graph = self.record(task_input, rng=rng)
+        outputs = await dispatcher.execute(graph)
+        return self.replay(task_input, graph, outputs)
+
+
+def _tasks_in(values: list[Any]) -> Iterator[Task[Any, Any]]:
+    for value in values:
+        if isinstance(value, Task):
+            yield value
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            yield from _tasks_in(list(value))
+        elif isinstance(value, dict):
+            yield from _tasks_in(list(value.values()))
+
+
+class UnitTask(Task[InT, OutT]):
+    """An atomic model component, deployed as its own executor replicas.
+
+    Subclasses declare `executor_kind` (which executor backend runs it), `gpus_per_replica`, and
+    their types as `UnitTask[SomeInput, SomeOutput]` (output: a TaskOutput or a `Stream[...]`).
+    Unit tasks with the same class and field values are equivalent and share one deployment.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    executor_kind: ClassVar[str]
+    gpus_per_replica: ClassVar[int] = 1
+    # Fields of the output type, with whether each is a stream; None when the output is a Stream.
+    _output_fields: ClassVar[tuple[tuple[str, bool], ...] | None] = None
+
+    _key: str | None = PrivateAttr(default=None)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        if cls.__pydantic_generic_metadata__["origin"] is None and "invoke" in cls.__dict__:
+            raise TaskDefinitionError(
+                f"{cls.__qualname__} overrides invoke(), which is final for unit tasks: record & replay "
+                "intercept it. The computation belongs in the executor registered for its executor_kind"
+            )
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.__pydantic_generic_metadata__["origin"] is not None or cls.output_type is None:
+            return
+        out, inp = cls.output_type, cls.input_type
+        if not (isinstance(inp, type) and issubclass(inp, TaskInput)):
+            raise TaskDefinitionError(f"{cls.__qualname__}: the input type must be a TaskInput subclass, got {inp!r}")
+        if _is_stream_type(out):
+            cls._output_fields = None
+        elif isinstance(out, type) and issubclass(out, TaskOutput):
+            cls._output_fields = tuple(
+                (name, _is_stream_type(info.annotation)) for name, info in out.model_fields.items()
+            )
+        else:
+            raise TaskDefinitionError(
+                f"{cls.__qualname__}: the output type must be a TaskOutput subclass or Stream[...], got {out!r}"
+            )
+
+    def model_post_init(self, context: Any, /) -> None:
+        cls = type(self)
+        if not isinstance(getattr(cls, "executor_kind", None), str) or cls.output_type is None:
+            raise TaskDefinitionError(
+                f"{cls.__qualname__} cannot be deployed: a unit task class needs `executor_kind = '...'` and "
+                "its types, as in `class MyTask(UnitTask[MyInput, MyOutput])`"
+            )
+        super().model_post_init(context)
+
+    @final
+    def invoke(self, task_input: InT) -> OutT:
+        """Record (placeholder output) or replay (real output) this call; no computation happens here."""
+        session = current_session.get()
+        if session is None:
+            raise TaskUsageError(
+                f"{type(self).__qualname__}.invoke() runs only inside record & replay: call it from a "
+                "composite task's invoke(), or run it with `await task(input)`"
+            )
+        return session.invoke(self, task_input)
+
+    def deployment_key(self) -> str:
+        """Stable id of this unit task's deployment: class and field values; equal for equivalent tasks."""
+        if self._key is None:
+            cls = type(self)
+            config = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+            digest = hashlib.sha256(config.encode()).hexdigest()[:16]
+            self._key = f"{cls.__module__}.{cls.__qualname__}:{digest}"
+        return self._key
+
+    @classmethod
+    def placeholder_output(cls, index: int) -> Any:
+        """The stand-in output of invocation `index` during record."""
+        if cls._output_fields is None:
+            return Stream(data_id(index), placeholder=True)
+        values = {
+            name: Stream(data_id(index, name), placeholder=True) if is_stream else DataHandle(data_id(index, name))
+            for name, is_stream in cls._output_fields
+        }
+        return cls.output_type.model_construct(**values)

@@ -1,0 +1,221 @@
+"""Data that flows between unit tasks: data handles (placeholders during record) and streams."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterable, AsyncIterator
+from contextvars import ContextVar
+from typing import Any, Generic, NoReturn, TypeVar
+
+from pydantic_core import core_schema
+
+from prismserve.task.errors import RecordError
+
+T = TypeVar("T")
+
+_MISSING: Any = object()
+_fresh_ids = itertools.count()
+
+# True while task data may hold placeholders in place of values (recording, loading a graph):
+# TaskInput/TaskOutput then skip field validation for data that contains placeholders.
+accepting_placeholders: ContextVar[bool] = ContextVar("accepting_placeholders", default=False)
+
+
+def _placeholder_error(kind: str, data_id: str) -> NoReturn:
+    raise RecordError(
+        f"the value of {kind} {data_id!r} was used while recording: during record, unit-task outputs are "
+        "placeholders that can only be passed on to other tasks or returned. Branch, format or compute "
+        "on model outputs in the app's serve() instead, where real values are available."
+    )
+
+
+class DataHandle(Generic[T]):
+    """A payload passed between tasks: a placeholder with an id during record, the real value in replay.
+
+    Declare a field as `DataHandle[T]` when its value (a tensor, an embedding) should travel from
+    producer to consumer without being materialised in the composite task. A raw value assigned to
+    such a field is wrapped in a resolved handle.
+    """
+
+    __slots__ = ("id", "_value")
+
+    def __init__(self, id: str, value: Any = _MISSING) -> None:
+        self.id = id
+        self._value = value
+
+    @classmethod
+    def wrap(cls, value: Any) -> DataHandle[Any]:
+        """A resolved handle holding `value`, with a fresh id."""
+        return cls(f"v{next(_fresh_ids)}", value)
+
+    @property
+    def is_placeholder(self) -> bool:
+        """True while the handle has no value (during record)."""
+        return self._value is _MISSING
+
+    @property
+    def value(self) -> T:
+        """The payload; reading it during record is an error."""
+        if self._value is _MISSING:
+            _placeholder_error("data", self.id)
+        return self._value
+
+    def __repr__(self) -> str:
+        state = "placeholder" if self._value is _MISSING else type(self._value).__name__
+        return f"DataHandle({self.id!r}, {state})"
+
+    # Two handles with one id name the same payload.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DataHandle):
+            return NotImplemented
+        return self.id == other.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    # A placeholder must not leak into control flow or into strings: the recorded graph would
+    # silently differ from what replay computes.
+    def __bool__(self) -> bool:
+        if self._value is _MISSING:
+            _placeholder_error("data", self.id)
+        return bool(self._value)
+
+    def __str__(self) -> str:
+        if self._value is _MISSING:
+            _placeholder_error("data", self.id)
+        return str(self._value)
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __iter__(self) -> Any:
+        return iter(self.value)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.value[key]
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls._validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda h: {"id": h.id}),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+
+    @classmethod
+    def _validate(cls, value: Any) -> DataHandle[Any]:
+        if isinstance(value, DataHandle):
+            return value
+        if isinstance(value, dict) and value.keys() == {"id"}:
+            return cls(str(value["id"]))
+        return cls.wrap(value)
+
+
+class Stream(Generic[T]):
+    """An asynchronous stream of items (tokens, audio chunks) produced by a task.
+
+    Any number of consumers may iterate it; each sees every item from the start, so one LLM token
+    stream can feed a talker and the client at once. During record it is a placeholder.
+    """
+
+    __slots__ = ("id", "_items", "_closed", "_error", "_waiters", "_placeholder")
+
+    def __init__(self, id: str | None = None, *, placeholder: bool = False) -> None:
+        self.id = id if id is not None else f"s{next(_fresh_ids)}"
+        self._items: list[T] = []
+        self._closed = False
+        self._error: BaseException | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._placeholder = placeholder
+
+    @property
+    def is_placeholder(self) -> bool:
+        """True for the stand-in a unit task returns during record."""
+        return self._placeholder
+
+    async def drain(self, source: AsyncIterable[T]) -> None:
+        """Put every item of `source`, then close; an error in `source` ends the stream with it."""
+        try:
+            async for item in source:
+                self.put(item)
+        except asyncio.CancelledError:
+            self.fail(RuntimeError(f"stream {self.id!r} was cancelled"))
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the consumer gets the producer's error
+            self.fail(exc)
+        else:
+            self.close()
+
+    def put(self, item: T) -> None:
+        """Append an item and wake the consumers."""
+        if self._closed:
+            raise RuntimeError(f"stream {self.id!r} is closed")
+        self._items.append(item)
+        self._wake()
+
+    def close(self) -> None:
+        """End the stream normally."""
+        self._closed = True
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        """End the stream with an error that every consumer will raise."""
+        self._error = error
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        if self._placeholder:
+            _placeholder_error("stream", self.id)
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[T]:
+        index = 0
+        while True:
+            if index < len(self._items):
+                yield self._items[index]
+                index += 1
+            elif self._closed:
+                if self._error is not None:
+                    raise self._error
+                return
+            else:
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                await waiter
+
+    async def collect(self) -> list[T]:
+        """All items, once the stream has ended."""
+        return [item async for item in self]
+
+    def __bool__(self) -> bool:
+        if self._placeholder:
+            _placeholder_error("stream", self.id)
+        return True
+
+    def __repr__(self) -> str:
+        state = "placeholder" if self._placeholder else f"{len(self._items)} items"
+        return f"Stream({self.id!r}, {state}{', closed' if self._closed else ''})"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.is_instance_schema(
+            cls, serialization=core_schema.plain_serializer_function_ser_schema(lambda s: {"stream": s.id})
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "object", "properties": {"stream": {"type": "string"}}}

@@ -1,0 +1,135 @@
+"""Toy unit tasks and the MLLM / Omni composites built from them (shaped like 000 Listing 1)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from prismserve.task import DataHandle, Stream, Task, TaskInput, TaskOutput, UnitTask
+
+
+class MediaInput(TaskInput):
+    """One image or audio clip to encode."""
+
+    modality: str
+    data: bytes
+
+
+class EncoderOutput(TaskOutput):
+    """Embedding of one media item."""
+
+    embedding: DataHandle[list[float]]
+
+
+class EncoderTask(UnitTask[MediaInput, EncoderOutput]):
+    """A multimodal encoder for one modality."""
+
+    executor_kind = "encoder"
+    model_id: str
+    modality: str
+
+
+class LLMInput(TaskInput):
+    """Prompt plus either precomputed embeddings (fissioned) or raw media (monolith)."""
+
+    prompt: str
+    embeddings: list[DataHandle[list[float]]] = Field(default_factory=list)
+    media: list[MediaInput] = Field(default_factory=list)
+    max_tokens: int = 16
+
+
+class LLMTask(UnitTask[LLMInput, Stream[str]]):
+    """The LLM; with `with_encoders` it also encodes raw media itself (colocated, monolithic)."""
+
+    executor_kind = "llm"
+    model_id: str
+    with_encoders: bool = False
+
+
+class TalkerInput(TaskInput):
+    """The text the talker speaks, streamed from the LLM."""
+
+    text: Stream[str]
+
+
+class TalkerOutput(TaskOutput):
+    """Speech codes."""
+
+    codes: DataHandle[list[int]]
+
+
+class TalkerTask(UnitTask[TalkerInput, TalkerOutput]):
+    """Turns text into speech codes."""
+
+    executor_kind = "talker"
+    model_id: str
+
+
+class VocoderInput(TaskInput):
+    """Speech codes to turn into audio."""
+
+    codes: DataHandle[list[int]]
+
+
+class VocoderTask(UnitTask[VocoderInput, Stream[bytes]]):
+    """Turns speech codes into audio chunks, streamed."""
+
+    executor_kind = "vocoder"
+    model_id: str
+
+
+class ChatRequest(TaskInput):
+    """A multimodal chat request."""
+
+    prompt: str
+    images: list[bytes] = Field(default_factory=list)
+    audios: list[bytes] = Field(default_factory=list)
+    audio_output: bool = False
+    max_tokens: int = Field(default=16, ge=1, le=4096)
+
+
+class ChatResponse(TaskOutput):
+    """Streamed text, and streamed audio when asked for."""
+
+    text: Stream[str]
+    audio: Stream[bytes] | None = None
+
+
+class MLLMTask(Task[ChatRequest, ChatResponse]):
+    """Encoders + LLM. With `encoder_fission` each media item goes to its own encoder call."""
+
+    model_id: str
+    encoder_fission: bool = True
+
+    def post_init(self) -> None:
+        if self.encoder_fission:
+            self.encoders = {m: EncoderTask(model_id=self.model_id, modality=m) for m in ("image", "audio")}
+        self.llm = LLMTask(model_id=self.model_id, with_encoders=not self.encoder_fission)
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        media = [MediaInput(modality="image", data=d) for d in request.images]
+        media += [MediaInput(modality="audio", data=d) for d in request.audios]
+        if self.encoder_fission:
+            embeddings = [self.encoders[item.modality].invoke(item).embedding for item in media]
+            llm_input = LLMInput(prompt=request.prompt, embeddings=embeddings, max_tokens=request.max_tokens)
+        else:
+            llm_input = LLMInput(prompt=request.prompt, media=media, max_tokens=request.max_tokens)
+        return ChatResponse(text=self.llm.invoke(llm_input))
+
+
+class OmniTask(Task[ChatRequest, ChatResponse]):
+    """Thinker (an MLLMTask) plus a talker and vocoder that run only when audio output is asked for."""
+
+    model_id: str
+    encoder_fission: bool = True
+
+    def post_init(self) -> None:
+        self.thinker = MLLMTask(model_id=self.model_id, encoder_fission=self.encoder_fission)
+        self.talker = TalkerTask(model_id=self.model_id)
+        self.vocoder = VocoderTask(model_id=self.model_id)
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        text = self.thinker.invoke(request).text
+        if not request.audio_output:
+            return ChatResponse(text=text)
+        codes = self.talker.invoke(TalkerInput(text=text)).codes
+        return ChatResponse(text=text, audio=self.vocoder.invoke(VocoderInput(codes=codes)))
