@@ -14,9 +14,10 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="serve an example app in-process with record & replay and fake executors")
-    demo.add_argument("--app", help="app file to serve (default: the built-in Omni-like demo app)")
-    demo.add_argument("--json", action="store_true", help="print the recorded graph as JSON")
+    demo = sub.add_parser(
+        "demo", help="serve the toy Omni app in-process: record & replay against fake executors"
+    )
+    demo.add_argument("--json", action="store_true", help="print each recorded graph as JSON")
     demo.set_defaults(func=_demo)
 
     from prismserve.planner.cli import add_plan_command
@@ -32,9 +33,9 @@ def _version() -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from prismserve.demo import run_demo
+    from prismserve.toy.demo import run_demo
 
-    return run_demo(app_path=args.app, as_json=args.json)
+    return run_demo(as_json=args.json)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ then replays `invoke` with the real outputs (000 §5.2).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import json
@@ -49,11 +50,21 @@ class TaskData(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
+    # (name, default, default_factory) of each optional field, for building without validation.
+    _optional_fields: ClassVar[tuple[tuple[str, Any, Any], ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._optional_fields = tuple(
+            (name, info.default, info.default_factory)
+            for name, info in cls.__pydantic_fields__.items()
+            if not info.is_required()
+        )
+
     def __init__(self, /, **data: Any) -> None:
         if accepting_placeholders.get() and _holds_placeholder(data):
-            built = type(self).model_construct(**data)
-            for slot in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
-                object.__setattr__(self, slot, getattr(built, slot))
+            self._set_unvalidated(data)
         else:
             super().__init__(**data)
 
@@ -61,8 +72,26 @@ class TaskData(BaseModel):
     @classmethod
     def _accept_placeholders(cls, data: Any, handler: Any) -> Any:
         if accepting_placeholders.get() and isinstance(data, dict) and _holds_placeholder(data):
-            return cls.model_construct(**data)
+            return cls.construct_unvalidated(data)
         return handler(data)
+
+    @classmethod
+    def construct_unvalidated(cls, data: dict[str, Any]) -> Any:
+        """An instance holding `data` as given (placeholders included), defaults filled in."""
+        obj = cls.__new__(cls)
+        obj._set_unvalidated(data)
+        return obj
+
+    def _set_unvalidated(self, data: dict[str, Any]) -> None:
+        # pydantic's model_construct inspects default factories on every call; this is its fast subset.
+        values = dict(data)
+        for name, default, factory in self._optional_fields:
+            if name not in values:
+                values[name] = factory() if factory is not None else copy.copy(default)
+        object.__setattr__(self, "__dict__", values)
+        object.__setattr__(self, "__pydantic_fields_set__", set(data))
+        object.__setattr__(self, "__pydantic_extra__", None)
+        object.__setattr__(self, "__pydantic_private__", None)
 
 
 class TaskInput(TaskData):
@@ -283,4 +312,4 @@ class UnitTask(Task[InT, OutT]):
             name: Stream(data_id(index, name), placeholder=True) if is_stream else DataHandle(data_id(index, name))
             for name, is_stream in cls._output_fields
         }
-        return cls.output_type.model_construct(**values)
+        return cls.output_type.construct_unvalidated(values)

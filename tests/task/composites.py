@@ -1,0 +1,123 @@
+"""Composite tasks used only by tests: nesting, loops, routing and misbehaving invoke()s."""
+
+from __future__ import annotations
+
+from itertools import count
+
+from prismserve.task import Task, TaskInput, TaskOutput, replayable_choice
+from prismserve.toy.tasks import ChatRequest, ChatResponse, EncoderTask, LLMInput, LLMTask, MediaInput, MLLMTask
+
+
+class Pair(Task[ChatRequest, ChatResponse]):
+    """Three levels deep: Pair -> MLLMTask -> unit tasks; two MLLMs share the same encoders."""
+
+    def post_init(self) -> None:
+        self.first = MLLMTask(model_id="shared")
+        self.second = MLLMTask(model_id="shared")
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        self.first.invoke(request)
+        return self.second.invoke(request)
+
+
+class Outer(Task[ChatRequest, ChatResponse]):
+    """Another level on top of Pair."""
+
+    def post_init(self) -> None:
+        self.inner = Pair()
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        return self.inner.invoke(request)
+
+
+class RefineRequest(TaskInput):
+    """Encode one image `rounds` times, chaining each round's embeddings into the next prompt."""
+
+    image: bytes
+    rounds: int
+
+
+class RefineResponse(TaskOutput):
+    embeddings: list
+
+
+class Refine(Task[RefineRequest, RefineResponse]):
+    """A loop whose trip count comes from the request."""
+
+    def post_init(self) -> None:
+        self.encoder = EncoderTask(model_id="m", modality="image")
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: RefineRequest) -> RefineResponse:
+        embeddings = []
+        for _ in range(request.rounds):
+            embeddings.append(self.encoder.invoke(MediaInput(modality="image", data=request.image)).embedding)
+            self.llm.invoke(LLMInput(prompt="round", embeddings=list(embeddings)))
+        return RefineResponse(embeddings=embeddings)
+
+
+class Router(Task[ChatRequest, ChatResponse]):
+    """Request-static routing over planned paths (000 Listing 2)."""
+
+    paths: list[Task]
+    text_only_probabilities: list[float]
+    image_text_probabilities: list[float]
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        probs = self.image_text_probabilities if request.images else self.text_only_probabilities
+        return self.paths[replayable_choice(len(self.paths), probs)].invoke(request)
+
+
+class SideEffect(Task[ChatRequest, ChatResponse]):
+    """Calls the encoder once more on every run: replay diverges from record."""
+
+    def post_init(self) -> None:
+        self.calls = count()
+        self.encoder = EncoderTask(model_id="m", modality="image")
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        text = self.llm.invoke(LLMInput(prompt=request.prompt))
+        for _ in range(next(self.calls) + 1):
+            self.encoder.invoke(MediaInput(modality="image", data=b"x"))
+        return ChatResponse(text=text)
+
+
+class Flip(Task[ChatRequest, ChatResponse]):
+    """Invokes a different unit task on replay than on record."""
+
+    def post_init(self) -> None:
+        self.calls = count()
+        self.encoder = EncoderTask(model_id="m", modality="image")
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        if next(self.calls) == 0:
+            self.encoder.invoke(MediaInput(modality="image", data=b"x"))
+        return ChatResponse(text=self.llm.invoke(LLMInput(prompt=request.prompt)))
+
+
+class PeekAtOutput(Task[ChatRequest, ChatResponse]):
+    """Branches on a unit-task output: not possible during record."""
+
+    def post_init(self) -> None:
+        self.encoder = EncoderTask(model_id="m", modality="image")
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        embedding = self.encoder.invoke(MediaInput(modality="image", data=b"x")).embedding
+        if embedding:
+            pass
+        return ChatResponse(text=self.llm.invoke(LLMInput(prompt=request.prompt)))
+
+
+class FormatOutput(Task[ChatRequest, ChatResponse]):
+    """Formats a unit-task output into a prompt: would silently record garbage if allowed."""
+
+    def post_init(self) -> None:
+        self.encoder = EncoderTask(model_id="m", modality="image")
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: ChatRequest) -> ChatResponse:
+        embedding = self.encoder.invoke(MediaInput(modality="image", data=b"x")).embedding
+        return ChatResponse(text=self.llm.invoke(LLMInput(prompt=f"{embedding}")))

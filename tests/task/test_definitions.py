@@ -1,0 +1,106 @@
+"""Task classes declared wrongly fail at definition or construction with a message that says why."""
+
+from __future__ import annotations
+
+import pytest
+
+from prismserve.task import (
+    DataHandle,
+    RecordError,
+    Stream,
+    Task,
+    TaskDefinitionError,
+    TaskInput,
+    TaskOutput,
+    UnitTask,
+)
+from prismserve.toy.tasks import ChatRequest, EncoderTask, MLLMTask, OmniTask
+
+
+class In(TaskInput):
+    x: int
+
+
+class Out(TaskOutput):
+    y: int
+
+
+def test_unit_task_invoke_is_final():
+    with pytest.raises(TaskDefinitionError, match="overrides invoke\\(\\), which is final"):
+
+        class Bad(UnitTask[In, Out]):
+            executor_kind = "x"
+
+            def invoke(self, task_input):
+                return Out(y=1)
+
+
+def test_invoke_must_be_synchronous():
+    with pytest.raises(TaskDefinitionError, match="must be a plain `def`"):
+
+        class Bad(Task[In, Out]):
+            async def invoke(self, task_input):
+                return Out(y=1)
+
+
+def test_unit_output_must_be_task_output_or_stream():
+    with pytest.raises(TaskDefinitionError, match="TaskOutput subclass or Stream"):
+
+        class Bad(UnitTask[In, int]):
+            executor_kind = "x"
+
+    class Streams(UnitTask[In, Stream[int]]):
+        executor_kind = "x"
+
+    assert Streams().placeholder_output(3).id == "3"
+
+
+def test_unit_task_without_kind_or_types_cannot_be_built():
+    class NoKind(UnitTask[In, Out]):
+        pass
+
+    with pytest.raises(TaskDefinitionError, match="needs `executor_kind"):
+        NoKind()
+
+    class NoTypes(UnitTask):
+        executor_kind = "x"
+
+    with pytest.raises(TaskDefinitionError, match=r"class MyTask\(UnitTask\[MyInput, MyOutput\]\)"):
+        NoTypes()
+
+
+def test_unknown_config_fields_are_rejected():
+    with pytest.raises(ValueError, match="modelid"):
+        EncoderTask(modelid="m", modality="image")
+
+
+def test_subtasks_are_discovered_in_attributes_and_nested_composites():
+    omni = OmniTask(model_id="m")
+    assert [type(t).__name__ for t in omni.subtasks()] == ["MLLMTask", "TalkerTask", "VocoderTask"]
+    assert sorted(type(t).__name__ for t in omni.unit_tasks().values()) == [
+        "EncoderTask",
+        "EncoderTask",
+        "LLMTask",
+        "TalkerTask",
+        "VocoderTask",
+    ]
+    assert len(MLLMTask(model_id="m", encoder_fission=False).unit_tasks()) == 1
+
+
+def test_types_come_from_the_generic_parameters():
+    assert EncoderTask.output_type.__name__ == "EncoderOutput"
+    assert MLLMTask.input_type is ChatRequest
+
+
+def test_data_handle_wraps_raw_values_and_guards_placeholders():
+    class Holder(TaskOutput):
+        h: DataHandle[list[int]]
+
+    held = Holder(h=[1, 2])
+    assert held.h.value == [1, 2] and not held.h.is_placeholder
+    assert Holder.model_validate({"h": {"id": "7.h"}}).h.is_placeholder
+    assert held.model_dump(mode="json") == {"h": {"id": held.h.id}}
+    placeholder = DataHandle("0.x")
+    for use in (bool, str, len, list, lambda h: h.value, lambda h: h[0]):
+        with pytest.raises(RecordError, match="'0.x' was used while recording"):
+            use(placeholder)
