@@ -95,14 +95,19 @@ class ChatResponse(TaskOutput):
 
 
 class MLLMTask(Task[ChatRequest, ChatResponse]):
-    """Encoders + LLM. With `encoder_fission` each media item goes to its own encoder call."""
+    """Encoders + LLM. With `encoder_fission` each media item goes to its own encoder call.
+
+    `encoder_model_id` lets several LLMs use one encoder checkpoint, and so one encoder deployment.
+    """
 
     model_id: str
+    encoder_model_id: str | None = None
     encoder_fission: bool = True
 
     def post_init(self) -> None:
         if self.encoder_fission:
-            self.encoders = {m: EncoderTask(model_id=self.model_id, modality=m) for m in ("image", "audio")}
+            encoder_id = self.encoder_model_id or self.model_id
+            self.encoders = {m: EncoderTask(model_id=encoder_id, modality=m) for m in ("image", "audio")}
         self.llm = LLMTask(model_id=self.model_id, with_encoders=not self.encoder_fission)
 
     def invoke(self, request: ChatRequest) -> ChatResponse:

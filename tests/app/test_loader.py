@@ -1,0 +1,175 @@
+"""App loading: valid apps are typed and servable; every kind of bad app file gets one clear line."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+
+import pytest
+
+from prismserve.app import AppLoadError, load_app, load_app_source
+from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.toy.executors import EXECUTORS
+
+HEADER = """
+from collections.abc import AsyncIterator
+from pydantic import BaseModel
+from prismserve.app import AppConfig
+from prismserve.toy.tasks import ChatRequest, MLLMTask
+"""
+
+ANSWER_APP = HEADER + """
+mllm = MLLMTask(model_id="m")
+
+class Config(AppConfig):
+    tasks = {"mllm": mllm}
+
+class Answer(BaseModel):
+    text: str
+
+async def serve(request: ChatRequest) -> Answer:
+    response = await mllm(request)
+    return Answer(text=" ".join([t async for t in response.text]))
+"""
+
+STREAM_APP = HEADER + """
+mllm = MLLMTask(model_id="m")
+
+class Config(AppConfig):
+    tasks = {"mllm": mllm}
+
+class Token(BaseModel):
+    token: str
+
+async def serve(request: ChatRequest) -> AsyncIterator[Token]:
+    async for token in (await mllm(request)).text:
+        yield Token(token=token)
+"""
+
+
+def src(text: str) -> str:
+    return textwrap.dedent(text)
+
+
+def serve(app, request):
+    async def scenario():
+        with use_dispatcher(LocalDispatcher(EXECUTORS)):
+            result = await app.serve(request)
+            if app.streaming:
+                return [chunk async for chunk in result]
+            return result
+
+    return asyncio.run(scenario())
+
+
+def test_app_with_a_response_model_loads_and_serves(tmp_path):
+    path = tmp_path / "answer.py"
+    path.write_text(ANSWER_APP)
+    app = load_app(path)
+    assert app.name == "answer"
+    assert app.request_type.__name__ == "ChatRequest" and app.response_type.__name__ == "Answer"
+    assert not app.streaming
+    assert list(app.tasks) == ["mllm"]
+    answer = serve(app, {"prompt": "two words", "images": []})
+    assert answer.text == "[0 media, 0.000] two words"
+
+
+def test_streaming_app_yields_typed_chunks():
+    app = load_app_source(STREAM_APP, "stream")
+    assert app.streaming and app.response_type.__name__ == "Token"
+    chunks = serve(app, '{"prompt": "a b"}')
+    assert [c.token for c in chunks] == ["[0 media, 0.000]", "a", "b"]
+
+
+def test_bad_request_data_is_a_validation_error_naming_the_field():
+    app = load_app_source(ANSWER_APP, "answer")
+    with pytest.raises(ValueError, match="prompt"):
+        app.parse_request({"images": []})
+
+
+BAD_APPS = {
+    "no_config": (
+        HEADER + "async def serve(request: ChatRequest) -> ChatRequest:\n    return request\n",
+        r"no_config\.py: no `class Config\(AppConfig\)` found",
+    ),
+    "config_not_appconfig": (
+        HEADER + "class Config:\n    tasks = {}\nasync def serve(request: ChatRequest) -> ChatRequest: ...\n",
+        r"`Config` must be a class deriving from prismserve\.app\.AppConfig",
+    ),
+    "no_tasks": (
+        HEADER + "class Config(AppConfig):\n    tasks = {}\nasync def serve(request: ChatRequest) -> ChatRequest: ...\n",
+        r"Config\.tasks must be a non-empty dict",
+    ),
+    "task_not_a_task": (
+        HEADER + "class Config(AppConfig):\n    tasks = {'x': 3}\nasync def serve(request: ChatRequest) -> ChatRequest: ...\n",
+        r"Config\.tasks\['x'\] must map a string to a Task instance, got int",
+    ),
+    "no_serve": (
+        HEADER + "class Config(AppConfig):\n    tasks = {'m': MLLMTask(model_id='m')}\n",
+        r"no `async def serve\(request\)` function found",
+    ),
+    "serve_not_async": (
+        HEADER
+        + "class Config(AppConfig):\n    tasks = {'m': MLLMTask(model_id='m')}\n"
+        + "def serve(request: ChatRequest) -> ChatRequest:\n    return request\n",
+        r"serve must be declared `async def serve\(request\)`",
+    ),
+    "request_not_model": (
+        HEADER
+        + "class Config(AppConfig):\n    tasks = {'m': MLLMTask(model_id='m')}\n"
+        + "async def serve(request: dict) -> ChatRequest:\n    return request\n",
+        r"request parameter must be annotated with a pydantic model, got <class 'dict'>",
+    ),
+    "response_not_model": (
+        HEADER
+        + "class Config(AppConfig):\n    tasks = {'m': MLLMTask(model_id='m')}\n"
+        + "async def serve(request: ChatRequest) -> str:\n    return ''\n",
+        r"serve's response type must be a pydantic model, got <class 'str'>",
+    ),
+    "chunk_not_model": (
+        HEADER
+        + "class Config(AppConfig):\n    tasks = {'m': MLLMTask(model_id='m')}\n"
+        + "async def serve(request: ChatRequest) -> AsyncIterator[dict]:\n    yield {}\n",
+        r"serve's streamed chunk type must be a pydantic model",
+    ),
+    "no_return_annotation": (
+        HEADER
+        + "class Config(AppConfig):\n    tasks = {'m': MLLMTask(model_id='m')}\n"
+        + "async def serve(request: ChatRequest):\n    return request\n",
+        r"annotate serve's return type",
+    ),
+    "two_arguments": (
+        HEADER
+        + "class Config(AppConfig):\n    tasks = {'m': MLLMTask(model_id='m')}\n"
+        + "async def serve(request: ChatRequest, extra: int) -> ChatRequest:\n    return request\n",
+        r"serve must take exactly one argument",
+    ),
+    "syntax_error": (HEADER + "class Config(AppConfig)\n    tasks = {}\n", r"syntax_error\.py:6: syntax error: expected ':'"),
+    "import_error": (
+        HEADER + "from prismserve.nowhere import Thing\n",
+        r"import_error\.py:6: error while importing the app: ModuleNotFoundError: No module named 'prismserve\.nowhere'",
+    ),
+    "raises_at_import": (
+        HEADER + "MLLMTask(model_id=3)\n",
+        r"raises_at_import\.py:6: error while importing the app: ValidationError: 1 validation error for MLLMTask",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_APPS))
+def test_bad_app_file_is_reported_in_one_line(tmp_path, name):
+    source, pattern = BAD_APPS[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    with pytest.raises(AppLoadError, match=pattern) as info:
+        load_app(path)
+    message = str(info.value).splitlines()[0]
+    assert message.startswith(str(path))
+    assert "Traceback" not in str(info.value)
+
+
+def test_missing_file_and_bad_name_are_reported(tmp_path):
+    with pytest.raises(AppLoadError, match="cannot read app file"):
+        load_app(tmp_path / "absent.py")
+    with pytest.raises(AppLoadError, match="app name '9lives' is invalid"):
+        load_app_source(ANSWER_APP, "9lives")

@@ -1,0 +1,61 @@
+"""The `prismserve` command: help, and the in-process demo that the README's main command runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from prismserve.cli import main
+
+
+def prismserve(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return subprocess.run([sys.executable, "-m", "prismserve", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "demo" in out and "plan" in out
+
+
+def test_console_script_is_declared():
+    (script,) = metadata.entry_points(group="console_scripts", name="prismserve")
+    assert script.value == "prismserve.cli:main"
+
+
+def test_demo_prints_each_recorded_graph_and_response():
+    result = prismserve("demo")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "deployments (equivalent unit tasks shared): 5" in out
+    # Text-only: the encoder is skipped. Two images: two encoder calls feeding the LLM.
+    assert "recorded graph of OmniTask: 1 unit-task invocations" in out
+    assert "#2 LLMTask      executor=llm      inputs: 0.embedding from #0, 1.embedding from #1" in out
+    # Audio out: talker reads the LLM's token stream, vocoder the talker's codes.
+    assert "#2 TalkerTask   executor=talker   inputs: 1 from #1" in out
+    assert "#3 VocoderTask  executor=vocoder  inputs: 2.codes from #2" in out
+    assert "response: text='[0 media, 0.000] What is prismserve?'" in out
+    assert ", 8 audio chunks" in out
+
+
+def test_demo_json_prints_graphs_that_parse():
+    import json
+
+    result = prismserve("demo", "--json")
+    assert result.returncode == 0, result.stderr
+    docs = []
+    decoder = json.JSONDecoder()
+    text = result.stdout
+    index = text.find('{\n  "version"')
+    while index != -1:
+        doc, end = decoder.raw_decode(text, index)
+        docs.append(doc)
+        index = text.find('{\n  "version"', end)
+    assert [len(d["nodes"]) for d in docs] == [1, 3, 4]
