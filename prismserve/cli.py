@@ -20,6 +20,10 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print each recorded graph as JSON")
     demo.set_defaults(func=_demo)
 
+    check = sub.add_parser("check", help="validate an app file and list the unit-task deployments it needs")
+    check.add_argument("app", metavar="APP.py", help="the app file")
+    check.set_defaults(func=_check)
+
     from prismserve.planner.cli import add_plan_command
 
     add_plan_command(sub)
@@ -36,6 +40,23 @@ def _demo(args: argparse.Namespace) -> int:
     from prismserve.toy.demo import run_demo
 
     return run_demo(as_json=args.json)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from prismserve.app import AppLoadError, load_app
+
+    try:
+        app = load_app(args.app)
+    except AppLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    kind = f"streams {app.response_type.__name__}" if app.streaming else f"returns {app.response_type.__name__}"
+    print(f"app {app.name!r}: serve({app.request_type.__name__}) {kind}; tasks: {', '.join(app.tasks)}")
+    units = app.unit_tasks()
+    print(f"{len(units)} unit-task deployments (equivalent unit tasks shared):")
+    for key, task in units.items():
+        print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus_per_replica}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

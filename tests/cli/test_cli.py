@@ -59,3 +59,21 @@ def test_demo_json_prints_graphs_that_parse():
         docs.append(doc)
         index = text.find('{\n  "version"', end)
     assert [len(d["nodes"]) for d in docs] == [1, 3, 4]
+
+
+def test_check_lists_deployments_of_a_valid_app():
+    from prismserve.toy.demo import APP_PATH
+
+    result = prismserve("check", str(APP_PATH))
+    assert result.returncode == 0, result.stderr
+    assert "app 'omni_app': serve(ChatRequest) streams Chunk; tasks: omni" in result.stdout
+    assert "5 unit-task deployments" in result.stdout
+    assert "executor=vocoder  gpus/replica=1" in result.stdout
+
+
+def test_check_reports_a_bad_app_in_one_line_without_traceback(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from prismserve.app import AppConfig\nclass Config(AppConfig):\n    tasks = {}\n")
+    result = prismserve("check", str(bad))
+    assert result.returncode == 2
+    assert result.stderr == f"error: {bad}: Config.tasks must be a non-empty dict of name -> task\n"
