@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from prismserve.app import AppRegistry, load_app
+from prismserve.app.chat import ChatRequest
 from prismserve.task import LocalDispatcher, TaskGraph, use_dispatcher
 from prismserve.toy.executors import EXECUTORS
 
 APP_PATH = Path(__file__).with_name("omni_app.py")
 
+# Media are file names here: their bytes stand in for real images and audio.
 REQUESTS = [
-    {"prompt": "What is prismserve?"},
-    {"prompt": "Describe these two pictures", "images": ["cat.png", "dog.png"]},
-    {"prompt": "Answer the question in this clip aloud", "audios": ["question.wav"], "audio_output": True},
+    ("What is prismserve?", [], [], False),
+    ("Describe these two pictures", ["cat.png", "dog.png"], [], False),
+    ("Answer the question in this clip aloud", [], ["question.wav"], True),
 ]
 
 
@@ -38,10 +39,10 @@ async def _serve_all(as_json: bool) -> None:
         print(f"  {key}")
     graphs: list[TaskGraph] = []
     with use_dispatcher(LocalDispatcher(EXECUTORS, on_graph=graphs.append)):
-        for body in REQUESTS:
-            # Media are file names here; their bytes stand in for real images and audio.
-            request = {**body, **{k: [n.encode() for n in body.get(k, [])] for k in ("images", "audios")}}
-            print(f"\nrequest: {json.dumps(body)}")
+        for text, images, audios, audio_out in REQUESTS:
+            request = ChatRequest.of(text, [n.encode() for n in images], [n.encode() for n in audios], audio_out)
+            out = "text+audio" if audio_out else "text"
+            print(f"\nrequest: {text!r}, images={images}, audio={audios} -> {out}")
             text, audio = [], 0
             async for chunk in await app.serve(request):
                 if chunk.text is not None:

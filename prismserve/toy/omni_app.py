@@ -2,10 +2,9 @@
 
 from collections.abc import AsyncIterator
 
-from pydantic import BaseModel
-
 from prismserve.app import AppConfig
-from prismserve.toy.tasks import ChatRequest, OmniTask
+from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.toy.tasks import OmniTask
 
 omni = OmniTask(model_id="toy-omni", encoder_fission=True)
 
@@ -14,17 +13,10 @@ class Config(AppConfig):
     tasks = {"omni": omni}
 
 
-class Chunk(BaseModel):
-    """One streamed piece of the answer: a text token or an audio chunk."""
-
-    text: str | None = None
-    audio_hex: str | None = None
-
-
-async def serve(request: ChatRequest) -> AsyncIterator[Chunk]:
+async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
     response = await omni(request)
     async for token in response.text:
-        yield Chunk(text=token)
+        yield ChatChunk(text=token)
     if response.audio is not None:
         async for chunk in response.audio:
-            yield Chunk(audio_hex=chunk.hex())
+            yield ChatChunk(audio=chunk)

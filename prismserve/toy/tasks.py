@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from prismserve.app.chat import ChatRequest
 from prismserve.task import DataHandle, Stream, Task, TaskInput, TaskOutput, UnitTask
 
 
@@ -77,24 +78,14 @@ class VocoderTask(UnitTask[VocoderInput, Stream[bytes]]):
     model_id: str
 
 
-class ChatRequest(TaskInput):
-    """A multimodal chat request."""
-
-    prompt: str
-    images: list[bytes] = Field(default_factory=list)
-    audios: list[bytes] = Field(default_factory=list)
-    audio_output: bool = False
-    max_tokens: int = Field(default=16, ge=1, le=4096)
-
-
-class ChatResponse(TaskOutput):
+class ChatOutput(TaskOutput):
     """Streamed text, and streamed audio when asked for."""
 
     text: Stream[str]
     audio: Stream[bytes] | None = None
 
 
-class MLLMTask(Task[ChatRequest, ChatResponse]):
+class MLLMTask(Task[ChatRequest, ChatOutput]):
     """Encoders + LLM. With `encoder_fission` each media item goes to its own encoder call.
 
     `encoder_model_id` lets several LLMs use one encoder checkpoint, and so one encoder deployment.
@@ -110,18 +101,18 @@ class MLLMTask(Task[ChatRequest, ChatResponse]):
             self.encoders = {m: EncoderTask(model_id=encoder_id, modality=m) for m in ("image", "audio")}
         self.llm = LLMTask(model_id=self.model_id, with_encoders=not self.encoder_fission)
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
-        media = [MediaInput(modality="image", data=d) for d in request.images]
-        media += [MediaInput(modality="audio", data=d) for d in request.audios]
+    def invoke(self, request: ChatRequest) -> ChatOutput:
+        media = [MediaInput(modality="image", data=p.data) for p in request.images]
+        media += [MediaInput(modality="audio", data=p.data) for p in request.audios]
         if self.encoder_fission:
             embeddings = [self.encoders[item.modality].invoke(item).embedding for item in media]
             llm_input = LLMInput(prompt=request.prompt, embeddings=embeddings, max_tokens=request.max_tokens)
         else:
             llm_input = LLMInput(prompt=request.prompt, media=media, max_tokens=request.max_tokens)
-        return ChatResponse(text=self.llm.invoke(llm_input))
+        return ChatOutput(text=self.llm.invoke(llm_input))
 
 
-class OmniTask(Task[ChatRequest, ChatResponse]):
+class OmniTask(Task[ChatRequest, ChatOutput]):
     """Thinker (an MLLMTask) plus a talker and vocoder that run only when audio output is asked for."""
 
     model_id: str
@@ -132,9 +123,9 @@ class OmniTask(Task[ChatRequest, ChatResponse]):
         self.talker = TalkerTask(model_id=self.model_id)
         self.vocoder = VocoderTask(model_id=self.model_id)
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
+    def invoke(self, request: ChatRequest) -> ChatOutput:
         text = self.thinker.invoke(request).text
-        if not request.audio_output:
-            return ChatResponse(text=text)
+        if not request.wants_audio:
+            return ChatOutput(text=text)
         codes = self.talker.invoke(TalkerInput(text=text)).codes
-        return ChatResponse(text=text, audio=self.vocoder.invoke(VocoderInput(codes=codes)))
+        return ChatOutput(text=text, audio=self.vocoder.invoke(VocoderInput(codes=codes)))

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from prismserve.app import AppLoadError, load_app, load_app_source
+from prismserve.app.chat import ChatRequest
 from prismserve.task import LocalDispatcher, use_dispatcher
 from prismserve.toy.executors import EXECUTORS
 
@@ -70,21 +71,23 @@ def test_app_with_a_response_model_loads_and_serves(tmp_path):
     assert app.request_type.__name__ == "ChatRequest" and app.response_type.__name__ == "Answer"
     assert not app.streaming
     assert list(app.tasks) == ["mllm"]
-    answer = serve(app, {"prompt": "two words", "images": []})
-    assert answer.text == "[0 media, 0.000] two words"
+    answer = serve(app, {"messages": [{"role": "user", "content": [{"type": "text", "text": "two words"}]}]})
+    assert answer.text == "[0 media, 0.000] user: two words"
 
 
 def test_streaming_app_yields_typed_chunks():
     app = load_app_source(STREAM_APP, "stream")
     assert app.streaming and app.response_type.__name__ == "Token"
-    chunks = serve(app, '{"prompt": "a b"}')
-    assert [c.token for c in chunks] == ["[0 media, 0.000]", "a", "b"]
+    chunks = serve(app, '{"messages": [{"role": "user", "content": [{"type": "text", "text": "a b"}]}]}')
+    assert [c.token for c in chunks] == ["[0 media, 0.000]", "user:", "a", "b"]
 
 
 def test_bad_request_data_is_a_validation_error_naming_the_field():
     app = load_app_source(ANSWER_APP, "answer")
-    with pytest.raises(ValueError, match="prompt"):
-        app.parse_request({"images": []})
+    with pytest.raises(ValueError, match="messages"):
+        app.parse_request({"modalities": ["text"]})
+    with pytest.raises(ValueError, match="max_tokens"):
+        app.parse_request(ChatRequest.of("x").model_dump() | {"max_tokens": 0})
 
 
 BAD_APPS = {

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from prismserve.app import AppRegistry, AppRegistryError, load_app_source
+from prismserve.app.chat import ChatRequest
 from prismserve.task import LocalDispatcher, use_dispatcher
 from prismserve.toy.executors import EXECUTORS
 
@@ -70,7 +71,7 @@ def test_sharing_app_serves_both_models_concurrently():
     async def scenario():
         graphs = []
         with use_dispatcher(LocalDispatcher(EXECUTORS, on_graph=graphs.append)):
-            answers = await app.serve({"prompt": "hi", "images": ["aW1n"]})
+            answers = await app.serve(ChatRequest.of("hi", images=[b"img"]))
         return answers, graphs
 
     answers, graphs = asyncio.run(scenario())

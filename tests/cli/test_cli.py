@@ -41,8 +41,8 @@ def test_demo_prints_each_recorded_graph_and_response():
     # Audio out: talker reads the LLM's token stream, vocoder the talker's codes.
     assert "#2 TalkerTask   executor=talker   inputs: 1 from #1" in out
     assert "#3 VocoderTask  executor=vocoder  inputs: 2.codes from #2" in out
-    assert "response: text='[0 media, 0.000] What is prismserve?'" in out
-    assert ", 8 audio chunks" in out
+    assert "response: text='[0 media, 0.000] user: What is prismserve?'" in out
+    assert ", 9 audio chunks" in out
 
 
 def test_demo_json_prints_graphs_that_parse():
@@ -66,7 +66,7 @@ def test_check_lists_deployments_of_a_valid_app():
 
     result = prismserve("check", str(APP_PATH))
     assert result.returncode == 0, result.stderr
-    assert "app 'omni_app': serve(ChatRequest) streams Chunk; tasks: omni" in result.stdout
+    assert "app 'omni_app': serve(ChatRequest) streams ChatChunk; tasks: omni" in result.stdout
     assert "5 unit-task deployments" in result.stdout
     assert "executor=vocoder  gpus/replica=1" in result.stdout
 

@@ -5,28 +5,29 @@ from __future__ import annotations
 from itertools import count
 
 from prismserve.task import Task, TaskInput, TaskOutput, replayable_choice
-from prismserve.toy.tasks import ChatRequest, ChatResponse, EncoderTask, LLMInput, LLMTask, MediaInput, MLLMTask
+from prismserve.app.chat import ChatRequest
+from prismserve.toy.tasks import ChatOutput, EncoderTask, LLMInput, LLMTask, MediaInput, MLLMTask
 
 
-class Pair(Task[ChatRequest, ChatResponse]):
+class Pair(Task[ChatRequest, ChatOutput]):
     """Three levels deep: Pair -> MLLMTask -> unit tasks; two MLLMs share the same encoders."""
 
     def post_init(self) -> None:
         self.first = MLLMTask(model_id="shared")
         self.second = MLLMTask(model_id="shared")
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
+    def invoke(self, request: ChatRequest) -> ChatOutput:
         self.first.invoke(request)
         return self.second.invoke(request)
 
 
-class Outer(Task[ChatRequest, ChatResponse]):
+class Outer(Task[ChatRequest, ChatOutput]):
     """Another level on top of Pair."""
 
     def post_init(self) -> None:
         self.inner = Pair()
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
+    def invoke(self, request: ChatRequest) -> ChatOutput:
         return self.inner.invoke(request)
 
 
@@ -56,19 +57,19 @@ class Refine(Task[RefineRequest, RefineResponse]):
         return RefineResponse(embeddings=embeddings)
 
 
-class Router(Task[ChatRequest, ChatResponse]):
+class Router(Task[ChatRequest, ChatOutput]):
     """Request-static routing over planned paths (000 Listing 2)."""
 
     paths: list[Task]
     text_only_probabilities: list[float]
     image_text_probabilities: list[float]
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
+    def invoke(self, request: ChatRequest) -> ChatOutput:
         probs = self.image_text_probabilities if request.images else self.text_only_probabilities
         return self.paths[replayable_choice(len(self.paths), probs)].invoke(request)
 
 
-class SideEffect(Task[ChatRequest, ChatResponse]):
+class SideEffect(Task[ChatRequest, ChatOutput]):
     """Calls the encoder once more on every run: replay diverges from record."""
 
     def post_init(self) -> None:
@@ -76,14 +77,14 @@ class SideEffect(Task[ChatRequest, ChatResponse]):
         self.encoder = EncoderTask(model_id="m", modality="image")
         self.llm = LLMTask(model_id="m")
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
+    def invoke(self, request: ChatRequest) -> ChatOutput:
         text = self.llm.invoke(LLMInput(prompt=request.prompt))
         for _ in range(next(self.calls) + 1):
             self.encoder.invoke(MediaInput(modality="image", data=b"x"))
-        return ChatResponse(text=text)
+        return ChatOutput(text=text)
 
 
-class Flip(Task[ChatRequest, ChatResponse]):
+class Flip(Task[ChatRequest, ChatOutput]):
     """Invokes a different unit task on replay than on record."""
 
     def post_init(self) -> None:
@@ -91,33 +92,33 @@ class Flip(Task[ChatRequest, ChatResponse]):
         self.encoder = EncoderTask(model_id="m", modality="image")
         self.llm = LLMTask(model_id="m")
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
+    def invoke(self, request: ChatRequest) -> ChatOutput:
         if next(self.calls) == 0:
             self.encoder.invoke(MediaInput(modality="image", data=b"x"))
-        return ChatResponse(text=self.llm.invoke(LLMInput(prompt=request.prompt)))
+        return ChatOutput(text=self.llm.invoke(LLMInput(prompt=request.prompt)))
 
 
-class PeekAtOutput(Task[ChatRequest, ChatResponse]):
+class PeekAtOutput(Task[ChatRequest, ChatOutput]):
     """Branches on a unit-task output: not possible during record."""
 
     def post_init(self) -> None:
         self.encoder = EncoderTask(model_id="m", modality="image")
         self.llm = LLMTask(model_id="m")
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
+    def invoke(self, request: ChatRequest) -> ChatOutput:
         embedding = self.encoder.invoke(MediaInput(modality="image", data=b"x")).embedding
         if embedding:
             pass
-        return ChatResponse(text=self.llm.invoke(LLMInput(prompt=request.prompt)))
+        return ChatOutput(text=self.llm.invoke(LLMInput(prompt=request.prompt)))
 
 
-class FormatOutput(Task[ChatRequest, ChatResponse]):
+class FormatOutput(Task[ChatRequest, ChatOutput]):
     """Formats a unit-task output into a prompt: would silently record garbage if allowed."""
 
     def post_init(self) -> None:
         self.encoder = EncoderTask(model_id="m", modality="image")
         self.llm = LLMTask(model_id="m")
 
-    def invoke(self, request: ChatRequest) -> ChatResponse:
+    def invoke(self, request: ChatRequest) -> ChatOutput:
         embedding = self.encoder.invoke(MediaInput(modality="image", data=b"x")).embedding
-        return ChatResponse(text=self.llm.invoke(LLMInput(prompt=f"{embedding}")))
+        return ChatOutput(text=self.llm.invoke(LLMInput(prompt=f"{embedding}")))

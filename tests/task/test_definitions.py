@@ -14,7 +14,8 @@ from prismserve.task import (
     TaskOutput,
     UnitTask,
 )
-from prismserve.toy.tasks import ChatRequest, EncoderTask, MLLMTask, OmniTask
+from prismserve.app.chat import ChatRequest
+from prismserve.toy.tasks import EncoderTask, MLLMTask, OmniTask
 
 
 class In(TaskInput):

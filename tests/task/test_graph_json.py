@@ -9,11 +9,12 @@ import pytest
 
 from prismserve.task import LocalDispatcher, TaskError, TaskGraph
 from prismserve.toy.executors import EXECUTORS
-from prismserve.toy.tasks import ChatRequest, OmniTask
+from prismserve.app.chat import ChatRequest
+from prismserve.toy.tasks import OmniTask
 
 
 def _spoken_request() -> ChatRequest:
-    return ChatRequest(prompt="describe and say it", images=[b"\x00\xffpng"], audios=[b"RIFF"], audio_output=True)
+    return ChatRequest.of("describe and say it", images=[b"\x00\xffpng"], audios=[b"RIFF"], audio_out=True)
 
 
 def test_round_trip_keeps_nodes_inputs_edges_and_choices():
@@ -55,11 +56,11 @@ def test_graph_read_back_executes_and_replays_to_the_same_answer():
 
     direct, via_json = asyncio.run(scenario())
     assert direct == via_json
-    assert len(direct[0]) == 5 and len(direct[1]) == 5
+    assert len(direct[0]) == 6 and len(direct[1]) == 6
 
 
 def test_changed_task_class_is_reported():
-    doc = OmniTask(model_id="m").record(ChatRequest(prompt="x")).to_dict()
+    doc = OmniTask(model_id="m").record(ChatRequest.of("x")).to_dict()
     doc["nodes"][0]["task"]["key"] = "prismserve.toy.tasks.LLMTask:0000"
     with pytest.raises(TaskError, match="node 0: .* the class has changed"):
         TaskGraph.from_dict(doc)

@@ -9,7 +9,8 @@ import pytest
 
 from prismserve.task import DispatchError, LocalDispatcher, use_dispatcher
 from prismserve.toy.executors import EXECUTORS
-from prismserve.toy.tasks import ChatRequest, EncoderOutput, MLLMTask
+from prismserve.app.chat import ChatRequest
+from prismserve.toy.tasks import EncoderOutput, MLLMTask
 
 
 def run(coro):
@@ -27,7 +28,7 @@ def test_independent_encoder_calls_run_concurrently():
             return EncoderOutput(embedding=[1.0])
 
         with use_dispatcher(LocalDispatcher({**EXECUTORS, "encoder": encoder})):
-            response = await MLLMTask(model_id="m")(ChatRequest(prompt="x", images=[b"a", b"b", b"c"]))
+            response = await MLLMTask(model_id="m")(ChatRequest.of("x", images=[b"a", b"b", b"c"]))
             return await response.text.collect()
 
     assert run(scenario())[0] == "[3 media, 3.000]"
@@ -42,7 +43,7 @@ def test_plain_function_executors_run_off_the_event_loop_and_concurrently():
 
     async def scenario():
         with use_dispatcher(LocalDispatcher({**EXECUTORS, "encoder": encoder})):
-            response = await MLLMTask(model_id="m")(ChatRequest(prompt="x", images=[b"a", b"b"]))
+            response = await MLLMTask(model_id="m")(ChatRequest.of("x", images=[b"a", b"b"]))
             return await response.text.collect()
 
     assert run(scenario())[0] == "[2 media, 1.000]"
@@ -62,7 +63,7 @@ def test_consumer_waits_for_its_producers():
             yield "done"
 
         with use_dispatcher(LocalDispatcher({**EXECUTORS, "encoder": encoder, "llm": llm})):
-            response = await MLLMTask(model_id="m")(ChatRequest(prompt="x", images=[b"a", b"b"]))
+            response = await MLLMTask(model_id="m")(ChatRequest.of("x", images=[b"a", b"b"]))
             return await response.text.collect()
 
     assert run(scenario()) == ["done"]
@@ -75,7 +76,7 @@ def test_failing_executor_fails_the_request_naming_the_call():
             raise RuntimeError("GPU fell off")
 
         with use_dispatcher(LocalDispatcher({**EXECUTORS, "encoder": encoder})):
-            await MLLMTask(model_id="m")(ChatRequest(prompt="x", images=[b"a"]))
+            await MLLMTask(model_id="m")(ChatRequest.of("x", images=[b"a"]))
 
     with pytest.raises(DispatchError, match=r"call #0 \(EncoderTask\) failed: GPU fell off"):
         run(scenario())
@@ -88,7 +89,7 @@ def test_error_inside_a_stream_reaches_its_consumer():
             raise RuntimeError("decode step crashed")
 
         with use_dispatcher(LocalDispatcher({**EXECUTORS, "llm": llm})):
-            response = await MLLMTask(model_id="m")(ChatRequest(prompt="x"))
+            response = await MLLMTask(model_id="m")(ChatRequest.of("x"))
             received = []
             with pytest.raises(RuntimeError, match="decode step crashed"):
                 async for token in response.text:
@@ -107,7 +108,7 @@ def test_missing_executor_kind_is_reported_before_anything_runs():
             return EncoderOutput(embedding=[0.0])
 
         with use_dispatcher(LocalDispatcher({"encoder": encoder})):
-            await MLLMTask(model_id="m")(ChatRequest(prompt="x", images=[b"a"]))
+            await MLLMTask(model_id="m")(ChatRequest.of("x", images=[b"a"]))
 
     with pytest.raises(DispatchError, match=r"no executor registered for kind 'llm'.*registered: \['encoder'\]"):
         run(scenario())
@@ -120,7 +121,7 @@ def test_executor_output_is_validated_against_the_output_type():
             return {"wrong_field": 1}
 
         with use_dispatcher(LocalDispatcher({**EXECUTORS, "encoder": encoder})):
-            await MLLMTask(model_id="m")(ChatRequest(prompt="x", images=[b"a"]))
+            await MLLMTask(model_id="m")(ChatRequest.of("x", images=[b"a"]))
 
     with pytest.raises(DispatchError, match=r"(?s)EncoderTask.*embedding"):
         run(scenario())

@@ -19,8 +19,8 @@ from prismserve.task import (
     use_dispatcher,
 )
 from prismserve.toy.executors import EXECUTORS, embed
+from prismserve.app.chat import ChatRequest
 from prismserve.toy.tasks import (
-    ChatRequest,
     EncoderOutput,
     EncoderTask,
     LLMTask,
@@ -52,13 +52,13 @@ def kinds(graph: TaskGraph) -> list[str]:
 
 
 def test_text_only_request_skips_the_encoder():
-    graph = MLLMTask(model_id="m").record(ChatRequest(prompt="hi there"))
+    graph = MLLMTask(model_id="m").record(ChatRequest.of("hi there"))
     assert kinds(graph) == ["LLMTask"]
     assert graph.edges == []
 
 
 def test_each_image_is_one_encoder_call_feeding_one_llm_call():
-    request = ChatRequest(prompt="compare", images=[b"a", b"b", b"c"])
+    request = ChatRequest.of("compare", images=[b"a", b"b", b"c"])
     graph = MLLMTask(model_id="m").record(request)
     assert kinds(graph) == ["EncoderTask"] * 3 + ["LLMTask"]
     assert [(e.src, e.dst, e.data) for e in graph.edges] == [
@@ -71,19 +71,19 @@ def test_each_image_is_one_encoder_call_feeding_one_llm_call():
 
 def test_replay_returns_the_streamed_result_computed_from_real_embeddings():
     async def scenario():
-        request = ChatRequest(prompt="compare these", images=[b"a", b"b"])
+        request = ChatRequest.of("compare these", images=[b"a", b"b"])
         response, graph = await call(MLLMTask(model_id="m"), request)
         return await response.text.collect(), graph
 
     tokens, graph = run(scenario())
     checksum = sum(map(sum, [embed(MediaInput(modality="image", data=d)) for d in (b"a", b"b")]))
-    assert tokens == [f"[2 media, {checksum:.3f}]", "compare", "these"]
+    assert tokens == [f"[2 media, {checksum:.3f}]", "user:", "compare", "these"]
     assert len(graph) == 3
 
 
 def test_monolith_sends_raw_media_to_the_llm_and_no_encoder_calls():
     async def scenario():
-        response, graph = await call(MLLMTask(model_id="m", encoder_fission=False), ChatRequest(prompt="x", images=[b"a"]))
+        response, graph = await call(MLLMTask(model_id="m", encoder_fission=False), ChatRequest.of("x", images=[b"a"]))
         return await response.text.collect(), graph
 
     tokens, graph = run(scenario())
@@ -106,7 +106,7 @@ def test_stream_items_arrive_before_the_stream_ends():
             yield "second"
 
         with use_dispatcher(LocalDispatcher({**EXECUTORS, "llm": slow_llm})):
-            response = await MLLMTask(model_id="m")(ChatRequest(prompt="x"))
+            response = await MLLMTask(model_id="m")(ChatRequest.of("x"))
             stream = aiter(response.text)
             first = await anext(stream)
             gate.set()
@@ -120,8 +120,8 @@ def test_stream_items_arrive_before_the_stream_ends():
 
 def test_omni_runs_talker_and_vocoder_only_for_audio_output():
     omni = OmniTask(model_id="m")
-    text_only = omni.record(ChatRequest(prompt="hi", audios=[b"q"]))
-    spoken = omni.record(ChatRequest(prompt="hi", audios=[b"q"], audio_output=True))
+    text_only = omni.record(ChatRequest.of("hi", audios=[b"q"]))
+    spoken = omni.record(ChatRequest.of("hi", audios=[b"q"], audio_out=True))
     assert kinds(text_only) == ["EncoderTask", "LLMTask"]
     assert kinds(spoken) == ["EncoderTask", "LLMTask", "TalkerTask", "VocoderTask"]
     assert [(e.src, e.dst, e.data) for e in spoken.edges] == [(0, 1, "0.embedding"), (1, 2, "1"), (2, 3, "2.codes")]
@@ -129,11 +129,11 @@ def test_omni_runs_talker_and_vocoder_only_for_audio_output():
 
 def test_one_token_stream_feeds_the_talker_and_the_client():
     async def scenario():
-        response, _ = await call(OmniTask(model_id="m"), ChatRequest(prompt="say hello", audio_output=True))
+        response, _ = await call(OmniTask(model_id="m"), ChatRequest.of("say hello", audio_out=True))
         return await response.text.collect(), await response.audio.collect()
 
     tokens, audio = run(scenario())
-    assert tokens == ["[0 media, 0.000]", "say", "hello"]
+    assert tokens == ["[0 media, 0.000]", "user:", "say", "hello"]
     # One chunk per token, each built from the token's length: the talker read the same stream.
     assert audio == [bytes([len(t)]) * 4 for t in tokens]
 
@@ -142,7 +142,7 @@ def test_one_token_stream_feeds_the_talker_and_the_client():
 
 
 def test_nested_composites_record_every_unit_call_in_order():
-    graph = Outer().record(ChatRequest(prompt="x", images=[b"a"]))
+    graph = Outer().record(ChatRequest.of("x", images=[b"a"]))
     assert kinds(graph) == ["EncoderTask", "LLMTask", "EncoderTask", "LLMTask"]
     assert graph.root == "Outer"
     assert [(e.src, e.dst) for e in graph.edges] == [(0, 1), (2, 3)]
@@ -180,12 +180,12 @@ def test_loop_replay_resolves_every_round():
 
 def test_replay_with_more_calls_than_record_names_task_and_index():
     with pytest.raises(ReplayDivergenceError, match=r"SideEffect diverged at unit-task call #2: it invoked EncoderTask, but record made only 2"):
-        run(call(SideEffect(), ChatRequest(prompt="x")))
+        run(call(SideEffect(), ChatRequest.of("x")))
 
 
 def test_replay_invoking_another_task_names_both_and_the_index():
     with pytest.raises(ReplayDivergenceError, match=r"call #0: record invoked EncoderTask, replay invoked LLMTask"):
-        run(call(Flip(), ChatRequest(prompt="x")))
+        run(call(Flip(), ChatRequest.of("x")))
 
 
 def test_replay_with_fewer_calls_than_record_is_detected():
@@ -198,12 +198,12 @@ def test_replay_with_fewer_calls_than_record_is_detected():
 
 def test_branching_on_a_placeholder_is_a_clear_error():
     with pytest.raises(RecordError, match=r"used while recording.*serve\(\)"):
-        PeekAtOutput().record(ChatRequest(prompt="x"))
+        PeekAtOutput().record(ChatRequest.of("x"))
 
 
 def test_formatting_a_placeholder_is_a_clear_error():
     with pytest.raises(RecordError, match=r"'0.embedding' was used while recording"):
-        FormatOutput().record(ChatRequest(prompt="x"))
+        FormatOutput().record(ChatRequest.of("x"))
 
 
 def test_unit_invoke_outside_record_and_replay_says_how_to_call_it():
@@ -213,17 +213,18 @@ def test_unit_invoke_outside_record_and_replay_says_how_to_call_it():
 
 def test_calling_a_task_without_dispatcher_says_how_to_set_one():
     with pytest.raises(TaskUsageError, match=r"use_dispatcher"):
-        run(MLLMTask(model_id="m")(ChatRequest(prompt="x")))
+        run(MLLMTask(model_id="m")(ChatRequest.of("x")))
 
 
 def test_request_dict_is_validated_into_the_input_type():
     async def scenario():
-        response, _ = await call(MLLMTask(model_id="m"), {"prompt": "a b", "max_tokens": 2})
+        request = ChatRequest.of("a b", max_tokens=2).model_dump()
+        response, _ = await call(MLLMTask(model_id="m"), request)
         return await response.text.collect()
 
-    assert run(scenario()) == ["[0 media, 0.000]", "a"]
+    assert run(scenario()) == ["[0 media, 0.000]", "user:"]
     with pytest.raises(ValueError, match="max_tokens"):
-        run(call(MLLMTask(model_id="m"), {"prompt": "a", "max_tokens": 0}))
+        run(call(MLLMTask(model_id="m"), ChatRequest.of("a").model_dump() | {"max_tokens": 0}))
 
 
 # --- replayable_choice ------------------------------------------------------------------------
@@ -236,7 +237,7 @@ def _router(text_probs=(1.0, 0.0, 0.0), image_probs=(0.5, 0.3, 0.2)):
 
 def test_replayable_choice_repeats_the_recorded_path_on_replay():
     router = _router(image_probs=(0.0, 0.5, 0.5))
-    request = ChatRequest(prompt="x", images=[b"a"])
+    request = ChatRequest.of("x", images=[b"a"])
     rng = random.Random(7)
     seen = set()
     for _ in range(50):
@@ -255,7 +256,7 @@ def test_replayable_choice_repeats_the_recorded_path_on_replay():
 def test_replayable_choice_end_to_end_uses_the_recorded_choice():
     async def scenario():
         router = _router(image_probs=(0.0, 0.0, 1.0))
-        _, graph = await call(router, ChatRequest(prompt="x", images=[b"a"]))
+        _, graph = await call(router, ChatRequest.of("x", images=[b"a"]))
         return graph
 
     graph = run(scenario())
@@ -265,7 +266,7 @@ def test_replayable_choice_end_to_end_uses_the_recorded_choice():
 
 def test_replayable_choice_distribution_matches_probabilities():
     router = _router()
-    request = ChatRequest(prompt="x", images=[b"a"])
+    request = ChatRequest.of("x", images=[b"a"])
     rng = random.Random(20261122)
     n = 10_000
     counts = [0, 0, 0]
@@ -274,23 +275,23 @@ def test_replayable_choice_distribution_matches_probabilities():
     probs = (0.5, 0.3, 0.2)
     chi2 = sum((c - n * p) ** 2 / (n * p) for c, p in zip(counts, probs))
     assert chi2 < 13.82, counts  # chi-square, 2 degrees of freedom, p = 0.001
-    assert [router.record(ChatRequest(prompt="t"), rng=rng).choices[0] for _ in range(100)] == [0] * 100
+    assert [router.record(ChatRequest.of("t"), rng=rng).choices[0] for _ in range(100)] == [0] * 100
 
 
 def test_replayable_choice_rejects_bad_probabilities_and_use_outside_tasks():
     with pytest.raises(ValueError, match="sum to 1"):
-        _router(image_probs=(0.5, 0.3, 0.3)).record(ChatRequest(prompt="x", images=[b"a"]))
+        _router(image_probs=(0.5, 0.3, 0.3)).record(ChatRequest.of("x", images=[b"a"]))
     with pytest.raises(ValueError, match="3 probabilities for n=2"):
         Router(
             paths=[MLLMTask(model_id="m")] * 2, text_only_probabilities=[1, 0, 0], image_text_probabilities=[]
-        ).record(ChatRequest(prompt="x"))
+        ).record(ChatRequest.of("x"))
     with pytest.raises(TaskUsageError, match="inside a task's invoke"):
         replayable_choice(2)
 
 
 def test_a_recorded_choice_missing_on_replay_is_divergence():
     router = _router()
-    request = ChatRequest(prompt="t")
+    request = ChatRequest.of("t")
     graph = router.record(request)
     graph.choices.clear()
     with pytest.raises(ReplayDivergenceError, match=r"replayable_choice\(\) #0"):

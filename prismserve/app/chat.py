@@ -1,0 +1,115 @@
+"""The chat wire types: what OpenAI-compatible apps take and return.
+
+An app whose serve() takes a `ChatRequest` and returns a `ChatCompletion` (or streams `ChatChunk`s)
+can be called through `/v1/chat/completions`; the gateway translates the OpenAI format to these.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from prismserve.task import TaskInput
+
+Modality = Literal["text", "audio"]
+
+
+class TextPart(BaseModel):
+    """Text in a message."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImagePart(BaseModel):
+    """An encoded image (PNG, JPEG …) in a message."""
+
+    type: Literal["image"] = "image"
+    data: bytes
+    mime_type: str = "image/png"
+
+
+class AudioPart(BaseModel):
+    """An encoded audio clip (WAV, MP3 …) in a message."""
+
+    type: Literal["audio"] = "audio"
+    data: bytes
+    format: str = "wav"
+
+
+Part = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation."""
+
+    role: Literal["system", "user", "assistant"]
+    content: list[Part]
+
+    @property
+    def text(self) -> str:
+        """The message's text parts, joined by spaces."""
+        return " ".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+class ChatRequest(TaskInput):
+    """A multimodal chat request: messages with text, images and audio; text and/or audio out."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1)
+    max_tokens: int = Field(default=256, ge=1, le=32768)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    seed: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        text: str,
+        images: list[bytes] = (),  # type: ignore[assignment]
+        audios: list[bytes] = (),  # type: ignore[assignment]
+        audio_out: bool = False,
+        **fields: object,
+    ) -> ChatRequest:
+        """A one-message user request: text, then images, then audio clips."""
+        content: list[Part] = [TextPart(text=text)]
+        content += [ImagePart(data=d) for d in images]
+        content += [AudioPart(data=d) for d in audios]
+        modalities: list[Modality] = ["text", "audio"] if audio_out else ["text"]
+        return cls(messages=[ChatMessage(role="user", content=content)], modalities=modalities, **fields)
+
+    @property
+    def prompt(self) -> str:
+        """The conversation's text, one `role: text` line per message."""
+        return "\n".join(f"{m.role}: {m.text}" for m in self.messages)
+
+    @property
+    def images(self) -> list[ImagePart]:
+        """Every image of the conversation, in order."""
+        return [p for m in self.messages for p in m.content if isinstance(p, ImagePart)]
+
+    @property
+    def audios(self) -> list[AudioPart]:
+        """Every audio clip of the conversation, in order."""
+        return [p for m in self.messages for p in m.content if isinstance(p, AudioPart)]
+
+    @property
+    def wants_audio(self) -> bool:
+        """True when audio output is asked for."""
+        return "audio" in self.modalities
+
+
+class ChatChunk(BaseModel):
+    """A piece of a streamed answer: a text delta, or audio (16-bit mono PCM at `sample_rate`)."""
+
+    text: str | None = None
+    audio: bytes | None = None
+    sample_rate: int = 24000
+
+
+class ChatCompletion(BaseModel):
+    """A whole answer: text, and audio (16-bit mono PCM) when asked for."""
+
+    text: str
+    audio: bytes | None = None
+    sample_rate: int = 24000
