@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from prismserve.app.config import AppConfig
 from prismserve.task import Task, UnitTask
 
 
@@ -19,19 +20,30 @@ class App:
 
     name: str
     module: ModuleType
+    config: type[AppConfig]
     tasks: dict[str, Task[Any, Any]]
     serve_fn: Callable[[Any], Any]
     request_type: type[BaseModel]
     response_type: type[BaseModel]  # the chunk type when `streaming`
     streaming: bool
 
+    def named_unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
+        """The app's unit tasks by path (`omni.thinker.llm`), one per deployment key.
+
+        Plans name deployments by these paths.
+        """
+        found: dict[str, UnitTask[Any, Any]] = {}
+        keys: set[str] = set()
+        for name, task in self.tasks.items():
+            for path, unit in task.named_unit_tasks(name).items():
+                if unit.deployment_key() not in keys:
+                    keys.add(unit.deployment_key())
+                    found[path] = unit
+        return found
+
     def unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
         """The app's unit tasks, one per deployment key (equivalent tasks collapse into one)."""
-        found: dict[str, UnitTask[Any, Any]] = {}
-        for task in self.tasks.values():
-            for key, unit in task.unit_tasks().items():
-                found.setdefault(key, unit)
-        return found
+        return {unit.deployment_key(): unit for unit in self.named_unit_tasks().values()}
 
     def parse_request(self, data: Any) -> BaseModel:
         """The request as the app's request type; raises pydantic's ValidationError on bad input."""

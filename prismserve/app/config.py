@@ -10,6 +10,11 @@ class AppConfig:
 
     `tasks` maps a name to each task the app's serve() calls; the unit tasks reachable from them
     are what gets deployed (equivalent unit tasks are deployed once, across apps too).
+    `input_modalities` (text, image, audio, video) and `output_modalities` (text, audio) say what
+    a chat app accepts and produces.
     """
 
     tasks: ClassVar[dict[str, Any]] = {}
+    # What chat requests may carry and ask for; the gateway refuses others with a 4xx.
+    input_modalities: ClassVar[frozenset[str]] = frozenset({"text"})
+    output_modalities: ClassVar[frozenset[str]] = frozenset({"text"})

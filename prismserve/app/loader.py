@@ -18,6 +18,7 @@ from prismserve.app.app import App
 from prismserve.app.config import AppConfig
 from prismserve.task import Task
 
+MODALITIES = frozenset({"text", "image", "audio", "video"})
 APP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _STREAM_ORIGINS = {
     collections.abc.AsyncIterator,
@@ -49,7 +50,7 @@ def load_app_source(source: str, name: str, filename: str = "<app>") -> App:
     module = _execute(source, name, filename)
     tasks = _config_tasks(module, filename)
     serve, request_type, response_type, streaming = _serve_signature(module, filename)
-    return App(name, module, tasks, serve, request_type, response_type, streaming)
+    return App(name, module, module.Config, tasks, serve, request_type, response_type, streaming)
 
 
 def _execute(source: str, name: str, filename: str) -> ModuleType:
@@ -88,6 +89,10 @@ def _config_tasks(module: ModuleType, filename: str) -> dict[str, Task[Any, Any]
     tasks = config.tasks
     if not isinstance(tasks, dict) or not tasks:
         raise AppLoadError(f"{filename}: Config.tasks must be a non-empty dict of name -> task")
+    for kind in ("input_modalities", "output_modalities"):
+        value = getattr(config, kind)
+        if not isinstance(value, (set, frozenset)) or not value <= MODALITIES:
+            raise AppLoadError(f"{filename}: Config.{kind} must be a set drawn from {sorted(MODALITIES)}")
     for task_name, task in tasks.items():
         if not isinstance(task_name, str) or not isinstance(task, Task):
             raise AppLoadError(

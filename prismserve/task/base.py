@@ -159,19 +159,26 @@ class Task(BaseModel, Generic[InT, OutT]):
 
     def subtasks(self) -> list[Task[Any, Any]]:
         """The tasks this task holds directly (in fields or attributes)."""
-        return list(_tasks_in(list(self.__dict__.values())))
+        return [task for _, task in _named_tasks(self.__dict__)]
+
+    def named_unit_tasks(self, prefix: str = "") -> dict[str, UnitTask[Any, Any]]:
+        """Every reachable unit task by attribute path (`thinker.encoders.image`); equivalent ones once."""
+        found: dict[str, UnitTask[Any, Any]] = {}
+        seen: set[str] = set()
+        stack: list[tuple[str, Task[Any, Any]]] = [(prefix, self)]
+        while stack:
+            path, task = stack.pop(0)
+            if isinstance(task, UnitTask):
+                if task.deployment_key() not in seen:
+                    seen.add(task.deployment_key())
+                    found[path] = task
+            else:
+                stack.extend((f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(task.__dict__))
+        return found
 
     def unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
         """Every unit task reachable from this task, one per deployment key."""
-        found: dict[str, UnitTask[Any, Any]] = {}
-        stack: list[Task[Any, Any]] = [self]
-        while stack:
-            task = stack.pop()
-            if isinstance(task, UnitTask):
-                found.setdefault(task.deployment_key(), task)
-            else:
-                stack.extend(task.subtasks())
-        return found
+        return {task.deployment_key(): task for task in self.named_unit_tasks().values()}
 
     def coerce_input(self, task_input: Any) -> Any:
         """The input as the declared input type (a dict is validated into it)."""
@@ -223,14 +230,14 @@ class Task(BaseModel, Generic[InT, OutT]):
         return self.replay(task_input, graph, outputs)
 
 
-def _tasks_in(values: list[Any]) -> Iterator[Task[Any, Any]]:
-    for value in values:
+def _named_tasks(values: dict[Any, Any]) -> Iterator[tuple[str, Task[Any, Any]]]:
+    for name, value in values.items():
         if isinstance(value, Task):
-            yield value
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            yield from _tasks_in(list(value))
+            yield str(name), value
+        elif isinstance(value, (list, tuple)):
+            yield from ((f"{name}.{n}", t) for n, t in _named_tasks(dict(enumerate(value))))
         elif isinstance(value, dict):
-            yield from _tasks_in(list(value.values()))
+            yield from ((f"{name}.{n}", t) for n, t in _named_tasks(value))
 
 
 class UnitTask(Task[InT, OutT]):

@@ -11,6 +11,8 @@ omni = OmniTask(model_id="toy-omni", encoder_fission=True)
 
 class Config(AppConfig):
     tasks = {"omni": omni}
+    input_modalities = frozenset({"text", "image", "audio"})
+    output_modalities = frozenset({"text", "audio"})
 
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:

@@ -1,0 +1,105 @@
+"""The runtime interface the gateway serves through, and LocalRuntime, its in-process form."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from prismserve.app import App, AppRegistry, load_app_source
+from prismserve.runtime.plan import DeploymentPlan
+from prismserve.task import Dispatcher, LocalDispatcher
+from prismserve.task.local import LocalExecutor
+
+
+class Runtime(ABC):
+    """Apps, their deployments, and the dispatcher that task calls in serve() run on.
+
+    The gateway calls `app.serve(request)` inside `use_dispatcher(runtime.dispatcher)`.
+    """
+
+    def __init__(self) -> None:
+        self.registry = AppRegistry()
+        self.plans: dict[str, DeploymentPlan] = {}
+
+    @property
+    @abstractmethod
+    def dispatcher(self) -> Dispatcher:
+        """Where the unit-task invocations of every request are executed."""
+
+    async def start(self) -> None:
+        """Bring up whatever the runtime needs (cluster connection, actors)."""
+
+    async def close(self) -> None:
+        """Stop every executor the runtime started."""
+
+    async def register_app(self, source: str, name: str, filename: str | None = None) -> App:
+        """Load, validate and register an app from its source; deploy what it needs.
+
+        Raises AppLoadError or AppRegistryError with a message for the user.
+        """
+        app = load_app_source(source, name, filename or f"<app {name}>")
+        self.registry.register(app)
+        try:
+            await self._on_register(app)
+        except BaseException:
+            self.registry.unregister(app.name)
+            raise
+        return app
+
+    async def unregister_app(self, name: str) -> None:
+        """Unregister an app and stop the deployments no other app uses."""
+        released = self.registry.unregister(name)
+        self.plans.pop(name, None)
+        await self._on_unregister(name, [d.key for d in released])
+
+    async def deploy(self, app_name: str, plan: DeploymentPlan) -> None:
+        """Apply a plan to an app's deployments (only what differs changes)."""
+        app = self.registry.get(app_name)
+        names = app.named_unit_tasks()
+        unknown = sorted(set(plan.replicas()) - set(names))
+        if unknown:
+            raise ValueError(f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}")
+        await self._on_deploy(app, plan)
+        self.plans[app_name] = plan
+
+    def status(self) -> dict[str, Any]:
+        """Apps, deployments and their replicas, as JSON-compatible data."""
+        return {
+            "apps": {
+                name: {"deployments": {path: t.deployment_key() for path, t in app.named_unit_tasks().items()}}
+                for name, app in self.registry.apps.items()
+            },
+            "deployments": {
+                key: {"executor_kind": d.task.executor_kind, "apps": sorted(d.apps), **self._deployment_status(key)}
+                for key, d in self.registry.deployments.items()
+            },
+        }
+
+    def queue_depths(self) -> dict[str, int]:
+        """Invocations queued or running per deployment key."""
+        return {}
+
+    async def _on_register(self, app: App) -> None:
+        """Start the deployments a newly registered app needs."""
+
+    async def _on_unregister(self, name: str, released_keys: list[str]) -> None:
+        """Stop deployments no app uses any more."""
+
+    async def _on_deploy(self, app: App, plan: DeploymentPlan) -> None:
+        """Apply a plan."""
+
+    def _deployment_status(self, key: str) -> dict[str, Any]:
+        return {}
+
+
+class LocalRuntime(Runtime):
+    """Everything in this process: unit tasks run on Python callables per executor kind."""
+
+    def __init__(self, executors: Mapping[str, LocalExecutor]) -> None:
+        super().__init__()
+        self._dispatcher = LocalDispatcher(executors)
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self._dispatcher
