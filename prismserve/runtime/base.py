@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from prismserve.app import App, AppRegistry, load_app_source
@@ -33,6 +34,12 @@ class Runtime(ABC):
     async def close(self) -> None:
         """Stop every executor the runtime started."""
 
+    @contextlib.asynccontextmanager
+    async def request_scope(self) -> AsyncIterator[None]:
+        """Wrap the handling of one request (until its response is fully sent): what the request's
+        task graphs left behind (payloads, streams) is released when the block ends."""
+        yield
+
     async def register_app(self, source: str, name: str, filename: str | None = None) -> App:
         """Load, validate and register an app from its source; deploy what it needs.
 
@@ -57,7 +64,7 @@ class Runtime(ABC):
         """Apply a plan to an app's deployments (only what differs changes)."""
         app = self.registry.get(app_name)
         names = app.named_unit_tasks()
-        unknown = sorted(set(plan.replicas()) - set(names))
+        unknown = sorted((set(plan.replicas()) | set(plan.profiles)) - set(names))
         if unknown:
             raise ValueError(f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}")
         await self._on_deploy(app, plan)

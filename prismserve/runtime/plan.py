@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, model_validator
 
+from prismserve.executors.sim import SimProfile
+
 
 class CellSpec(BaseModel):
     """`count` identical cells of `gpus` GPUs, each running `replicas[name]` replicas per deployment.
@@ -33,6 +35,8 @@ class DeploymentPlan(BaseModel):
 
     cells: list[CellSpec]
     routing: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # Service-time profiles of `sim` executors, by deployment name.
+    profiles: dict[str, SimProfile] = Field(default_factory=dict)
     gpus: int | None = None
     throughput: float | None = None
 

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterable, AsyncIterator
 from contextvars import ContextVar
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from pydantic_core import core_schema
 
@@ -30,39 +30,80 @@ def _placeholder_error(kind: str, data_id: str) -> NoReturn:
     )
 
 
+class DataRef(Protocol):
+    """Where a payload that lives elsewhere (another process, shared memory) can be fetched from."""
+
+    def fetch(self) -> Any:
+        """The payload (blocking)."""
+        ...
+
+    async def fetch_async(self) -> Any:
+        """The payload."""
+        ...
+
+
 class DataHandle(Generic[T]):
     """A payload passed between tasks: a placeholder with an id during record, the real value in replay.
 
     Declare a field as `DataHandle[T]` when its value (a tensor, an embedding) should travel from
     producer to consumer without being materialised in the composite task. A raw value assigned to
-    such a field is wrapped in a resolved handle.
+    such a field is wrapped in a resolved handle. In a distributed runtime a handle may instead carry
+    a `DataRef` and fetch the value on first use.
     """
 
-    __slots__ = ("id", "_value")
+    __slots__ = ("id", "_value", "_ref")
 
-    def __init__(self, id: str, value: Any = _MISSING) -> None:
+    def __init__(self, id: str, value: Any = _MISSING, ref: DataRef | None = None) -> None:
         self.id = id
         self._value = value
+        self._ref = ref
 
     @classmethod
     def wrap(cls, value: Any) -> DataHandle[Any]:
         """A resolved handle holding `value`, with a fresh id."""
         return cls(f"v{next(_fresh_ids)}", value)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The "no value" sentinel is per process: send its absence, not a copy of it.
+        if self._value is _MISSING:
+            return (_unresolved_handle, (self.id, self._ref))
+        return (DataHandle, (self.id, self._value, self._ref))
+
     @property
     def is_placeholder(self) -> bool:
-        """True while the handle has no value (during record)."""
-        return self._value is _MISSING
+        """True while the handle has neither a value nor a place to fetch it from (during record)."""
+        return self._value is _MISSING and self._ref is None
+
+    @property
+    def is_local(self) -> bool:
+        """True when the value is in this process."""
+        return self._value is not _MISSING
+
+    @property
+    def ref(self) -> DataRef | None:
+        """Where the value can be fetched from, if it lives elsewhere."""
+        return self._ref
 
     @property
     def value(self) -> T:
-        """The payload; reading it during record is an error."""
+        """The payload, fetched on first use if it lives elsewhere; reading it during record is an error."""
         if self._value is _MISSING:
-            _placeholder_error("data", self.id)
+            if self._ref is None:
+                _placeholder_error("data", self.id)
+            self._value = self._ref.fetch()
         return self._value
 
+    async def fetch(self) -> T:
+        """The payload, fetched without blocking the event loop if it lives elsewhere."""
+        if self._value is _MISSING and self._ref is not None:
+            self._value = await self._ref.fetch_async()
+        return self.value
+
     def __repr__(self) -> str:
-        state = "placeholder" if self._value is _MISSING else type(self._value).__name__
+        if self._value is not _MISSING:
+            state = type(self._value).__name__
+        else:
+            state = "placeholder" if self._ref is None else "remote"
         return f"DataHandle({self.id!r}, {state})"
 
     # Two handles with one id name the same payload.
@@ -77,14 +118,10 @@ class DataHandle(Generic[T]):
     # A placeholder must not leak into control flow or into strings: the recorded graph would
     # silently differ from what replay computes.
     def __bool__(self) -> bool:
-        if self._value is _MISSING:
-            _placeholder_error("data", self.id)
-        return bool(self._value)
+        return bool(self.value)
 
     def __str__(self) -> str:
-        if self._value is _MISSING:
-            _placeholder_error("data", self.id)
-        return str(self._value)
+        return str(self.value)
 
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
@@ -116,6 +153,10 @@ class DataHandle(Generic[T]):
         if isinstance(value, dict) and value.keys() == {"id"}:
             return cls(str(value["id"]))
         return cls.wrap(value)
+
+
+def _unresolved_handle(data_id: str, ref: DataRef | None) -> DataHandle[Any]:
+    return DataHandle(data_id, ref=ref)
 
 
 class Stream(Generic[T]):
@@ -177,6 +218,17 @@ class Stream(Generic[T]):
             if not waiter.done():
                 waiter.set_result(None)
 
+    def snapshot(self, start: int) -> tuple[list[T], bool, BaseException | None]:
+        """Items from `start` on, whether the stream has ended, and its error if it failed."""
+        return self._items[start:], self._closed, self._error
+
+    async def wait_beyond(self, count: int) -> None:
+        """Return once the stream has more than `count` items or has ended."""
+        while len(self._items) <= count and not self._closed:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
     def __aiter__(self) -> AsyncIterator[T]:
         if self._placeholder:
             _placeholder_error("stream", self.id)
@@ -193,9 +245,7 @@ class Stream(Generic[T]):
                     raise self._error
                 return
             else:
-                waiter = asyncio.get_running_loop().create_future()
-                self._waiters.append(waiter)
-                await waiter
+                await self.wait_beyond(index)
 
     async def collect(self) -> list[T]:
         """All items, once the stream has ended."""

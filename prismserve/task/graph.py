@@ -73,7 +73,7 @@ class Invocation:
         """The input with every placeholder replaced by the real value from `outputs`."""
         if not self.deps:
             return self.input
-        return type(self.input).model_validate(_fill(self.input, outputs))
+        return type(self.input).model_validate(fill_placeholders(self.input, outputs))
 
 
 @dataclass(slots=True, eq=False)
@@ -166,18 +166,21 @@ def _import(path: str) -> Any:
     return obj
 
 
-def _fill(obj: Any, outputs: Sequence[Any]) -> Any:
-    """Replace placeholders by real values; models become dicts for the caller to validate."""
+def fill_placeholders(obj: Any, outputs: Sequence[Any]) -> Any:
+    """`obj` with placeholders replaced by real values from `outputs` (indexed by producer).
+
+    Models become dicts, for the caller to validate into their type.
+    """
     if isinstance(obj, DataHandle):
         return output_value(outputs, obj.id) if obj.is_placeholder else obj
     if isinstance(obj, Stream):
         return output_value(outputs, obj.id) if obj.is_placeholder else obj
     if isinstance(obj, BaseModel):
-        return {name: _fill(value, outputs) for name, value in obj.__dict__.items()}
+        return {name: fill_placeholders(value, outputs) for name, value in obj.__dict__.items()}
     if isinstance(obj, (list, tuple)):
-        return [_fill(item, outputs) for item in obj]
+        return [fill_placeholders(item, outputs) for item in obj]
     if isinstance(obj, dict):
-        return {key: _fill(value, outputs) for key, value in obj.items()}
+        return {key: fill_placeholders(value, outputs) for key, value in obj.items()}
     return obj
 
 

@@ -1,0 +1,87 @@
+"""The executor protocol: one interface for every engine that runs a unit task on a replica."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+from prismserve.task import UnitTask
+
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+
+
+class ExecutorUnhealthy(RuntimeError):
+    """An executor cannot serve any more; its replica should be restarted."""
+
+
+class Executor:
+    """Runs one unit task's invocations inside a replica.
+
+    `run` serves tasks whose output is a TaskOutput, `stream` those whose output is a Stream.
+    Inputs arrive with every data handle already fetched; outputs may hold raw values in
+    DataHandle fields (the replica moves them to the data plane). Engines that batch (vLLM's
+    async engine, a transformers encoder, a diffusers pipeline) batch concurrent calls themselves,
+    or with `Batcher`.
+    """
+
+    def __init__(self, task: UnitTask[Any, Any]) -> None:
+        self.task = task
+
+    async def load(self) -> None:
+        """Load weights / start the engine; called once before the first invocation."""
+
+    async def health(self) -> None:
+        """Raise ExecutorUnhealthy when the executor can no longer serve."""
+
+    async def run(self, task_input: Any) -> Any:
+        """The output of one invocation (a TaskOutput instance or a dict of its fields)."""
+        raise NotImplementedError(f"{type(self).__name__} does not serve {type(self.task).__name__} (not streaming)")
+
+    def stream(self, task_input: Any) -> AsyncIterator[Any]:
+        """The items of one streaming invocation."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream {type(self.task).__name__}")
+
+    async def close(self) -> None:
+        """Release the engine's resources."""
+
+
+class Batcher(Generic[ItemT, ResultT]):
+    """Groups concurrent calls into batches of at most `max_batch`, one batch at a time.
+
+    `handler(items)` returns one result per item, in order.
+    """
+
+    def __init__(self, handler: Callable[[list[ItemT]], Awaitable[list[ResultT]]], max_batch: int) -> None:
+        self._handler = handler
+        self._max_batch = max(1, max_batch)
+        self._queue: list[tuple[ItemT, asyncio.Future[ResultT]]] = []
+        self._worker: asyncio.Task[None] | None = None
+
+    @property
+    def pending(self) -> int:
+        """Calls waiting for a batch."""
+        return len(self._queue)
+
+    async def submit(self, item: ItemT) -> ResultT:
+        """The result for `item`, computed in some batch."""
+        future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+            try:
+                results = await self._handler([item for item, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)

@@ -1,0 +1,29 @@
+"""ExecutorSpec: which backend a deployment's replicas run, and with what settings."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from prismserve.executors.base import Executor
+from prismserve.executors.sim import SimExecutor, SimProfile
+from prismserve.task import UnitTask
+
+
+class ExecutorSpec(BaseModel):
+    """How to build the executor of one deployment's replicas.
+
+    `sim`: emulated service time from `profile`; output values from `values` (a function called as
+    `values(task, input)`, as a LocalDispatcher executor) or synthesised from the output type.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    backend: Literal["sim"] = "sim"
+    profile: SimProfile = Field(default_factory=SimProfile)
+    values: Any = None
+
+    def build(self, task: UnitTask[Any, Any]) -> Executor:
+        """A fresh executor for `task`."""
+        return SimExecutor(task, self.profile, self.values)

@@ -1,0 +1,34 @@
+"""Connecting to Ray: a local Ray started on demand (the embedded default), or an existing cluster."""
+
+from __future__ import annotations
+
+import logging
+
+from prismserve.offline import TELEMETRY_OFF, disable_telemetry
+
+log = logging.getLogger(__name__)
+
+
+def connect(address: str | None = None, *, fake_gpus: int | None = None, num_cpus: int | None = None) -> bool:
+    """Make sure this process is connected to Ray; returns True if this call started or joined it.
+
+    Without `address` a local Ray starts, bound to 127.0.0.1; `fake_gpus` declares that many GPUs
+    on a CPU-only machine so that planning, placement and routing run for real.
+    """
+    disable_telemetry()
+    import ray
+
+    if ray.is_initialized():
+        return False
+    options = {
+        "include_dashboard": False,
+        "logging_level": logging.WARNING,
+        "runtime_env": {"env_vars": dict(TELEMETRY_OFF)},
+    }
+    if address:
+        if fake_gpus is not None:
+            raise ValueError("--fake-gpus applies to a local Ray only; declare GPUs when starting the cluster's nodes")
+        ray.init(address=address, **options)
+    else:
+        ray.init(num_gpus=fake_gpus, num_cpus=num_cpus, _node_ip_address="127.0.0.1", **options)
+    return True

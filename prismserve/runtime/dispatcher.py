@@ -1,0 +1,135 @@
+"""RayDispatcher: sends every invocation of a graph to a replica at once; data flows replica to replica.
+
+Each consumer's call names its producers' result objects as arguments, so Ray starts it once its
+inputs exist and moves the (small) outputs straight between replicas; large payloads stay in the
+producers' shared-memory slabs (see dataplane). The gateway only receives the outputs replay needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal
+
+from opentelemetry import propagate
+from opentelemetry import trace as otel_trace
+
+from prismserve.runtime.replica import Call, localize
+from prismserve.runtime.task_manager import NoReplicaError, Replica, TaskManager
+from prismserve.task import DispatchError, TaskGraph
+
+log = logging.getLogger(__name__)
+_tracer = otel_trace.get_tracer("prismserve.dispatcher")
+
+RoutingPolicy = Literal["static", "dynamic"]
+
+# Graphs executed inside a request scope: released together when the scope closes.
+_scope: ContextVar[list[tuple[str, list[Replica]]] | None] = ContextVar("prismserve_request_scope", default=None)
+
+
+class ReplicaDied(DispatchError):
+    """A replica died while holding an invocation."""
+
+
+class RayDispatcher:
+    """Executes task graphs on the replicas of the deployments' task managers."""
+
+    def __init__(
+        self,
+        managers: dict[str, TaskManager],
+        policy: RoutingPolicy = "static",
+        release_after_s: float = 300.0,
+        restart_wait_s: float = 60.0,
+    ) -> None:
+        self.managers = managers
+        self.policy = policy
+        self.release_after_s = release_after_s
+        self.restart_wait_s = restart_wait_s
+
+    async def execute(self, graph: TaskGraph) -> list[Any]:
+        """Run the graph; a graph that lost a replica is run once more on healthy replicas."""
+        with _tracer.start_as_current_span("dispatch", attributes={"prismserve.invocations": len(graph)}):
+            try:
+                return await self._execute_once(graph)
+            except ReplicaDied as exc:
+                log.warning("retrying %s after a replica died: %s", graph.root, exc)
+                for node in graph.nodes:
+                    await self.managers[node.task_key].wait_healthy(self.restart_wait_s)
+                return await self._execute_once(graph)
+
+    async def _execute_once(self, graph: TaskGraph) -> list[Any]:
+        request = uuid.uuid4().hex[:16]
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        refs: list[Any] = []
+        picked: list[tuple[TaskManager, Replica]] = []
+        for node in graph.nodes:
+            manager = self.managers.get(node.task_key)
+            if manager is None:
+                raise DispatchError(
+                    f"call #{node.index} ({type(node.task).__name__}) has no deployment: register the app that uses it"
+                )
+            try:
+                replica = manager.pick_static() if self.policy == "static" else await manager.pick_least_loaded()
+            except NoReplicaError as exc:
+                raise DispatchError(f"call #{node.index} ({manager.name}) cannot run: {exc}") from None
+            call = Call(request, node.index, node.input, node.producers, carrier)
+            refs.append(replica.handle.invoke.remote(call, *(refs[p] for p in node.producers)))
+            picked.append((manager, replica))
+            replica.in_flight += 1
+        self._track(request, [replica for _, replica in picked])
+        results = await asyncio.gather(*(self._result(ref, replica) for ref, (_, replica) in zip(refs, picked)), return_exceptions=True)
+        for node, result, (manager, replica) in zip(graph.nodes, results, picked):
+            if isinstance(result, BaseException):
+                raise self._failure(node.index, manager, replica, result) from result
+        return [localize(r) for r in results]
+
+    @staticmethod
+    async def _result(ref: Any, replica: Replica) -> Any:
+        try:
+            return await ref
+        finally:
+            replica.in_flight -= 1
+
+    def _failure(self, index: int, manager: TaskManager, replica: Replica, error: BaseException) -> DispatchError:
+        from ray.exceptions import RayActorError, RayTaskError
+
+        if isinstance(error, RayActorError):
+            manager.restart(replica)
+            return ReplicaDied(f"call #{index} ({manager.name}) failed: its replica {replica.id} died")
+        cause = error.cause if isinstance(error, RayTaskError) and error.cause is not None else error
+        if isinstance(cause, RayActorError):
+            return ReplicaDied(f"call #{index} ({manager.name}) failed: an input's replica died")
+        return DispatchError(f"call #{index} ({manager.name}) failed: {type(cause).__name__}: {cause}")
+
+    def _track(self, request: str, replicas: list[Replica]) -> None:
+        scope = _scope.get()
+        if scope is not None:
+            scope.append((request, replicas))
+        else:
+            asyncio.get_running_loop().call_later(self.release_after_s, _release, request, replicas)
+
+
+@contextmanager
+def request_scope() -> Iterator[None]:
+    """Release the payloads and streams of every graph executed inside when the block ends."""
+    graphs: list[tuple[str, list[Replica]]] = []
+    token = _scope.set(graphs)
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+        for request, replicas in graphs:
+            _release(request, replicas)
+
+
+def _release(request: str, replicas: list[Replica]) -> None:
+    for handle in {id(r.handle): r.handle for r in replicas}.values():
+        try:
+            handle.release.remote(request)
+        except Exception:  # noqa: BLE001 - a dead replica has nothing left to release
+            pass

@@ -1,0 +1,189 @@
+"""RayRuntime: apps served on executor replicas placed on a Ray cluster's GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from prismserve.app import App
+from prismserve.executors.sim import SimProfile
+from prismserve.executors.spec import ExecutorSpec
+from prismserve.runtime.base import Runtime
+from prismserve.runtime.cluster import connect
+from prismserve.runtime.dispatcher import RayDispatcher, RoutingPolicy, request_scope
+from prismserve.runtime.plan import DeploymentPlan
+from prismserve.runtime.resources import ResourceManager
+from prismserve.runtime.task_manager import TaskManager
+from prismserve.task import Dispatcher, UnitTask
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SLAB_BYTES = 64 << 20
+
+
+class RayRuntime(Runtime):
+    """Task managers per deployment, cells on the cluster, and a dispatcher over their replicas.
+
+    `values` maps an executor kind to the function that computes `sim` outputs (for example the toy
+    executors); kinds without one get outputs synthesised from the task's output type.
+    """
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        fake_gpus: int | None = None,
+        policy: RoutingPolicy = "static",
+        values: Mapping[str, Callable[..., Any]] | None = None,
+        default_profile: SimProfile | None = None,
+        slab_bytes: int = DEFAULT_SLAB_BYTES,
+        health_interval_s: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.address = address
+        self.fake_gpus = fake_gpus
+        self.values = dict(values or {})
+        self.default_profile = default_profile or SimProfile()
+        self.slab_bytes = slab_bytes
+        self.health_interval_s = health_interval_s
+        self.managers: dict[str, TaskManager] = {}
+        self.resources = ResourceManager()
+        self._dispatcher = RayDispatcher(self.managers, policy)
+        self._health: asyncio.Task[None] | None = None
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self._dispatcher
+
+    @property
+    def policy(self) -> RoutingPolicy:
+        """How replicas are picked: `static` (planned, no queries) or `dynamic` (least loaded, queried)."""
+        return self._dispatcher.policy
+
+    @policy.setter
+    def policy(self, value: RoutingPolicy) -> None:
+        self._dispatcher.policy = value
+
+    async def start(self) -> None:
+        connect(self.address, fake_gpus=self.fake_gpus)
+        if self._health is None:
+            self._health = asyncio.get_running_loop().create_task(self._check_health())
+
+    async def close(self) -> None:
+        if self._health is not None:
+            self._health.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health
+            self._health = None
+        await self.resources.close()
+        for manager in self.managers.values():
+            await manager.close()
+        self.managers.clear()
+
+    @contextlib.asynccontextmanager
+    async def request_scope(self) -> AsyncIterator[None]:
+        with request_scope():
+            yield
+
+    def queue_depths(self) -> dict[str, int]:
+        return {key: manager.queue_depth() for key, manager in self.managers.items()}
+
+    async def _on_register(self, app: App) -> None:
+        import cloudpickle
+
+        # App files are not importable in Ray workers: their classes travel by value.
+        cloudpickle.register_pickle_by_value(app.module)
+        missing = {}
+        for name, task in app.named_unit_tasks().items():
+            key = task.deployment_key()
+            if key not in self.managers:
+                self.managers[key] = TaskManager(key, task, self._spec(task, None), self.slab_bytes)
+            if not self.managers[key].replicas:
+                missing[key] = task
+        # One single-replica cell per deployment that has none yet; a plan replaces them.
+        await asyncio.gather(
+            *(self.resources.create_cell(app.name, t.gpus_per_replica, {k: 1}, self.managers) for k, t in missing.items())
+        )
+
+    async def _on_unregister(self, name: str, released_keys: list[str]) -> None:
+        users = {key: d.apps for key, d in self.registry.deployments.items()}
+        for cell in [c for c in self.resources.cells if c.owner == name]:
+            still_used = [users[k] for k in cell.replicas if k in users]
+            if still_used:
+                cell.owner = sorted(still_used[0])[0]  # a deployment another app uses stays up
+            else:
+                await self.resources.remove_cell(cell)
+        for key in released_keys:
+            manager = self.managers.pop(key, None)
+            if manager is not None:
+                await manager.close()
+
+    async def _on_deploy(self, app: App, plan: DeploymentPlan) -> None:
+        names = app.named_unit_tasks()
+        for name, profile in plan.profiles.items():
+            manager = self.managers[names[name].deployment_key()]
+            manager.spec = self._spec(manager.task, profile)
+            for replica in manager.replicas:
+                await manager.restart(replica)
+        desired = [
+            (cell.gpus, {names[n].deployment_key(): r for n, r in cell.replicas.items() if r})
+            for cell in plan.cells
+            for _ in range(cell.count)
+        ]
+        added, removed = await self.resources.apply(app.name, desired, self.managers)
+        log.info("plan for %s applied: %d cells added, %d removed", app.name, added, removed)
+        for task in app.tasks.values():
+            _apply_routing(task, plan.routing)
+
+    def _spec(self, task: UnitTask[Any, Any], profile: SimProfile | None) -> ExecutorSpec:
+        return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(task.executor_kind))
+
+    def _deployment_status(self, key: str) -> dict[str, Any]:
+        manager = self.managers.get(key)
+        if manager is None:
+            return {"replicas": []}
+        return {
+            "replicas": [
+                {
+                    "id": r.id,
+                    "healthy": r.healthy,
+                    "in_flight": r.in_flight,
+                    "restarts": r.restarts,
+                    "gpus": r.placement.gpus,
+                    **r.info,
+                }
+                for r in manager.replicas
+            ]
+        }
+
+    def status(self) -> dict[str, Any]:
+        status = super().status()
+        status["policy"] = self.policy
+        status["gpus"] = {"total": sum(self.resources.inventory().values()), "free": sum(self.resources.free_gpus().values())}
+        status["cells"] = [
+            {"id": c.id, "owner": c.owner, "gpus": c.gpus, "node_id": c.node_id, "replicas": c.replicas}
+            for c in self.resources.cells
+        ]
+        return status
+
+    async def _check_health(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            for manager in list(self.managers.values()):
+                try:
+                    await manager.check_health(timeout_s=max(1.0, self.health_interval_s))
+                except Exception:  # noqa: BLE001 - keep checking the others
+                    log.exception("health check of %s failed", manager.name)
+
+
+def _apply_routing(task: Any, routing: dict[str, dict[str, float]]) -> None:
+    """Give the plan's path probabilities to every router composite (tasks with `apply_routing`)."""
+    stack = [task]
+    while stack:
+        current = stack.pop()
+        if hasattr(current, "apply_routing"):
+            current.apply_routing(routing)
+        stack.extend(current.subtasks())

@@ -1,0 +1,217 @@
+"""ExecutorReplica: the Ray actor that runs one replica of a unit-task deployment."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import propagate
+from opentelemetry import trace as otel_trace
+from pydantic import BaseModel
+
+from prismserve.executors.spec import ExecutorSpec
+from prismserve.runtime.dataplane import INLINE_BYTES, ShmSlab, payload_size
+from prismserve.runtime.streams import RemoteStream, RemoteStreamRef, StreamTable
+from prismserve.task import DataHandle, Stream, UnitTask
+from prismserve.task.graph import fill_placeholders
+
+_tracer = otel_trace.get_tracer("prismserve.executor")
+
+
+@dataclass(slots=True)
+class Call:
+    """One invocation sent to a replica; producers' outputs follow as positional arguments."""
+
+    request: str  # unique per executed graph; prefixes every data and stream id of the graph
+    index: int
+    input: BaseModel  # the recorded input, placeholders where producers' outputs go
+    producers: list[int]  # invocation indices of the outputs passed alongside
+    trace: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStoreRef:
+    """A payload kept in Ray's object store (when a slab is full or absent)."""
+
+    ref: Any
+
+    def fetch(self) -> Any:
+        import ray
+
+        return ray.get(self.ref)
+
+    async def fetch_async(self) -> Any:
+        return await self.ref
+
+
+def localize(output: Any) -> Any:
+    """A producer's output as a consumer uses it: remote streams become local Stream views."""
+    if isinstance(output, RemoteStreamRef):
+        return RemoteStream(output)
+    if isinstance(output, BaseModel):
+        remote = {k: RemoteStream(v) for k, v in output.__dict__.items() if isinstance(v, RemoteStreamRef)}
+        if remote:
+            return output.model_copy(update=remote)
+    return output
+
+
+class ExecutorReplica:
+    """Runs invocations of one unit task with its executor; holds the streams and payloads it produced."""
+
+    def __init__(self, key: str, task: UnitTask[Any, Any], spec: ExecutorSpec, slab_bytes: int) -> None:
+        self.key = key
+        self.task = task
+        self.spec = spec
+        self.slab_bytes = slab_bytes
+        self.streaming = type(task)._output_fields is None
+        self._active = 0
+        self._streams = StreamTable()
+        self._slab: ShmSlab | None = None
+        self._pumps: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> dict[str, Any]:
+        """Build and load the executor; returns where the replica runs."""
+        import ray
+
+        context = ray.get_runtime_context()
+        self._me = context.current_actor
+        self._node = context.get_node_id()
+        self.executor = self.spec.build(self.task)
+        await self.executor.load()
+        output_type = type(self.task).output_type
+        if self.slab_bytes and not self.streaming and _has_handle_fields(output_type):
+            self._slab = ShmSlab(self.slab_bytes, self._node, owner=self._me)
+        return {
+            "node_id": self._node,
+            "pid": os.getpid(),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        }
+
+    async def health(self) -> None:
+        """Raise if the executor cannot serve."""
+        await self.executor.health()
+
+    def queue_depth(self) -> int:
+        """Invocations running or waiting here (streams until they end)."""
+        return self._active
+
+    async def invoke(self, call: Call, *produced: Any) -> Any:
+        """Run one invocation: fill the input from producers' outputs, execute, export the output."""
+        context = propagate.extract(call.trace) if call.trace else None
+        with _tracer.start_as_current_span(
+            f"execute {type(self.task).__name__}", context=context, attributes={"prismserve.call": call.index}
+        ):
+            self._active += 1
+            try:
+                task_input = await self._input(call, produced)
+                if self.streaming:
+                    return self._start_stream(call, task_input)
+                output = await self.executor.run(task_input)
+            except BaseException:
+                self._active -= 1
+                raise
+            self._active -= 1
+            return self._export(call, output)
+
+    async def _input(self, call: Call, produced: tuple[Any, ...]) -> Any:
+        if not call.producers:
+            task_input = call.input
+        else:
+            outputs: list[Any] = [None] * (max(call.producers) + 1)
+            for index, output in zip(call.producers, produced, strict=True):
+                outputs[index] = localize(output)
+            task_input = type(call.input).model_validate(fill_placeholders(call.input, outputs))
+        remote = _remote_handles(task_input)
+        if remote:
+            await asyncio.gather(*(handle.fetch() for handle in remote))
+        return task_input
+
+    def _start_stream(self, call: Call, task_input: Any) -> RemoteStreamRef:
+        stream: Stream[Any] = Stream(f"{call.request}/{call.index}")
+        self._streams.add(stream)
+        pump = asyncio.get_running_loop().create_task(self._pump(stream, task_input))
+        self._pumps.add(pump)
+        pump.add_done_callback(self._pumps.discard)
+        return RemoteStreamRef(self._me, stream.id)
+
+    async def _pump(self, stream: Stream[Any], task_input: Any) -> None:
+        try:
+            await stream.drain(self.executor.stream(task_input))
+        finally:
+            self._active -= 1
+
+    def _export(self, call: Call, output: Any) -> Any:
+        output_type = type(self.task).output_type
+        if not isinstance(output, output_type):
+            output = output_type.model_validate(output)
+        update: dict[str, Any] = {}
+        for name, value in output.__dict__.items():
+            data_id = f"{call.request}/{call.index}.{name}"
+            if isinstance(value, DataHandle) and value.is_local:
+                size = payload_size(value.value)
+                if size < 0 or size > INLINE_BYTES:
+                    update[name] = DataHandle(data_id, ref=self._store(data_id, value.value))
+            elif isinstance(value, Stream) and not value.is_placeholder:
+                renamed: Stream[Any] = value
+                self._streams.add(renamed)
+                update[name] = RemoteStreamRef(self._me, renamed.id)
+        return output.model_copy(update=update) if update else output
+
+    def _store(self, data_id: str, value: Any) -> Any:
+        ref = self._slab.write(data_id, value) if self._slab is not None else None
+        if ref is None:
+            import ray
+
+            return ObjectStoreRef(ray.put(value))
+        return ref
+
+    async def read_stream(self, stream_id: str, start: int) -> tuple[list[Any], bool, str | None]:
+        """Items of a stream from `start` on (waits for one unless the stream ended)."""
+        return await self._streams.read(stream_id, start)
+
+    def read_data(self, data_id: str) -> Any:
+        """A copy of a payload, for a reader on another node."""
+        if self._slab is None:
+            raise KeyError(f"replica of {self.key} holds no payload {data_id}")
+        return self._slab.payload(data_id)
+
+    def release(self, request: str) -> None:
+        """Free the payloads and streams of an executed graph."""
+        prefix = f"{request}/"
+        if self._slab is not None:
+            self._slab.free_prefix(prefix)
+        self._streams.release_prefix(prefix)
+
+    def stop(self) -> None:
+        """Remove the slab before the actor is killed."""
+        if self._slab is not None:
+            self._slab.close()
+
+
+def _has_handle_fields(output_type: Any) -> bool:
+    import typing
+
+    return any(
+        info.annotation is DataHandle or typing.get_origin(info.annotation) is DataHandle
+        for info in output_type.model_fields.values()
+    )
+
+
+def _remote_handles(obj: Any) -> list[DataHandle[Any]]:
+    found: list[DataHandle[Any]] = []
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, DataHandle):
+            if not item.is_local and item.ref is not None:
+                found.append(item)
+        elif isinstance(item, BaseModel):
+            stack.extend(item.__dict__.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return found

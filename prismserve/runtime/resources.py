@@ -1,0 +1,143 @@
+"""ResourceManager: the GPU inventory, and cells placed as Ray placement groups packed on one node."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from prismserve.runtime.task_manager import Placement, Replica, TaskManager
+
+_cell_ids = itertools.count()
+
+
+class PlacementError(ValueError):
+    """A cell cannot be placed on the cluster; the message says what is missing."""
+
+
+@dataclass(eq=False)
+class Cell:
+    """A group of replicas on GPUs of one node, deployed and removed as a unit (000 §4.3)."""
+
+    id: int
+    owner: str
+    gpus: int
+    replicas: dict[str, int]  # deployment key -> replicas in this cell
+    placement_group: Any = None
+    node_id: str = ""
+    members: list[tuple[TaskManager, Replica]] = field(default_factory=list)
+
+    @property
+    def signature(self) -> tuple[int, tuple[tuple[str, int], ...]]:
+        """Cells with equal signatures are interchangeable."""
+        return self.gpus, tuple(sorted((k, n) for k, n in self.replicas.items() if n))
+
+
+class ResourceManager:
+    """Places cells on the cluster's GPUs and applies new plans by changing only what differs."""
+
+    def __init__(self, place_timeout_s: float = 60.0) -> None:
+        self.cells: list[Cell] = []
+        self.place_timeout_s = place_timeout_s
+
+    def inventory(self) -> dict[str, float]:
+        """GPUs of each alive node (real or declared)."""
+        import ray
+
+        return {n["NodeID"]: n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["Alive"]}
+
+    def free_gpus(self) -> dict[str, float]:
+        """GPUs of each node not taken by a cell."""
+        free = self.inventory()
+        for cell in self.cells:
+            if cell.node_id in free:
+                free[cell.node_id] -= sum(r.placement.gpus for _, r in cell.members)
+        return free
+
+    async def create_cell(self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]) -> Cell:
+        """Reserve a placement group for the cell's replicas on one node and start them."""
+        import ray
+        from ray.util.placement_group import placement_group, placement_group_table
+
+        members = [managers[key] for key, n in sorted(replicas.items()) for _ in range(n)]
+        needed = sum(m.task.gpus_per_replica for m in members)
+        if needed > gpus:
+            raise PlacementError(f"a cell of {gpus} GPUs cannot hold replicas needing {needed} GPUs: {replicas}")
+        free = self.free_gpus()
+        if needed and max(free.values(), default=0) < needed:
+            raise PlacementError(
+                f"no node has {needed} free GPUs for a cell (free GPUs per node: "
+                f"{sorted(int(f) for f in free.values())}); add GPUs or plan for fewer"
+            )
+        bundles = [{"GPU": m.task.gpus_per_replica} if m.task.gpus_per_replica else {"CPU": 0.001} for m in members]
+        cell = Cell(next(_cell_ids), owner, gpus, dict(replicas))
+        cell.placement_group = placement_group(bundles, strategy="STRICT_PACK", name=f"prismserve-cell-{cell.id}")
+        try:
+            await asyncio.wait_for(cell.placement_group.ready(), self.place_timeout_s)
+        except asyncio.TimeoutError:
+            ray.util.remove_placement_group(cell.placement_group)
+            raise PlacementError(f"cell of {needed} GPUs could not be placed within {self.place_timeout_s:.0f} s") from None
+        cell.node_id = placement_group_table(cell.placement_group)["bundles_to_node_id"][0]
+        self.cells.append(cell)
+        started = await asyncio.gather(
+            *(
+                m.add_replica(Placement(cell.placement_group, i, m.task.gpus_per_replica))
+                for i, m in enumerate(members)
+            ),
+            return_exceptions=True,
+        )
+        cell.members = [(m, r) for m, r in zip(members, started) if isinstance(r, Replica)]
+        errors = [r for r in started if isinstance(r, BaseException)]
+        if errors:
+            await self.remove_cell(cell)
+            raise errors[0]
+        return cell
+
+    async def remove_cell(self, cell: Cell) -> None:
+        """Stop the cell's replicas and give its GPUs back."""
+        from ray.util import remove_placement_group
+
+        await asyncio.gather(*(manager.remove_replica(replica) for manager, replica in cell.members))
+        # A replica that failed to start is still listed by its manager.
+        for manager in {m for m, _ in cell.members}:
+            for replica in [r for r in manager.replicas if r.placement.placement_group is cell.placement_group]:
+                await manager.remove_replica(replica)
+        if cell.placement_group is not None:
+            remove_placement_group(cell.placement_group)
+        if cell in self.cells:
+            self.cells.remove(cell)
+
+    async def apply(
+        self, owner: str, desired: list[tuple[int, dict[str, int]]], managers: dict[str, TaskManager]
+    ) -> tuple[int, int]:
+        """Make `owner`'s cells match `desired` (gpus, replicas): keep identical cells, add and remove the rest.
+
+        Returns (cells added, cells removed).
+        """
+        want = Counter(Cell(-1, owner, g, r).signature for g, r in desired)
+        keep: Counter[Any] = Counter()
+        remove = []
+        for cell in [c for c in self.cells if c.owner == owner]:
+            if keep[cell.signature] < want[cell.signature]:
+                keep[cell.signature] += 1
+            else:
+                remove.append(cell)
+        add = []
+        for gpus, replicas in desired:
+            signature = Cell(-1, owner, gpus, replicas).signature
+            if keep[signature] > 0:
+                keep[signature] -= 1
+            else:
+                add.append((gpus, replicas))
+        for cell in remove:
+            await self.remove_cell(cell)
+        for gpus, replicas in add:
+            await self.create_cell(owner, gpus, replicas, managers)
+        return len(add), len(remove)
+
+    async def close(self) -> None:
+        """Remove every cell."""
+        for cell in list(self.cells):
+            await self.remove_cell(cell)

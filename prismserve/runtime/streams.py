@@ -1,0 +1,87 @@
+"""Streams across processes: the producing replica keeps the items, readers pull them in batches."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from prismserve.task import Stream
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteStreamRef:
+    """Names a stream held by a replica: what a streaming invocation returns through Ray."""
+
+    owner: Any  # the replica's actor handle
+    stream_id: str
+
+
+class StreamReadError(RuntimeError):
+    """The producer of a stream failed; carries the producer's message."""
+
+
+class RemoteStream(Stream[Any]):
+    """A local view of a replica's stream, filled by pulling from the replica once iterated."""
+
+    __slots__ = ("_ref", "_pump")
+
+    def __init__(self, ref: RemoteStreamRef) -> None:
+        super().__init__(ref.stream_id)
+        self._ref = ref
+        self._pump: asyncio.Task[None] | None = None
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        if self._pump is None:
+            self._pump = asyncio.get_running_loop().create_task(self._pull())
+        return super().__aiter__()
+
+    async def _pull(self) -> None:
+        start = 0
+        try:
+            while True:
+                items, closed, error = await self._ref.owner.read_stream.remote(self._ref.stream_id, start)
+                for item in items:
+                    self.put(item)
+                start += len(items)
+                if closed:
+                    if error is not None:
+                        self.fail(StreamReadError(error))
+                    else:
+                        self.close()
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the producer's replica died or is unreachable
+            self.fail(StreamReadError(f"stream {self.id} was lost: {exc}"))
+
+
+class StreamTable:
+    """The streams a replica produces, readable by id until released."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, Stream[Any]] = {}
+
+    def add(self, stream: Stream[Any]) -> None:
+        """Make a stream readable."""
+        self._streams[stream.id] = stream
+
+    async def read(self, stream_id: str, start: int) -> tuple[list[Any], bool, str | None]:
+        """Items from `start` on, waiting for at least one unless the stream has ended."""
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return [], True, f"stream {stream_id} is not held by this replica (released or never created)"
+        items, closed, error = stream.snapshot(start)
+        if not items and not closed:
+            await stream.wait_beyond(start)
+            items, closed, error = stream.snapshot(start)
+        return items, closed, None if error is None else f"{type(error).__name__}: {error}"
+
+    def release_prefix(self, prefix: str) -> None:
+        """Forget the streams whose ids start with `prefix` (their request has ended)."""
+        for stream_id in [s for s in self._streams if s.startswith(prefix)]:
+            del self._streams[stream_id]
+
+    def __len__(self) -> int:
+        return len(self._streams)

@@ -1,0 +1,167 @@
+"""TaskManager: the replicas of one unit-task deployment — start, health, restart, pick."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from prismserve.executors.spec import ExecutorSpec
+from prismserve.runtime.replica import ExecutorReplica
+from prismserve.task import UnitTask
+
+log = logging.getLogger(__name__)
+
+_replica_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Placement:
+    """Where a replica runs: a bundle of a cell's placement group."""
+
+    placement_group: Any
+    bundle_index: int
+    gpus: int
+
+
+@dataclass(eq=False)
+class Replica:
+    """One executor replica: its actor and where it runs."""
+
+    id: int
+    placement: Placement
+    handle: Any = None
+    info: dict[str, Any] = field(default_factory=dict)
+    healthy: bool = False
+    in_flight: int = 0
+    restarts: int = 0
+    starting: asyncio.Task[None] | None = None
+
+
+class NoReplicaError(RuntimeError):
+    """A deployment has no replica that can take an invocation."""
+
+
+class TaskManager:
+    """Owns the replicas of one deployment (an equivalence class of unit tasks, shared across apps)."""
+
+    def __init__(self, key: str, task: UnitTask[Any, Any], spec: ExecutorSpec, slab_bytes: int) -> None:
+        self.key = key
+        self.task = task
+        self.spec = spec
+        self.slab_bytes = slab_bytes
+        self.replicas: list[Replica] = []
+        self._next = 0
+
+    @property
+    def name(self) -> str:
+        """Short name for messages: the unit task's class."""
+        return type(self.task).__name__
+
+    async def add_replica(self, placement: Placement) -> Replica:
+        """Start a replica on `placement` and wait until it is ready."""
+        replica = Replica(next(_replica_ids), placement)
+        self.replicas.append(replica)
+        await self._start(replica)
+        return replica
+
+    async def remove_replica(self, replica: Replica) -> None:
+        """Stop a replica and forget it."""
+        if replica in self.replicas:
+            self.replicas.remove(replica)
+        await _stop(replica.handle)
+
+    async def _start(self, replica: Replica) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        actor_cls = ray.remote(ExecutorReplica)
+        replica.handle = actor_cls.options(
+            num_cpus=0,
+            num_gpus=replica.placement.gpus,
+            max_concurrency=10_000,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=replica.placement.placement_group,
+                placement_group_bundle_index=replica.placement.bundle_index,
+            ),
+        ).remote(self.key, self.task, self.spec, self.slab_bytes)
+        replica.info = await replica.handle.start.remote()
+        replica.healthy = True
+
+    def restart(self, replica: Replica) -> asyncio.Task[None]:
+        """Replace a failed replica by a new actor on the same placement (once at a time)."""
+        if replica.starting is None or replica.starting.done():
+            replica.healthy = False
+            replica.starting = asyncio.get_running_loop().create_task(self._restart(replica))
+        return replica.starting
+
+    async def _restart(self, replica: Replica) -> None:
+        log.warning("restarting replica %d of %s", replica.id, self.name)
+        await _stop(replica.handle)
+        replica.restarts += 1
+        replica.in_flight = 0
+        await self._start(replica)
+
+    async def check_health(self, timeout_s: float) -> None:
+        """Ping every healthy replica; restart those that do not answer in time."""
+        for replica in list(self.replicas):
+            if not replica.healthy:
+                continue
+            try:
+                await asyncio.wait_for(replica.handle.health.remote(), timeout_s)
+            except Exception as exc:  # noqa: BLE001 - dead actor, timeout or unhealthy executor
+                log.warning("replica %d of %s failed its health check: %s", replica.id, self.name, exc)
+                self.restart(replica)
+
+    def pick_static(self) -> Replica:
+        """Round-robin over healthy replicas; no executor is asked anything (request-static routing)."""
+        replicas = self.replicas
+        for _ in range(len(replicas)):
+            replica = replicas[self._next % len(replicas)]
+            self._next += 1
+            if replica.healthy:
+                return replica
+        raise NoReplicaError(f"{self.name} has no healthy replica (of {len(replicas)})")
+
+    async def pick_least_loaded(self) -> Replica:
+        """Ask every healthy replica for its queue depth and take the shortest (dynamic routing)."""
+        healthy = [r for r in self.replicas if r.healthy]
+        if not healthy:
+            raise NoReplicaError(f"{self.name} has no healthy replica (of {len(self.replicas)})")
+        depths = await asyncio.gather(*(r.handle.queue_depth.remote() for r in healthy), return_exceptions=True)
+        scored = [(d, i) for i, d in enumerate(depths) if isinstance(d, int)]
+        if not scored:
+            raise NoReplicaError(f"no replica of {self.name} answered")
+        return healthy[min(scored)[1]]
+
+    async def wait_healthy(self, timeout_s: float) -> None:
+        """Wait until some replica is healthy (restarts in progress)."""
+        starting = [r.starting for r in self.replicas if r.starting is not None and not r.starting.done()]
+        if starting and not any(r.healthy for r in self.replicas):
+            await asyncio.wait(starting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+
+    def queue_depth(self) -> int:
+        """Invocations in flight on this deployment, as counted by the dispatcher."""
+        return sum(r.in_flight for r in self.replicas)
+
+    async def close(self) -> None:
+        """Stop every replica."""
+        await asyncio.gather(*(_stop(r.handle) for r in self.replicas))
+        self.replicas.clear()
+
+
+async def _stop(handle: Any) -> None:
+    if handle is None:
+        return
+    import ray
+
+    try:
+        await asyncio.wait_for(handle.stop.remote(), 5)
+    except Exception:  # noqa: BLE001 - already dead or stuck: killing is what matters
+        pass
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:  # noqa: BLE001
+        pass

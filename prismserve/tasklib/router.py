@@ -1,0 +1,63 @@
+"""Router: request-static routing over planned paths (000 §5.3, Listing 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from prismserve.task import Task, replayable_choice
+
+
+def chat_request_type(request: Any) -> str:
+    """The request type of a chat request: input modalities joined by '+', then '->audio' for audio out.
+
+    Examples: `text`, `image+text`, `audio+image+text->audio`. Name plan-spec request types this way.
+    """
+    kinds = {"text"}
+    if getattr(request, "images", None):
+        kinds.add("image")
+    if getattr(request, "audios", None):
+        kinds.add("audio")
+    name = "+".join(sorted(kinds))
+    return f"{name}->audio" if getattr(request, "wants_audio", False) else name
+
+
+class Router(Task[Any, Any]):
+    """Samples one of `paths` per request from the plan's probabilities for its request type.
+
+    `paths` maps path names (as in the plan, e.g. `E->L`) to composites that each run the whole
+    request a different way. `routing[request_type][path]` comes from the deployed plan; a request
+    type the plan does not mention is spread evenly over all paths. The choice is made with
+    `replayable_choice`, so replay follows the recorded path. Override `request_type` for
+    requests that are not chat requests.
+    """
+
+    paths: dict[str, Task[Any, Any]] = Field(min_length=1)
+    routing: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_paths(self) -> Router:
+        self._check(self.routing)
+        return self
+
+    def _check(self, routing: dict[str, dict[str, float]]) -> None:
+        for request_type, probabilities in routing.items():
+            unknown = sorted(set(probabilities) - set(self.paths))
+            if unknown:
+                raise ValueError(f"routing[{request_type!r}] names paths {unknown}; the router has {sorted(self.paths)}")
+
+    def apply_routing(self, routing: dict[str, dict[str, float]]) -> None:
+        """Take a new plan's path probabilities (called by the runtime when a plan is deployed)."""
+        self._check(routing)
+        self.routing = {t: dict(p) for t, p in routing.items()}
+
+    def request_type(self, request: Any) -> str:
+        """The plan's name for this request's type."""
+        return chat_request_type(request)
+
+    def invoke(self, request: Any) -> Any:
+        names = list(self.paths)
+        probabilities = self.routing.get(self.request_type(request))
+        weights = [probabilities.get(n, 0.0) for n in names] if probabilities else None
+        return self.paths[names[replayable_choice(len(names), weights)]].invoke(request)
