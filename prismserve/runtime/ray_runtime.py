@@ -153,6 +153,7 @@ class RayRuntime(Runtime):
                     "in_flight": r.in_flight,
                     "restarts": r.restarts,
                     "gpus": r.placement.gpus,
+                    "cell": r.placement.cell_id,
                     **r.info,
                 }
                 for r in manager.replicas

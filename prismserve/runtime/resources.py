@@ -83,7 +83,7 @@ class ResourceManager:
         self.cells.append(cell)
         started = await asyncio.gather(
             *(
-                m.add_replica(Placement(cell.placement_group, i, m.task.gpus_per_replica))
+                m.add_replica(Placement(cell.placement_group, i, m.task.gpus_per_replica, cell.id))
                 for i, m in enumerate(members)
             ),
             return_exceptions=True,

@@ -24,6 +24,7 @@ class Placement:
     placement_group: Any
     bundle_index: int
     gpus: int
+    cell_id: int = -1
 
 
 @dataclass(eq=False)

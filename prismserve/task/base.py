@@ -183,7 +183,9 @@ class Task(BaseModel, Generic[InT, OutT]):
     def coerce_input(self, task_input: Any) -> Any:
         """The input as the declared input type (a dict is validated into it)."""
         input_type = type(self).input_type
-        if input_type is None or isinstance(input_type, TypeVar) or isinstance(task_input, input_type):
+        if not (isinstance(input_type, type) and issubclass(input_type, BaseModel)):
+            return task_input  # untyped (Any, a TypeVar): taken as given
+        if isinstance(task_input, input_type):
             return task_input
         return input_type.model_validate(task_input)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, InstanceOf, model_validator
 
 from prismserve.task import Task, replayable_choice
 
@@ -33,7 +33,7 @@ class Router(Task[Any, Any]):
     requests that are not chat requests.
     """
 
-    paths: dict[str, Task[Any, Any]] = Field(min_length=1)
+    paths: dict[str, InstanceOf[Task]] = Field(min_length=1)
     routing: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @model_validator(mode="after")

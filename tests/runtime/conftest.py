@@ -1,0 +1,30 @@
+"""One Ray session for the whole run: a simulated two-node cluster with 4 declared GPUs per node."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import prismserve  # noqa: F401  (telemetry off before Ray starts)
+
+GPUS_PER_NODE = 4
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """Head and worker node on this machine; the tests' runtimes join it."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "num_gpus": GPUS_PER_NODE, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()

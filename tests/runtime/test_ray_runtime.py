@@ -1,0 +1,237 @@
+"""The Ray runtime end to end: cells on declared GPUs, sim executors, routing, sharing, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+
+import pytest
+from apps import ARENA, ROUTED_MLLM, SOLO
+from conftest import GPUS_PER_NODE
+
+from prismserve.app.chat import ChatRequest
+from prismserve.runtime import DeploymentPlan
+from prismserve.runtime.ray_runtime import RayRuntime
+from prismserve.runtime.resources import PlacementError
+from prismserve.task import DispatchError, use_dispatcher
+from prismserve.toy.executors import EXECUTORS, embed
+from prismserve.toy.tasks import MediaInput
+
+ROUTED_PLAN = {
+    "cells": [
+        {"gpus": 2, "count": 1, "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1}},
+        {"gpus": 1, "count": 2, "replicas": {"router.paths.E->L.llm": 1}},
+    ],
+    "routing": {"text": {"EL": 0.7, "E->L": 0.3}, "image+text": {"EL": 0.2, "E->L": 0.8}},
+}
+
+
+def run(scenario):
+    """Run `scenario(runtime)` on a fresh runtime joined to the session's cluster."""
+
+    async def main():
+        runtime = RayRuntime(values=EXECUTORS, health_interval_s=0.5)
+        await runtime.start()
+        try:
+            return await scenario(runtime)
+        finally:
+            await runtime.close()
+
+    return asyncio.run(main())
+
+
+def expected_tokens(text: str, images: list[bytes]) -> list[str]:
+    checksum = sum(sum(embed(MediaInput(modality="image", data=d))) for d in images)
+    return [f"[{len(images)} media, {checksum:.3f}]", "user:", *text.split()]
+
+
+def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster):
+    async def scenario(runtime):
+        app = await runtime.register_app(ROUTED_MLLM, "mllm")
+        await runtime.deploy("mllm", DeploymentPlan.model_validate(ROUTED_PLAN))
+        graphs = []
+        rng = random.Random(3)
+        requests = [
+            ChatRequest.of(f"q{i} words", images=[bytes([i % 7])] * (i % 2)) for i in range(240)
+        ]
+
+        async def one(request):
+            with use_dispatcher(runtime.dispatcher):
+                async with runtime.request_scope():
+                    return await app.serve(request)
+
+        original = runtime.dispatcher.execute
+
+        async def recording(graph):
+            graphs.append(graph)
+            return await original(graph)
+
+        runtime.dispatcher.execute = recording
+        answers = await asyncio.gather(*(one(r) for r in requests))
+        return requests, answers, graphs, runtime.status()
+
+    requests, answers, graphs, status = run(scenario)
+    for request, answer in zip(requests, answers):
+        assert answer.tokens == expected_tokens(request.messages[0].text, [p.data for p in request.images])
+    # Path frequencies per request type match the plan (chi-square, 1 dof, p = 0.001).
+    by_type: dict[str, Counter] = {"text": Counter(), "image+text": Counter()}
+    for graph in graphs:
+        is_image = any(type(n.task).__name__ == "EncoderTask" for n in graph) or any(
+            n.task.with_encoders and n.input.media for n in graph
+        )
+        path = "EL" if graph.nodes[-1].task.with_encoders else "E->L"
+        by_type["image+text" if is_image else "text"][path] += 1
+    for request_type, counts in by_type.items():
+        n = sum(counts.values())
+        assert n == 120
+        chi2 = sum((counts[p] - n * q) ** 2 / (n * q) for p, q in ROUTED_PLAN["routing"][request_type].items())
+        assert chi2 < 10.83, (request_type, counts)
+    assert len(status["cells"]) == 3 and status["gpus"]["free"] == 2 * GPUS_PER_NODE - 4
+
+
+def test_two_apps_share_one_encoder_deployment(ray_cluster):
+    async def scenario(runtime):
+        arena = await runtime.register_app(ARENA, "arena")
+        keys_before = set(runtime.managers)
+        solo = await runtime.register_app(SOLO, "solo")
+        shared_cells = len(runtime.resources.cells)
+        with use_dispatcher(runtime.dispatcher):
+            both = await arena.serve(ChatRequest.of("hi", images=[b"img"]))
+            one = await solo.serve(ChatRequest.of("hi", images=[b"img"]))
+        await runtime.unregister_app("arena")
+        after = set(runtime.managers)
+        return keys_before, shared_cells, both, one, after, runtime
+
+    keys, cells, both, one, after, runtime = run(scenario)
+    # Two LLMs + one image and one audio encoder of "siglip": 4 deployments, 4 single-replica cells.
+    assert len(keys) == 4 and cells == 4
+    assert both.answers["gemma-4b"] == both.answers["gemma-12b"] == one.tokens
+    # The 12b LLM was arena's alone; the encoders and the 4b LLM stay for solo.
+    assert len(after) == 3 and not any("gemma-12b" in str(m) for m in after)
+
+
+def test_cells_never_span_nodes_and_replicas_see_their_gpus(ray_cluster):
+    plan = {
+        "cells": [
+            {"gpus": GPUS_PER_NODE, "count": 2, "replicas": {"router.paths.EL.llm": 2, "router.paths.E->L.llm": 2}}
+        ],
+        "routing": {"text": {"EL": 0.5, "E->L": 0.5}},
+    }
+
+    async def scenario(runtime):
+        await runtime.register_app(ROUTED_MLLM, "mllm")
+        await runtime.deploy("mllm", DeploymentPlan.model_validate(plan))
+        return runtime.status()
+
+    status = run(scenario)
+    assert len(status["cells"]) == 2
+    nodes = {c["node_id"] for c in status["cells"]}
+    assert len(nodes) == 2  # each 4-GPU cell fills one node
+    cell_node = {c["id"]: c["node_id"] for c in status["cells"]}
+    replicas = [r for d in status["deployments"].values() for r in d["replicas"] if r["cell"] in cell_node]
+    assert len(replicas) == 8
+    for replica in replicas:
+        assert replica["node_id"] == cell_node[replica["cell"]]
+        assert len(replica["cuda_visible_devices"].split(",")) == replica["gpus"] == 1
+    # Within a node, the cell's replicas got distinct GPUs.
+    for node in nodes:
+        gpus = [r["gpu_ids"][0] for r in replicas if r["node_id"] == node]
+        assert len(set(gpus)) == GPUS_PER_NODE
+
+
+def test_replanning_keeps_identical_cells(ray_cluster):
+    async def scenario(runtime):
+        await runtime.register_app(ROUTED_MLLM, "mllm")
+        await runtime.deploy("mllm", DeploymentPlan.model_validate(ROUTED_PLAN))
+        before = {c.id: c.signature for c in runtime.resources.cells}
+        bigger = {**ROUTED_PLAN, "cells": [*ROUTED_PLAN["cells"][:1], {**ROUTED_PLAN["cells"][1], "count": 3}]}
+        await runtime.deploy("mllm", DeploymentPlan.model_validate(bigger))
+        after = {c.id: c.signature for c in runtime.resources.cells}
+        return before, after
+
+    before, after = run(scenario)
+    assert set(before) < set(after) and len(after) == len(before) + 1
+
+
+def test_plan_larger_than_the_cluster_is_refused_clearly(ray_cluster):
+    plan = {"cells": [{"gpus": 8, "replicas": {"router.paths.EL.llm": 8}}]}
+
+    async def scenario(runtime):
+        await runtime.register_app(ROUTED_MLLM, "mllm")
+        with pytest.raises(PlacementError, match="no node has 8 free GPUs"):
+            await runtime.deploy("mllm", DeploymentPlan.model_validate(plan))
+        with pytest.raises(ValueError, match=r"does not have; it has"):
+            await runtime.deploy("mllm", DeploymentPlan.model_validate({"cells": [{"gpus": 1, "replicas": {"nope": 1}}]}))
+
+    run(scenario)
+
+
+def test_killed_replica_is_restarted_and_no_other_request_is_lost(ray_cluster):
+    async def scenario(runtime):
+        import ray
+
+        app = await runtime.register_app(SOLO, "solo")
+        llm = next(m for m in runtime.managers.values() if type(m.task).__name__ == "LLMTask")
+        await runtime.resources.create_cell("solo", 1, {llm.key: 1}, runtime.managers)  # a second LLM replica
+        victim = llm.replicas[0]
+        ray.kill(victim.handle, no_restart=True)
+
+        async def one(i):
+            with use_dispatcher(runtime.dispatcher):
+                try:
+                    return (await app.serve(ChatRequest.of(f"r{i}"))).tokens
+                except DispatchError as exc:
+                    return exc
+
+        results = await asyncio.gather(*(one(i) for i in range(20)))
+        for _ in range(200):  # the health checker restarts the replica: poll with a deadline
+            if victim.healthy and victim.restarts:
+                break
+            await asyncio.sleep(0.05)
+        after = await one(99)
+        return results, victim, after
+
+    results, victim, after = run(scenario)
+    failures = [r for r in results if isinstance(r, DispatchError)]
+    for failure in failures:
+        assert "LLMTask" in str(failure)
+    # Requests that met the dead replica were retried on a healthy one: none lost.
+    assert failures == []
+    assert all(r[-1] == f"r{i}" for i, r in enumerate(results))
+    assert victim.restarts == 1 and victim.healthy
+    assert after[-1] == "r99"
+
+
+def test_large_payloads_go_replica_to_replica_through_shared_memory(ray_cluster):
+    async def scenario(runtime):
+        from prismserve.executors import SimProfile
+
+        runtime.values = {}  # synthesised outputs: 1 MiB embeddings
+        runtime.default_profile = SimProfile(payload_bytes=1 << 20, items=4)
+        app = await runtime.register_app(SOLO, "solo")
+        task = app.tasks["mllm"]
+        request = ChatRequest.of("x", images=[b"a", b"b"])
+        graph = task.record(request)
+        outputs = await runtime.dispatcher.execute(graph)
+        tokens = await outputs[-1].collect()
+        embedding = outputs[0].embedding
+        # The gateway holds a reference into the encoder's slab, not the payload ...
+        assert not embedding.is_local and type(embedding.ref).__name__ == "ShmRef"
+        assert embedding.ref.nbytes == 1 << 20
+        # ... and reads it only on demand (zero-copy on this node).
+        assert (await embedding.fetch()).shape == ((1 << 20) // 4,)
+        return tokens
+
+    assert run(scenario) == ["t0", "t1", "t2", "t3"]
+
+
+def test_dynamic_policy_asks_replicas_and_serves_the_same_answers(ray_cluster):
+    async def scenario(runtime):
+        app = await runtime.register_app(SOLO, "solo")
+        runtime.policy = "dynamic"
+        with use_dispatcher(runtime.dispatcher):
+            return await asyncio.gather(*(app.serve(ChatRequest.of(f"d{i}")) for i in range(10)))
+
+    answers = run(scenario)
+    assert [a.tokens[-1] for a in answers] == [f"d{i}" for i in range(10)]
