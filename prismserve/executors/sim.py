@@ -58,15 +58,21 @@ class SimExecutor(Executor):
         await _sleep(self.profile.batch_time(len(inputs)))
         return [None] * len(inputs)
 
+    async def _service(self, task_input: Any) -> None:
+        if self.profile.latency_s > 0:
+            await self._batcher.submit(task_input)
+        else:
+            await asyncio.sleep(0)  # nothing to emulate: no batching, but yield as an engine would
+
     async def run(self, task_input: Any) -> Any:
-        await self._batcher.submit(task_input)
+        await self._service(task_input)
         if self._values is None:
             return synthesize(type(self.task).output_type, self.profile)
         result = self._values(self.task, task_input)
         return await result if inspect.isawaitable(result) else result
 
     async def stream(self, task_input: Any) -> AsyncIterator[Any]:
-        await self._batcher.submit(task_input)
+        await self._service(task_input)
         if self._values is None:
             source: AsyncIterator[Any] = _synthesized_items(type(self.task).output_type, self.profile.items)
         else:

@@ -8,7 +8,9 @@ producers' shared-memory slabs (see dataplane). The gateway only receives the ou
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +30,9 @@ _tracer = otel_trace.get_tracer("prismserve.dispatcher")
 RoutingPolicy = Literal["static", "dynamic"]
 
 # Graphs executed inside a request scope: released together when the scope closes.
-_scope: ContextVar[list[tuple[str, list[Replica]]] | None] = ContextVar("prismserve_request_scope", default=None)
+_scope: ContextVar[list[tuple[str, list[Replica], RayDispatcher]] | None] = ContextVar(
+    "prismserve_request_scope", default=None
+)
 
 
 class ReplicaDied(DispatchError):
@@ -49,6 +53,11 @@ class RayDispatcher:
         self.policy = policy
         self.release_after_s = release_after_s
         self.restart_wait_s = restart_wait_s
+        self.release_batch_s = 0.05
+        self._releases: dict[int, tuple[Any, list[str]]] = {}
+        self._id_prefix = f"{os.getpid():x}{uuid.uuid4().hex[:6]}-"
+        self._request_ids = itertools.count()
+        self._flush: asyncio.TimerHandle | None = None
 
     async def execute(self, graph: TaskGraph) -> list[Any]:
         """Run the graph; a graph that lost a replica is run once more on healthy replicas."""
@@ -62,12 +71,13 @@ class RayDispatcher:
                 return await self._execute_once(graph)
 
     async def _execute_once(self, graph: TaskGraph) -> list[Any]:
-        request = uuid.uuid4().hex[:16]
+        request = f"{self._id_prefix}{next(self._request_ids):x}"
         carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        refs: list[Any] = []
+        if otel_trace.get_current_span().is_recording():
+            propagate.inject(carrier)
+        nodes = graph.nodes
         picked: list[tuple[TaskManager, Replica]] = []
-        for node in graph.nodes:
+        for node in nodes:
             manager = self.managers.get(node.task_key)
             if manager is None:
                 raise DispatchError(
@@ -77,13 +87,20 @@ class RayDispatcher:
                 replica = manager.pick_static() if self.policy == "static" else await manager.pick_least_loaded()
             except NoReplicaError as exc:
                 raise DispatchError(f"call #{node.index} ({manager.name}) cannot run: {exc}") from None
-            call = Call(request, node.index, node.input, node.producers, carrier)
-            refs.append(replica.handle.invoke.remote(call, *(refs[p] for p in node.producers)))
             picked.append((manager, replica))
             replica.in_flight += 1
+        refs: list[Any] = [None] * len(nodes)
+        # Invocations at the same depth on the same replica are independent: one Ray call runs them all.
+        for group in _groups(graph, [replica for _, replica in picked]):
+            producers = sorted({p for i in group for p in nodes[i].producers})
+            calls = [Call(request, i, nodes[i].input, nodes[i].producers, carrier) for i in group]
+            handle = picked[group[0]][1].handle
+            result = handle.invoke.options(num_returns=len(group)).remote(calls, producers, *(refs[p] for p in producers))
+            for i, ref in zip(group, [result] if len(group) == 1 else result):
+                refs[i] = ref
         self._track(request, [replica for _, replica in picked])
         results = await asyncio.gather(*(self._result(ref, replica) for ref, (_, replica) in zip(refs, picked)), return_exceptions=True)
-        for node, result, (manager, replica) in zip(graph.nodes, results, picked):
+        for node, result, (manager, replica) in zip(nodes, results, picked):
             if isinstance(result, BaseException):
                 raise self._failure(node.index, manager, replica, result) from result
         return [localize(r) for r in results]
@@ -109,27 +126,46 @@ class RayDispatcher:
     def _track(self, request: str, replicas: list[Replica]) -> None:
         scope = _scope.get()
         if scope is not None:
-            scope.append((request, replicas))
+            scope.append((request, replicas, self))
         else:
-            asyncio.get_running_loop().call_later(self.release_after_s, _release, request, replicas)
+            asyncio.get_running_loop().call_later(self.release_after_s, self.release, request, replicas)
+
+    def release(self, request: str, replicas: list[Replica]) -> None:
+        """Queue the release of what a graph left on its replicas; sent in batches, one call per replica."""
+        for replica in replicas:
+            self._releases.setdefault(id(replica.handle), (replica.handle, []))[1].append(request)
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(self.release_batch_s, self._send_releases)
+
+    def _send_releases(self) -> None:
+        self._flush = None
+        batches, self._releases = self._releases, {}
+        for handle, requests in batches.values():
+            try:
+                handle.release.remote(requests)
+            except Exception:  # noqa: BLE001 - a dead replica has nothing left to release
+                pass
+
+
+def _groups(graph: TaskGraph, replicas: list[Replica]) -> list[list[int]]:
+    """Invocation indices grouped by (depth in the graph, replica), in an order that respects dependencies."""
+    depth: list[int] = []
+    for node in graph.nodes:
+        depth.append(1 + max((depth[p] for p in node.producers), default=-1))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, replica in enumerate(replicas):
+        groups.setdefault((depth[index], id(replica)), []).append(index)
+    return [groups[key] for key in sorted(groups, key=lambda k: k[0])]
 
 
 @contextmanager
 def request_scope() -> Iterator[None]:
     """Release the payloads and streams of every graph executed inside when the block ends."""
-    graphs: list[tuple[str, list[Replica]]] = []
+    graphs: list[tuple[str, list[Replica], RayDispatcher]] = []
     token = _scope.set(graphs)
     try:
         yield
     finally:
         _scope.reset(token)
-        for request, replicas in graphs:
-            _release(request, replicas)
-
-
-def _release(request: str, replicas: list[Replica]) -> None:
-    for handle in {id(r.handle): r.handle for r in replicas}.values():
-        try:
-            handle.release.remote(request)
-        except Exception:  # noqa: BLE001 - a dead replica has nothing left to release
-            pass
+        for request, replicas, dispatcher in graphs:
+            dispatcher.release(request, replicas)

@@ -22,7 +22,7 @@ _tracer = otel_trace.get_tracer("prismserve.executor")
 
 @dataclass(slots=True)
 class Call:
-    """One invocation sent to a replica; producers' outputs follow as positional arguments."""
+    """One invocation sent to a replica."""
 
     request: str  # unique per executed graph; prefixes every data and stream id of the graph
     index: int
@@ -98,8 +98,17 @@ class ExecutorReplica:
         """Invocations running or waiting here (streams until they end)."""
         return self._active
 
-    async def invoke(self, call: Call, *produced: Any) -> Any:
-        """Run one invocation: fill the input from producers' outputs, execute, export the output."""
+    async def invoke(self, calls: list[Call], producers: list[int], *produced: Any) -> Any:
+        """Run invocations (independent of each other) of one graph; producers' outputs follow.
+
+        Returns the output of the single call, or a list of outputs in call order.
+        """
+        outputs: dict[int, Any] = dict(zip(producers, produced, strict=True))
+        if len(calls) == 1:
+            return await self._invoke(calls[0], outputs)
+        return list(await asyncio.gather(*(self._invoke(call, outputs) for call in calls)))
+
+    async def _invoke(self, call: Call, produced: dict[int, Any]) -> Any:
         context = propagate.extract(call.trace) if call.trace else None
         with _tracer.start_as_current_span(
             f"execute {type(self.task).__name__}", context=context, attributes={"prismserve.call": call.index}
@@ -108,7 +117,7 @@ class ExecutorReplica:
             try:
                 task_input = await self._input(call, produced)
                 if self.streaming:
-                    return self._start_stream(call, task_input)
+                    return await self._start_stream(call, task_input)
                 output = await self.executor.run(task_input)
             except BaseException:
                 self._active -= 1
@@ -116,26 +125,26 @@ class ExecutorReplica:
             self._active -= 1
             return self._export(call, output)
 
-    async def _input(self, call: Call, produced: tuple[Any, ...]) -> Any:
+    async def _input(self, call: Call, produced: dict[int, Any]) -> Any:
         if not call.producers:
             task_input = call.input
         else:
             outputs: list[Any] = [None] * (max(call.producers) + 1)
-            for index, output in zip(call.producers, produced, strict=True):
-                outputs[index] = localize(output)
+            for index in call.producers:
+                outputs[index] = localize(produced[index])
             task_input = type(call.input).model_validate(fill_placeholders(call.input, outputs))
         remote = _remote_handles(task_input)
         if remote:
             await asyncio.gather(*(handle.fetch() for handle in remote))
         return task_input
 
-    def _start_stream(self, call: Call, task_input: Any) -> RemoteStreamRef:
+    async def _start_stream(self, call: Call, task_input: Any) -> RemoteStreamRef:
         stream: Stream[Any] = Stream(f"{call.request}/{call.index}")
         self._streams.add(stream)
         pump = asyncio.get_running_loop().create_task(self._pump(stream, task_input))
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
-        return RemoteStreamRef(self._me, stream.id)
+        return await self._streams.first_batch(stream, self._me)
 
     async def _pump(self, stream: Stream[Any], task_input: Any) -> None:
         try:
@@ -178,12 +187,13 @@ class ExecutorReplica:
             raise KeyError(f"replica of {self.key} holds no payload {data_id}")
         return self._slab.payload(data_id)
 
-    def release(self, request: str) -> None:
-        """Free the payloads and streams of an executed graph."""
-        prefix = f"{request}/"
-        if self._slab is not None:
-            self._slab.free_prefix(prefix)
-        self._streams.release_prefix(prefix)
+    def release(self, requests: list[str]) -> None:
+        """Free the payloads and streams of executed graphs."""
+        for request in requests:
+            prefix = f"{request}/"
+            if self._slab is not None:
+                self._slab.free_prefix(prefix)
+            self._streams.release_prefix(prefix)
 
     def stop(self) -> None:
         """Remove the slab before the actor is killed."""

@@ -12,10 +12,17 @@ from prismserve.task import Stream
 
 @dataclass(frozen=True, slots=True)
 class RemoteStreamRef:
-    """Names a stream held by a replica: what a streaming invocation returns through Ray."""
+    """Names a stream held by a replica: what a streaming invocation returns through Ray.
+
+    It carries the items the stream had when the invocation returned (at least the first), so a
+    fast producer's whole stream often arrives with no further round trip.
+    """
 
     owner: Any  # the replica's actor handle
     stream_id: str
+    items: tuple[Any, ...] = ()
+    closed: bool = False
+    error: str | None = None
 
 
 class StreamReadError(RuntimeError):
@@ -31,14 +38,18 @@ class RemoteStream(Stream[Any]):
         super().__init__(ref.stream_id)
         self._ref = ref
         self._pump: asyncio.Task[None] | None = None
+        for item in ref.items:
+            self.put(item)
+        if ref.closed:
+            self.fail(StreamReadError(ref.error)) if ref.error is not None else self.close()
 
     def __aiter__(self) -> AsyncIterator[Any]:
-        if self._pump is None:
+        if self._pump is None and not self._ref.closed:
             self._pump = asyncio.get_running_loop().create_task(self._pull())
         return super().__aiter__()
 
     async def _pull(self) -> None:
-        start = 0
+        start = len(self._ref.items)
         try:
             while True:
                 items, closed, error = await self._ref.owner.read_stream.remote(self._ref.stream_id, start)
@@ -72,11 +83,24 @@ class StreamTable:
         stream = self._streams.get(stream_id)
         if stream is None:
             return [], True, f"stream {stream_id} is not held by this replica (released or never created)"
+        await stream.wait_beyond(start)
         items, closed, error = stream.snapshot(start)
-        if not items and not closed:
-            await stream.wait_beyond(start)
-            items, closed, error = stream.snapshot(start)
         return items, closed, None if error is None else f"{type(error).__name__}: {error}"
+
+    async def first_batch(self, stream: Stream[Any], owner: Any) -> RemoteStreamRef:
+        """A reference to `stream` once it has its first item (or has ended), carrying what it has.
+
+        While items keep arriving on every turn of the event loop (a fast producer), it keeps
+        collecting, so that such a stream travels whole with the invocation's result.
+        """
+        await stream.wait_beyond(0)
+        seen = -1
+        items, closed, error = stream.snapshot(0)
+        while not closed and len(items) != seen:
+            seen = len(items)
+            await asyncio.sleep(0)
+            items, closed, error = stream.snapshot(0)
+        return RemoteStreamRef(owner, stream.id, tuple(items), closed, None if error is None else f"{type(error).__name__}: {error}")
 
     def release_prefix(self, prefix: str) -> None:
         """Forget the streams whose ids start with `prefix` (their request has ended)."""
