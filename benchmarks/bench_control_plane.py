@@ -21,7 +21,7 @@ import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import LocalDispatcher, use_dispatcher
-from prismserve.toy.executors import EXECUTORS
+from prismserve.toy.executors import EXECUTORS, VALUES
 
 APP = """
 from pydantic import BaseModel
@@ -77,7 +77,7 @@ async def throughput(runtime, app, dispatcher, requests: int, concurrency: int) 
 
 
 async def measure(requests: int, concurrency: int) -> dict[str, dict[str, float]]:
-    runtime = RayRuntime(fake_gpus=4, values=EXECUTORS)
+    runtime = RayRuntime(fake_gpus=4, values=VALUES)
     await runtime.start()
     try:
         app = await runtime.register_app(APP, "bench")

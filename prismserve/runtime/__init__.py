@@ -6,15 +6,22 @@ from prismserve.runtime.base import LocalRuntime, Runtime
 from prismserve.runtime.plan import CellSpec, DeploymentPlan
 
 
-def create_runtime(*, address: str | None = None, fake_gpus: int | None = None, backend: str = "sim") -> Runtime:
-    """The runtime `prismserve serve` uses.
+def create_runtime(
+    *, address: str | None = None, fake_gpus: int | None = None, policy: str = "static", backend: str = "sim"
+) -> Runtime:
+    """The runtime `prismserve serve` uses: the Ray runtime with `sim` executors.
 
-    For now an in-process LocalRuntime on the toy executors; the Ray runtime replaces it
-    (`address` joins a Ray cluster, `fake_gpus` declares GPUs on a CPU-only machine).
+    `address` joins a Ray cluster (default: start a local one); `fake_gpus` declares GPUs on a
+    CPU-only machine. Toy tasks compute their outputs with the toy executors.
     """
-    from prismserve.toy.executors import EXECUTORS
+    if backend != "sim":
+        raise ValueError(f"unknown executor backend {backend!r}: this version ships 'sim'")
+    if policy not in ("static", "dynamic"):
+        raise ValueError(f"unknown routing policy {policy!r}: use 'static' or 'dynamic'")
+    from prismserve.runtime.ray_runtime import RayRuntime
+    from prismserve.toy.executors import VALUES
 
-    return LocalRuntime(EXECUTORS)
+    return RayRuntime(address=address, fake_gpus=fake_gpus, policy=policy, values=VALUES)  # type: ignore[arg-type]
 
 
 __all__ = ["CellSpec", "DeploymentPlan", "LocalRuntime", "Runtime", "create_runtime"]

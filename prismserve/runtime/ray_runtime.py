@@ -27,8 +27,8 @@ DEFAULT_SLAB_BYTES = 64 << 20
 class RayRuntime(Runtime):
     """Task managers per deployment, cells on the cluster, and a dispatcher over their replicas.
 
-    `values` maps an executor kind to the function that computes `sim` outputs (for example the toy
-    executors); kinds without one get outputs synthesised from the task's output type.
+    `values` maps a unit-task class to the function that computes its `sim` outputs (for example
+    the toy executors); other tasks get outputs synthesised from their output type.
     """
 
     def __init__(
@@ -37,7 +37,7 @@ class RayRuntime(Runtime):
         address: str | None = None,
         fake_gpus: int | None = None,
         policy: RoutingPolicy = "static",
-        values: Mapping[str, Callable[..., Any]] | None = None,
+        values: Mapping[type, Callable[..., Any]] | None = None,
         default_profile: SimProfile | None = None,
         slab_bytes: int = DEFAULT_SLAB_BYTES,
         health_interval_s: float = 2.0,
@@ -123,23 +123,25 @@ class RayRuntime(Runtime):
 
     async def _on_deploy(self, app: App, plan: DeploymentPlan) -> None:
         names = app.named_unit_tasks()
+        respecced = []
         for name, profile in plan.profiles.items():
             manager = self.managers[names[name].deployment_key()]
             manager.spec = self._spec(manager.task, profile)
-            for replica in manager.replicas:
-                await manager.restart(replica)
+            respecced.append(manager)
         desired = [
             (cell.gpus, {names[n].deployment_key(): r for n, r in cell.replicas.items() if r})
             for cell in plan.cells
             for _ in range(cell.count)
         ]
         added, removed = await self.resources.apply(app.name, desired, self.managers)
+        # Cells kept from before run replicas with the old profile: replace those.
+        await asyncio.gather(*(manager.respec(manager.spec) for manager in respecced))
         log.info("plan for %s applied: %d cells added, %d removed", app.name, added, removed)
         for task in app.tasks.values():
             _apply_routing(task, plan.routing)
 
     def _spec(self, task: UnitTask[Any, Any], profile: SimProfile | None) -> ExecutorSpec:
-        return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(task.executor_kind))
+        return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(type(task)))
 
     def _deployment_status(self, key: str) -> dict[str, Any]:
         manager = self.managers.get(key)

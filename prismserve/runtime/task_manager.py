@@ -39,6 +39,7 @@ class Replica:
     in_flight: int = 0
     restarts: int = 0
     starting: asyncio.Task[None] | None = None
+    spec: ExecutorSpec | None = None
 
 
 class NoReplicaError(RuntimeError):
@@ -88,22 +89,29 @@ class TaskManager:
                 placement_group_bundle_index=replica.placement.bundle_index,
             ),
         ).remote(self.key, self.task, self.spec, self.slab_bytes)
+        replica.spec = self.spec
         replica.info = await replica.handle.start.remote()
         replica.healthy = True
 
-    def restart(self, replica: Replica) -> asyncio.Task[None]:
-        """Replace a failed replica by a new actor on the same placement (once at a time)."""
+    def restart(self, replica: Replica, reason: str = "it failed") -> asyncio.Task[None]:
+        """Replace a replica by a new actor on the same placement (once at a time)."""
         if replica.starting is None or replica.starting.done():
             replica.healthy = False
-            replica.starting = asyncio.get_running_loop().create_task(self._restart(replica))
+            replica.starting = asyncio.get_running_loop().create_task(self._restart(replica, reason))
         return replica.starting
 
-    async def _restart(self, replica: Replica) -> None:
-        log.warning("restarting replica %d of %s", replica.id, self.name)
+    async def _restart(self, replica: Replica, reason: str) -> None:
+        log.warning("restarting replica %d of %s: %s", replica.id, self.name, reason)
         await _stop(replica.handle)
         replica.restarts += 1
         replica.in_flight = 0
         await self._start(replica)
+
+    async def respec(self, spec: ExecutorSpec) -> None:
+        """Use a new executor spec: replicas started with another one are replaced."""
+        self.spec = spec
+        stale = [r for r in self.replicas if r.spec != spec]
+        await asyncio.gather(*(self.restart(r, "its executor spec changed") for r in stale))
 
     async def check_health(self, timeout_s: float) -> None:
         """Ping every healthy replica; restart those that do not answer in time."""

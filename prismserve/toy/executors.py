@@ -58,3 +58,7 @@ async def vocoder(task: VocoderTask, request: VocoderInput) -> AsyncIterator[byt
 
 
 EXECUTORS: dict[str, Any] = {"encoder": encoder, "llm": llm, "talker": talker, "vocoder": vocoder}
+"""Toy executors by executor kind, for a LocalDispatcher."""
+
+VALUES: dict[type, Any] = {EncoderTask: encoder, LLMTask: llm, TalkerTask: talker, VocoderTask: vocoder}
+"""Toy executors by task class, the value functions of `sim` executors serving toy tasks."""

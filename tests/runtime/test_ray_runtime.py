@@ -15,7 +15,7 @@ from prismserve.runtime import DeploymentPlan
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.runtime.resources import PlacementError
 from prismserve.task import DispatchError, use_dispatcher
-from prismserve.toy.executors import EXECUTORS, embed
+from prismserve.toy.executors import VALUES, embed
 from prismserve.toy.tasks import MediaInput
 
 ROUTED_PLAN = {
@@ -31,7 +31,7 @@ def run(scenario):
     """Run `scenario(runtime)` on a fresh runtime joined to the session's cluster."""
 
     async def main():
-        runtime = RayRuntime(values=EXECUTORS, health_interval_s=0.5)
+        runtime = RayRuntime(values=VALUES, health_interval_s=0.5)
         await runtime.start()
         try:
             return await scenario(runtime)
