@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -23,6 +24,36 @@ def _build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate an app file and list the unit-task deployments it needs")
     check.add_argument("app", metavar="APP.py", help="the app file")
     check.set_defaults(func=_check)
+
+    serve = sub.add_parser("serve", help="start the gateway and runtime, and serve an app")
+    serve.add_argument("app", metavar="APP.py", help="the app file to register at start")
+    serve.add_argument("--name", help="app name (default: the file's stem)")
+    serve.add_argument("--plan", metavar="PLAN.json", help="deployment plan to apply at start")
+    serve.add_argument("--fake-gpus", type=int, help="declare this many GPUs on a local Ray (CPU-only machines)")
+    serve.add_argument("--address", help="join this Ray cluster instead of starting a local one")
+    serve.add_argument("--routing", choices=["static", "dynamic"], default="static", help="replica choice policy")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=_serve)
+
+    for name, helptext in (
+        ("register", "register an app file with a running gateway"),
+        ("unregister", "unregister an app from a running gateway"),
+        ("list", "list the apps of a running gateway"),
+        ("invoke", "send a request to an app of a running gateway"),
+    ):
+        client = sub.add_parser(name, help=helptext)
+        client.add_argument("--url", default=os.environ.get("PRISMSERVE_URL", "http://127.0.0.1:8000"))
+        client.add_argument("--token", help="admin token (default: $PRISMSERVE_ADMIN_TOKEN)")
+        if name == "register":
+            client.add_argument("app", metavar="APP.py")
+            client.add_argument("--name", help="app name (default: the file's stem)")
+        elif name == "unregister":
+            client.add_argument("name")
+        elif name == "invoke":
+            client.add_argument("name", help="the app")
+            client.add_argument("request", help="the request as JSON, or @FILE")
+        client.set_defaults(func=_client)
 
     from prismserve.planner.cli import add_plan_command
 
@@ -57,6 +88,33 @@ def _check(args: argparse.Namespace) -> int:
     for key, task in units.items():
         print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus_per_replica}")
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from prismserve.gateway.launch import ServeOptions, run_server
+
+    return run_server(
+        ServeOptions(
+            app_path=args.app,
+            name=args.name,
+            plan_path=args.plan,
+            fake_gpus=args.fake_gpus,
+            address=args.address,
+            routing=args.routing,
+            host=args.host,
+            port=args.port,
+        )
+    )
+
+
+def _client(args: argparse.Namespace) -> int:
+    from prismserve.gateway.client import ClientError, run_client
+
+    try:
+        return run_client(args)
+    except ClientError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:

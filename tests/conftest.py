@@ -1,3 +1,53 @@
-"""Shared test set-up: telemetry off (importing prismserve does it) before any test imports more."""
+"""Shared test set-up: telemetry off (importing prismserve does it), a gateway server in a thread."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
 
 import prismserve  # noqa: F401
+
+
+@contextlib.contextmanager
+def _serve(app) -> Iterator[str]:
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the gateway did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+
+
+@pytest.fixture
+def serve_gateway():
+    """Start a FastAPI app on a free 127.0.0.1 port in a thread: `with serve_gateway(app) as url:`."""
+    return _serve
+
+
+@pytest.fixture(scope="session")
+def span_exporter():
+    """An in-memory span exporter installed as the process's tracer provider (once per run)."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from prismserve.observability import setup_tracing
+
+    exporter = InMemorySpanExporter()
+    setup_tracing("prismserve-tests", exporter=exporter)
+    return exporter

@@ -98,6 +98,14 @@ class ChatRequest(TaskInput):
         """True when audio output is asked for."""
         return "audio" in self.modalities
 
+    @property
+    def request_type(self) -> str:
+        """The request's type for plans and metrics: input modalities joined by '+', then '->audio'
+        when speech is asked for (`text`, `image+text`, `audio+image+text->audio`)."""
+        kinds = {"text"} | {p.type for m in self.messages for p in m.content}
+        name = "+".join(sorted(kinds))
+        return f"{name}->audio" if self.wants_audio else name
+
 
 class ChatChunk(BaseModel):
     """A piece of a streamed answer: a text delta, or audio (16-bit mono PCM at `sample_rate`)."""

@@ -16,6 +16,7 @@ from prismserve.runtime.dataplane import INLINE_BYTES, ShmSlab, payload_size
 from prismserve.runtime.streams import RemoteStream, RemoteStreamRef, StreamTable
 from prismserve.task import DataHandle, Stream, UnitTask
 from prismserve.task.graph import fill_placeholders
+from prismserve.task.local import naming_errors
 
 _tracer = otel_trace.get_tracer("prismserve.executor")
 
@@ -141,14 +142,15 @@ class ExecutorReplica:
     async def _start_stream(self, call: Call, task_input: Any) -> RemoteStreamRef:
         stream: Stream[Any] = Stream(f"{call.request}/{call.index}")
         self._streams.add(stream)
-        pump = asyncio.get_running_loop().create_task(self._pump(stream, task_input))
+        pump = asyncio.get_running_loop().create_task(self._pump(stream, call, task_input))
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
         return await self._streams.first_batch(stream, self._me)
 
-    async def _pump(self, stream: Stream[Any], task_input: Any) -> None:
+    async def _pump(self, stream: Stream[Any], call: Call, task_input: Any) -> None:
         try:
-            await stream.drain(self.executor.stream(task_input))
+            source = naming_errors(self.executor.stream(task_input), call.index, type(self.task).__name__)
+            await stream.drain(source)
         finally:
             self._active -= 1
 

@@ -7,7 +7,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from prismserve.task import Stream
+from prismserve.task import DispatchError, Stream
+
+
+def _message(error: BaseException) -> str:
+    # A DispatchError already names the call and component; other errors keep their type.
+    return str(error) if isinstance(error, DispatchError) else f"{type(error).__name__}: {error}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +30,8 @@ class RemoteStreamRef:
     error: str | None = None
 
 
-class StreamReadError(RuntimeError):
-    """The producer of a stream failed; carries the producer's message."""
+class StreamReadError(DispatchError):
+    """The producer of a stream failed or was lost; carries the producer's message."""
 
 
 class RemoteStream(Stream[Any]):
@@ -85,7 +90,7 @@ class StreamTable:
             return [], True, f"stream {stream_id} is not held by this replica (released or never created)"
         await stream.wait_beyond(start)
         items, closed, error = stream.snapshot(start)
-        return items, closed, None if error is None else f"{type(error).__name__}: {error}"
+        return items, closed, None if error is None else _message(error)
 
     async def first_batch(self, stream: Stream[Any], owner: Any) -> RemoteStreamRef:
         """A reference to `stream` once it has its first item (or has ended), carrying what it has.
@@ -100,7 +105,7 @@ class StreamTable:
             seen = len(items)
             await asyncio.sleep(0)
             items, closed, error = stream.snapshot(0)
-        return RemoteStreamRef(owner, stream.id, tuple(items), closed, None if error is None else f"{type(error).__name__}: {error}")
+        return RemoteStreamRef(owner, stream.id, tuple(items), closed, None if error is None else _message(error))
 
     def release_prefix(self, prefix: str) -> None:
         """Forget the streams whose ids start with `prefix` (their request has ended)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from prismserve.task.base import UnitTask
@@ -16,6 +16,17 @@ from prismserve.task.graph import Invocation, TaskGraph, data_id
 # (or a dict of its fields); an `async def` may be awaited; an async generator feeds a Stream output.
 # Plain functions run in a worker thread so that they do not stall the event loop.
 LocalExecutor = Callable[[UnitTask[Any, Any], Any], Any]
+
+
+async def naming_errors(source: AsyncIterator[Any], index: int, task_name: str) -> AsyncIterator[Any]:
+    """`source`'s items; an error it raises becomes a DispatchError naming the call and its task."""
+    try:
+        async for item in source:
+            yield item
+    except DispatchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every consumer of the stream gets the named error
+        raise DispatchError(f"call #{index} ({task_name}) failed: {type(exc).__name__}: {exc}") from exc
 
 
 class LocalDispatcher:
@@ -81,7 +92,8 @@ class LocalDispatcher:
             if type(task)._output_fields is not None:
                 raise TypeError(f"executor for {node.executor_kind!r} streams, but the task's output is not a Stream")
             stream: Stream[Any] = Stream(data_id(node.index))
-            pump = asyncio.get_running_loop().create_task(stream.drain(executor(task, task_input)))
+            source = naming_errors(executor(task, task_input), node.index, type(task).__qualname__)
+            pump = asyncio.get_running_loop().create_task(stream.drain(source))
             self._background.add(pump)  # the loop keeps only weak references to tasks
             pump.add_done_callback(self._background.discard)
             return stream

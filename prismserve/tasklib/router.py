@@ -9,28 +9,14 @@ from pydantic import Field, InstanceOf, model_validator
 from prismserve.task import Task, replayable_choice
 
 
-def chat_request_type(request: Any) -> str:
-    """The request type of a chat request: input modalities joined by '+', then '->audio' for audio out.
-
-    Examples: `text`, `image+text`, `audio+image+text->audio`. Name plan-spec request types this way.
-    """
-    kinds = {"text"}
-    if getattr(request, "images", None):
-        kinds.add("image")
-    if getattr(request, "audios", None):
-        kinds.add("audio")
-    name = "+".join(sorted(kinds))
-    return f"{name}->audio" if getattr(request, "wants_audio", False) else name
-
-
 class Router(Task[Any, Any]):
     """Samples one of `paths` per request from the plan's probabilities for its request type.
 
     `paths` maps path names (as in the plan, e.g. `E->L`) to composites that each run the whole
     request a different way. `routing[request_type][path]` comes from the deployed plan; a request
     type the plan does not mention is spread evenly over all paths. The choice is made with
-    `replayable_choice`, so replay follows the recorded path. Override `request_type` for
-    requests that are not chat requests.
+    `replayable_choice`, so replay follows the recorded path. Chat requests name their type
+    (`ChatRequest.request_type`: `text`, `image+text` …); override `request_type` for others.
     """
 
     paths: dict[str, InstanceOf[Task]] = Field(min_length=1)
@@ -53,8 +39,8 @@ class Router(Task[Any, Any]):
         self.routing = {t: dict(p) for t, p in routing.items()}
 
     def request_type(self, request: Any) -> str:
-        """The plan's name for this request's type."""
-        return chat_request_type(request)
+        """The plan's name for this request's type (a chat request's `request_type`, else `default`)."""
+        return getattr(request, "request_type", "default")
 
     def invoke(self, request: Any) -> Any:
         names = list(self.paths)

@@ -51,7 +51,7 @@ async def _serve_all(as_json: bool) -> None:
                     audio += 1
             graph = graphs[-1]
             print(graph.to_json(indent=2) if as_json else describe_graph(graph))
-            print(f"response: text={' '.join(text)!r}" + (f", {audio} audio chunks" if audio else ""))
+            print(f"response: text={''.join(text)!r}" + (f", {audio} audio chunks" if audio else ""))
 
 
 def run_demo(as_json: bool = False) -> int:

@@ -17,8 +17,10 @@ class Config(AppConfig):
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
     response = await omni(request)
+    separator = ""
     async for token in response.text:
-        yield ChatChunk(text=token)
+        yield ChatChunk(text=separator + token)  # text deltas, as an OpenAI client joins them
+        separator = " "
     if response.audio is not None:
         async for chunk in response.audio:
             yield ChatChunk(audio=chunk)

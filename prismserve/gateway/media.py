@@ -1,0 +1,67 @@
+"""Media at the API boundary: data URLs, image and audio checks, WAV encoding."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+import wave
+
+from prismserve.gateway.errors import HTTPError
+
+_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]+)*?);base64,(?P<data>.*)$", re.S)
+
+
+def decode_base64(text: str, what: str) -> bytes:
+    """Bytes of base64 `text`; a 400 naming `what` if it is not base64."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise HTTPError(400, f"{what} is not valid base64") from None
+
+
+def image_from_url(url: str, index: int) -> tuple[bytes, str]:
+    """(bytes, mime type) of an image given as a base64 data URL; checks that it decodes."""
+    match = _DATA_URL.match(url)
+    if match is None:
+        if url.startswith(("http://", "https://")):
+            raise HTTPError(400, f"image #{index}: only data: URLs are accepted (the server fetches nothing)")
+        raise HTTPError(400, f"image #{index}: expected a data URL like data:image/png;base64,…")
+    data = decode_base64(match["data"], f"image #{index}")
+    check_image(data, index)
+    return data, match["mime"] or "image/png"
+
+
+def check_image(data: bytes, index: int) -> None:
+    """A 400 unless `data` is an image PIL can decode."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.verify()
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise HTTPError(400, f"image #{index} could not be decoded: {exc}") from None
+
+
+def check_audio(data: bytes, fmt: str, index: int) -> None:
+    """A 400 unless `data` is a WAV file with 16-bit samples."""
+    if fmt != "wav":
+        raise HTTPError(400, f"audio #{index}: format {fmt!r} is not supported; send wav")
+    try:
+        with wave.open(io.BytesIO(data)) as clip:
+            if clip.getnframes() == 0:
+                raise HTTPError(400, f"audio #{index} has no samples")
+    except (wave.Error, EOFError) as exc:
+        raise HTTPError(400, f"audio #{index} could not be decoded as WAV: {exc}") from None
+
+
+def wav_bytes(pcm16: bytes, sample_rate: int) -> bytes:
+    """A mono 16-bit WAV file holding `pcm16`."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(sample_rate)
+        out.writeframes(pcm16[: len(pcm16) - len(pcm16) % 2])
+    return buffer.getvalue()

@@ -1,0 +1,68 @@
+"""The gateway: a FastAPI app over a runtime — admin, inference and OpenAI APIs, health, metrics."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from prismserve import __version__
+from prismserve.gateway import admin, inference, openai_api
+from prismserve.gateway.errors import HTTPError, error_response
+from prismserve.gateway.http import GatewayState, state
+from prismserve.gateway.metrics import GatewayMetrics
+from prismserve.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_REQUEST_BYTES = 64 << 20
+
+
+def create_gateway(
+    runtime: Runtime,
+    *,
+    admin_token: str,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    lifespan: Any = None,
+) -> FastAPI:
+    """The HTTP app serving `runtime`'s apps; `lifespan` starts and stops the runtime with the server."""
+    if not admin_token:
+        raise ValueError("the admin token must not be empty")
+    app = FastAPI(title="prismserve", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.gateway = GatewayState(runtime, GatewayMetrics(runtime), admin_token, max_request_bytes)
+    app.include_router(admin.router)
+    app.include_router(inference.router)
+    app.include_router(openai_api.router)
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(422, str(exc.errors()[:3]))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _starlette_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, f"internal error: {type(exc).__name__}", "internal_error")
+
+    @app.get("/health")
+    async def health(request: Request) -> dict[str, object]:
+        """Liveness: the gateway answers and knows its apps."""
+        return {"status": "ok", "apps": sorted(state(request).runtime.registry.apps)}
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics."""
+        return Response(state(request).metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+    return app

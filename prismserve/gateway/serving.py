@@ -1,0 +1,144 @@
+"""Running an app's serve() for one HTTP request: dispatcher, request scope, tracing, metrics, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from opentelemetry import trace as otel_trace
+from pydantic import BaseModel, ValidationError
+
+from prismserve.app import App, AppRegistryError
+from prismserve.gateway.errors import HTTPError, validation_message
+from prismserve.gateway.metrics import GatewayMetrics
+from prismserve.runtime import Runtime
+from prismserve.task import DispatchError, TaskError, use_dispatcher
+
+log = logging.getLogger(__name__)
+_tracer = otel_trace.get_tracer("prismserve.gateway")
+
+
+def find_app(runtime: Runtime, name: str) -> App:
+    """The registered app `name`, or a 404 listing the registered ones."""
+    try:
+        return runtime.registry.get(name)
+    except AppRegistryError as exc:
+        raise HTTPError(404, str(exc), "not_found_error") from None
+
+
+def parse_request(app: App, body: bytes | BaseModel) -> BaseModel:
+    """The body as the app's request type; 400 for malformed JSON, 422 for invalid fields."""
+    try:
+        return app.parse_request(body)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise HTTPError(400, f"malformed JSON: {exc.errors()[0]['msg']}") from None
+        raise HTTPError(422, f"invalid request for app {app.name!r}: {validation_message(exc)}") from None
+
+
+def request_type(app: App, request: BaseModel) -> str:
+    """The metrics label of a request's type: chat requests by modality, others `default`."""
+    return str(getattr(request, "request_type", "default"))
+
+
+def failure(app: App, error: BaseException) -> HTTPError:
+    """The HTTP error for an exception raised while serving."""
+    if isinstance(error, HTTPError):
+        return error
+    if isinstance(error, DispatchError):
+        return HTTPError(502, f"app {app.name!r}: {error}", "executor_error")
+    if isinstance(error, TaskError):
+        return HTTPError(500, f"app {app.name!r}: {error}", "app_error")
+    log.exception("app %s failed", app.name, exc_info=error)
+    return HTTPError(500, f"app {app.name!r} failed: {type(error).__name__}: {error}", "app_error")
+
+
+class Served:
+    """One request being served; `result` is the response model or the first chunk of a stream."""
+
+    def __init__(self, runtime: Runtime, metrics: GatewayMetrics, app: App, request: BaseModel) -> None:
+        self.runtime = runtime
+        self.metrics = metrics
+        self.app = app
+        self.request = request
+        self.kind = request_type(app, request)
+        self.start = time.perf_counter()
+
+    async def response(self) -> BaseModel:
+        """The whole (non-streaming) response."""
+        with _tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
+            try:
+                async with self.runtime.request_scope():
+                    with use_dispatcher(self.runtime.dispatcher):
+                        result = await self.app.serve(self.request)
+                        if self.app.streaming:
+                            raise HTTPError(500, f"app {self.app.name!r} streams; ask for it as a stream")
+            except BaseException as exc:
+                self._done("error")
+                raise failure(self.app, exc) from exc
+        self._done("ok")
+        return result  # type: ignore[return-value]
+
+    async def chunks(self) -> AsyncIterator[BaseModel]:
+        """The streamed chunks; an error before the first chunk raises HTTPError, a later one too.
+
+        serve() runs in a task of its own (its context variables must not hop between the tasks
+        that pull the HTTP body); closing this iterator — the client went away — cancels it.
+        """
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=64)
+        producer = asyncio.get_running_loop().create_task(self._produce(queue))
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "chunk":
+                    yield value
+                elif kind == "error":
+                    raise value
+                else:
+                    return
+        finally:
+            producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await producer
+
+    async def _produce(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        status = "error"
+        try:
+            with _tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
+                async with self.runtime.request_scope():
+                    with use_dispatcher(self.runtime.dispatcher):
+                        first = True
+                        async for chunk in _as_stream(await self.app.serve(self.request)):
+                            if first:
+                                elapsed = time.perf_counter() - self.start
+                                self.metrics.first_chunk.labels(self.app.name, self.kind).observe(elapsed)
+                                first = False
+                            await queue.put(("chunk", chunk))
+            status = "ok"
+            await queue.put(("end", None))
+        except asyncio.CancelledError:
+            status = "cancelled"
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader as an HTTP error
+            await queue.put(("error", failure(self.app, exc)))
+        finally:
+            self._done(status)
+
+    def _attributes(self) -> dict[str, Any]:
+        return {"prismserve.app": self.app.name, "prismserve.request_type": self.kind}
+
+    def _done(self, status: str) -> None:
+        self.metrics.requests.labels(self.app.name, self.kind, status).inc()
+        self.metrics.latency.labels(self.app.name, self.kind).observe(time.perf_counter() - self.start)
+
+
+async def _as_stream(result: Any) -> AsyncIterator[BaseModel]:
+    if isinstance(result, BaseModel):
+        yield result
+    else:
+        async for chunk in result:
+            yield chunk

@@ -1,0 +1,263 @@
+"""The gateway over an in-process runtime: admin API, invoke API, OpenAI API, errors, metrics."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import wave
+
+import httpx
+import openai
+import pytest
+from apps import ANSWER, NOT_CHAT, OMNI
+
+from prismserve.gateway import create_gateway
+from prismserve.runtime import LocalRuntime
+from prismserve.toy.executors import EXECUTORS
+
+TOKEN = "test-token"
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def flaky_llm(task, request):
+    """The toy LLM, except that it crashes on prompts that ask it to."""
+    if "crash" in request.prompt:
+        raise RuntimeError("CUDA error: device-side assert")
+    async for token in EXECUTORS["llm"](task, request):
+        yield token
+
+
+@pytest.fixture
+def gateway(serve_gateway):
+    runtime = LocalRuntime({**EXECUTORS, "llm": flaky_llm})
+    app = create_gateway(runtime, admin_token=TOKEN, max_request_bytes=1 << 20)
+    with serve_gateway(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for name, source in (("omni", OMNI), ("answer", ANSWER), ("embed", NOT_CHAT)):
+            response = client.post("/admin/apps", json={"name": name, "source": source}, headers=ADMIN)
+            assert response.status_code == 201, response.text
+        yield client
+
+
+@pytest.fixture
+def chat(gateway):
+    return openai.OpenAI(base_url=f"{str(gateway.base_url).rstrip('/')}/v1", api_key="unused", max_retries=0)
+
+
+def png(size=(4, 4)) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def wav(samples: int = 1600) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(b"\x01\x00" * samples)
+    return buffer.getvalue()
+
+
+def data_url(data: bytes, mime="image/png") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def chat_body(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}
+
+
+# --- admin API -----------------------------------------------------------------------------------
+
+
+def test_admin_api_needs_the_bearer_token(gateway):
+    assert gateway.get("/admin/apps").status_code == 401
+    assert gateway.get("/admin/apps", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    refused = gateway.post("/admin/apps", json={"name": "x", "source": OMNI})
+    assert refused.status_code == 401 and "bearer token" in refused.json()["error"]["message"]
+    listed = gateway.get("/admin/apps", headers=ADMIN).json()["apps"]
+    assert [a["name"] for a in listed] == ["omni", "answer", "embed"]
+    omni = listed[0]
+    assert omni["streaming"] and omni["input_modalities"] == ["audio", "image", "text"]
+    assert set(omni["deployments"]) == {
+        "omni.talker",
+        "omni.vocoder",
+        "omni.thinker.encoders.image",
+        "omni.thinker.encoders.audio",
+        "omni.thinker.llm",
+    }
+
+
+def test_register_errors_are_clear_and_unregister_removes(gateway):
+    bad = gateway.post("/admin/apps", json={"name": "bad", "source": "def serve(:\n"}, headers=ADMIN)
+    assert bad.status_code == 400
+    assert bad.json()["error"]["message"] == "bad.py:1: syntax error: invalid syntax"
+    duplicate = gateway.post("/admin/apps", json={"name": "omni", "source": OMNI}, headers=ADMIN)
+    assert duplicate.status_code == 409 and "already registered" in duplicate.json()["error"]["message"]
+    assert gateway.post("/admin/apps", json={"name": "x"}, headers=ADMIN).status_code == 422
+    assert gateway.delete("/admin/apps/answer", headers=ADMIN).json() == {"unregistered": "answer"}
+    assert gateway.delete("/admin/apps/answer", headers=ADMIN).status_code == 404
+    assert gateway.get("/health").json() == {"status": "ok", "apps": ["embed", "omni"]}
+
+
+def test_plans_are_validated_against_the_app(gateway):
+    plan = {"cells": [{"gpus": 1, "replicas": {"omni.nothing": 1}}]}
+    refused = gateway.post("/admin/apps/omni/plan", json=plan, headers=ADMIN)
+    assert refused.status_code == 400 and "does not have" in refused.json()["error"]["message"]
+    good = {"cells": [{"gpus": 2, "count": 2, "replicas": {"omni.thinker.llm": 1, "omni.talker": 1}}]}
+    accepted = gateway.post("/admin/apps/omni/plan", json=good, headers=ADMIN).json()
+    assert accepted == {"app": "omni", "gpus": 4, "replicas": {"omni.thinker.llm": 2, "omni.talker": 2}}
+    bad_routing = {"cells": [], "routing": {"text": {"a": 0.5}}}
+    assert gateway.post("/admin/apps/omni/plan", json=bad_routing, headers=ADMIN).status_code == 422
+
+
+# --- invoke API ----------------------------------------------------------------------------------
+
+
+def test_invoke_returns_json_for_a_non_streaming_app(gateway):
+    response = gateway.post("/v1/apps/answer/invoke", json=chat_body("two words"))
+    assert response.status_code == 200
+    assert response.json()["text"] == "[0 media, 0.000] user: two words"
+    embed = gateway.post("/v1/apps/embed/invoke", json={"data": "img"}).json()
+    assert len(embed["values"]) == 4
+
+
+def test_invoke_streams_server_sent_events_for_a_streaming_app(gateway):
+    with gateway.stream("POST", "/v1/apps/omni/invoke", json=chat_body("hi there")) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    texts = [json.loads(line[6:])["text"] for line in lines[:-1]]
+    assert "".join(texts) == "[0 media, 0.000] user: hi there"
+
+
+@pytest.mark.parametrize(
+    "path, body, status, message",
+    [
+        ("/v1/apps/nope/invoke", b"{}", 404, "no app named 'nope'; registered: ['answer', 'embed', 'omni']"),
+        ("/v1/apps/answer/invoke", b"{not json", 400, "malformed JSON"),
+        ("/v1/apps/answer/invoke", b'{"messages": []}', 422, "messages: List should have at least 1 item"),
+        ("/v1/apps/answer/invoke", b"x" * (1 << 20 + 1), 413, "larger than the limit of 1048576 bytes"),
+        ("/v1/chat/completions", b'{"model": "answer"}', 400, "messages: Field required"),
+    ],
+)
+def test_bad_requests_get_a_4xx_that_says_what_is_wrong(gateway, path, body, status, message):
+    response = gateway.post(path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == status
+    assert message in response.json()["error"]["message"]
+    assert gateway.post("/v1/apps/answer/invoke", json=chat_body("still serving")).status_code == 200
+
+
+def test_an_executor_failure_is_a_5xx_naming_the_component_and_the_server_keeps_serving(gateway):
+    failed = gateway.post("/v1/apps/answer/invoke", json=chat_body("please crash"))
+    assert failed.status_code == 502
+    message = failed.json()["error"]["message"]
+    assert "LLMTask" in message and "CUDA error: device-side assert" in message
+    with gateway.stream("POST", "/v1/apps/omni/invoke", json=chat_body("crash now")) as response:
+        assert response.status_code == 502
+    assert gateway.post("/v1/apps/answer/invoke", json=chat_body("fine")).json()["text"].endswith("fine")
+
+
+# --- OpenAI API ------------------------------------------------------------------------------------
+
+
+def test_openai_client_chat_with_an_image(chat):
+    completion = chat.chat.completions.create(
+        model="omni",
+        messages=[
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this"},
+                    {"type": "image_url", "image_url": {"url": data_url(png())}},
+                ],
+            },
+        ],
+    )
+    text = completion.choices[0].message.content
+    assert text.startswith("[1 media, ") and text.endswith("system: be brief user: what is this")
+    assert completion.choices[0].finish_reason == "stop"
+    # One chunk for "[1 media, …]", then one per prompt word ("system:", "be", …, "this").
+    assert completion.usage.completion_tokens == 8
+
+
+def test_openai_client_streams_text(chat):
+    stream = chat.chat.completions.create(model="answer", messages=[{"role": "user", "content": "a b c"}], stream=True)
+    deltas = [c.choices[0].delta.content for c in stream if c.choices[0].delta.content]
+    assert "".join(deltas) == "[0 media, 0.000] user: a b c"
+
+
+def test_openai_client_gets_text_and_audio(chat):
+    completion = chat.chat.completions.create(
+        model="omni",
+        modalities=["text", "audio"],
+        audio={"voice": "alloy", "format": "wav"},
+        messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}}]}],
+    )
+    message = completion.choices[0].message
+    assert message.content.startswith("[1 media, ") and message.content.endswith("] user:")
+    with wave.open(io.BytesIO(base64.b64decode(message.audio.data))) as clip:
+        assert (clip.getframerate(), clip.getnchannels(), clip.getsampwidth()) == (24000, 1, 2)
+        # The toy vocoder makes 2 samples per token: 2 tokens, "[1 media, …]" and "user:".
+        assert clip.getnframes() == 4
+    assert message.audio.transcript == message.content
+
+
+def test_openai_client_streams_audio_deltas(chat):
+    stream = chat.chat.completions.create(
+        model="omni", modalities=["text", "audio"], messages=[{"role": "user", "content": "say it"}], stream=True
+    )
+    audio = b""
+    for chunk in stream:
+        delta = chunk.choices[0].delta
+        extra = getattr(delta, "audio", None) or (delta.model_extra or {}).get("audio")
+        if extra:
+            audio += base64.b64decode(extra["data"])
+    assert len(audio) == 4 * 4  # 4 tokens, one 4-byte pcm16 chunk each
+
+
+@pytest.mark.parametrize(
+    "model, content, modalities, message",
+    [
+        ("omni", [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}], None, "only data: URLs"),
+        ("omni", [{"type": "image_url", "image_url": {"url": data_url(b"not a png")}}], None, "image #0 could not be decoded"),
+        ("omni", [{"type": "input_audio", "input_audio": {"data": base64.b64encode(b"RIFFnope").decode(), "format": "wav"}}], None, "audio #0 could not be decoded as WAV"),
+        ("omni", [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "mp3"}}], None, "format 'mp3' is not supported"),
+        ("answer", [{"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}}], None, "app 'answer' does not accept audio input"),
+        ("answer", "hi", ["text", "audio"], "app 'answer' does not produce audio output"),
+        ("embed", "hi", None, "app 'embed' does not take chat requests"),
+    ],
+)
+def test_openai_requests_the_app_cannot_take_are_400(chat, model, content, modalities, message):
+    with pytest.raises(openai.BadRequestError, match=message):
+        chat.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": content}], **({"modalities": modalities} if modalities else {})
+        )
+
+
+def test_openai_unknown_model_is_404(chat):
+    with pytest.raises(openai.NotFoundError, match="no app named 'gpt-4'"):
+        chat.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+
+
+# --- health and metrics -------------------------------------------------------------------------
+
+
+def test_metrics_count_requests_per_app_request_type_and_status(gateway):
+    gateway.post("/v1/apps/answer/invoke", json=chat_body("one"))
+    gateway.post("/v1/apps/answer/invoke", json=chat_body("please crash"))
+    image_body = {"messages": [{"role": "user", "content": [{"type": "image", "data": base64.b64encode(png()).decode()}]}]}
+    gateway.post("/v1/apps/answer/invoke", json=image_body)
+    with gateway.stream("POST", "/v1/apps/omni/invoke", json=chat_body("streamed")) as response:
+        list(response.iter_lines())
+    text = gateway.get("/metrics").text
+    assert 'prismserve_requests_total{app="answer",request_type="text",status="ok"} 1.0' in text
+    assert 'prismserve_requests_total{app="answer",request_type="text",status="error"} 1.0' in text
+    assert 'prismserve_requests_total{app="answer",request_type="image+text",status="ok"} 1.0' in text
+    assert 'prismserve_request_latency_seconds_count{app="omni",request_type="text"} 1.0' in text
+    assert 'prismserve_time_to_first_chunk_seconds_count{app="omni",request_type="text"} 1.0' in text
+    assert "prismserve_apps_registered 3.0" in text
