@@ -10,7 +10,7 @@ import wave
 import httpx
 import openai
 import pytest
-from apps import ANSWER, NOT_CHAT, OMNI
+from gateway_apps import ANSWER, NOT_CHAT, OMNI
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from runtime_apps import GPUS_PER_NODE
 
 import prismserve  # noqa: F401  (telemetry off before Ray starts)
-
-GPUS_PER_NODE = 4
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,7 @@ import random
 from collections import Counter
 
 import pytest
-from apps import ARENA, ROUTED_MLLM, SOLO
-from conftest import GPUS_PER_NODE
+from runtime_apps import ARENA, GPUS_PER_NODE, ROUTED_MLLM, SOLO
 
 from prismserve.app.chat import ChatRequest
 from prismserve.runtime import DeploymentPlan

@@ -1,4 +1,6 @@
-"""App sources used by the runtime tests."""
+"""App sources used by the runtime tests, and the shape of the test cluster."""
+
+GPUS_PER_NODE = 4
 
 ROUTED_MLLM = """
 from pydantic import BaseModel
