@@ -16,9 +16,12 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser(
-        "demo", help="serve the toy Omni app in-process: record & replay against fake executors"
+        "demo",
+        help="serve the toy Omni app (Ray runtime, declared GPUs, sim executors) and send it chat requests",
     )
-    demo.add_argument("--json", action="store_true", help="print each recorded graph as JSON")
+    demo.add_argument("--in-process", action="store_true", help="record & replay in this process only: no Ray, no HTTP")
+    demo.add_argument("--json", action="store_true", help="with --in-process: print each recorded graph as JSON")
+    demo.add_argument("--fake-gpus", type=int, default=8, help="GPUs to declare on the local Ray (default: 8)")
     demo.set_defaults(func=_demo)
 
     check = sub.add_parser("check", help="validate an app file and list the unit-task deployments it needs")
@@ -70,7 +73,7 @@ def _version() -> str:
 def _demo(args: argparse.Namespace) -> int:
     from prismserve.toy.demo import run_demo
 
-    return run_demo(as_json=args.json)
+    return run_demo(as_json=args.json, in_process=args.in_process, fake_gpus=args.fake_gpus)
 
 
 def _check(args: argparse.Namespace) -> int:
