@@ -36,7 +36,12 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--address", help="join this Ray cluster instead of starting a local one")
     serve.add_argument("--routing", choices=["static", "dynamic"], default="static", help="replica choice policy")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0 picks a free one)")
+    serve.add_argument(
+        "--in-process",
+        action="store_true",
+        help="no Ray: run unit tasks in this process on the toy executors (development and tests)",
+    )
     serve.set_defaults(func=_serve)
 
     for name, helptext in (
@@ -106,6 +111,7 @@ def _serve(args: argparse.Namespace) -> int:
             routing=args.routing,
             host=args.host,
             port=args.port,
+            in_process=args.in_process,
         )
     )
 

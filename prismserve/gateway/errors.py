@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
@@ -25,11 +26,12 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
 
 
-def validation_message(error: ValidationError) -> str:
+def validation_message(error: ValidationError | RequestValidationError) -> str:
     """pydantic's errors in one line: `field.path: message; …`."""
     parts = []
-    for item in error.errors()[:5]:
+    errors = list(error.errors())
+    for item in errors[:5]:
         where = ".".join(str(p) for p in item["loc"]) or "body"
         parts.append(f"{where}: {item['msg']}")
-    more = len(error.errors()) - 5
+    more = len(errors) - 5
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

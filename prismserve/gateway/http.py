@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from opentelemetry.trace import Tracer
 from pydantic import BaseModel
 
 from prismserve.gateway.errors import HTTPError
@@ -21,6 +22,7 @@ class GatewayState:
 
     runtime: Runtime
     metrics: GatewayMetrics
+    tracer: Tracer
     admin_token: str
     max_request_bytes: int
 
@@ -36,12 +38,12 @@ async def read_body(request: Request) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise HTTPError(413, f"request body of {int(declared)} bytes is larger than the limit of {limit} bytes")
-    body = b""
+    body = bytearray()
     async for part in request.stream():
         body += part
         if len(body) > limit:
             raise HTTPError(413, f"request body is larger than the limit of {limit} bytes")
-    return body
+    return bytes(body)
 
 
 def parse_json(body: bytes) -> Any:

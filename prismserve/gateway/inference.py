@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from prismserve.gateway.http import read_body, sse_chunks, state
-from prismserve.gateway.serving import Served, find_app, parse_request
+from prismserve.gateway.http import read_body, sse_chunks
+from prismserve.gateway.serving import find_app, parse_request, serving
 
 router = APIRouter()
 
@@ -14,12 +14,12 @@ router = APIRouter()
 @router.post("/v1/apps/{name}/invoke")
 async def invoke(name: str, request: Request) -> Response:
     """Run the app's serve() on the body (its request type as JSON)."""
-    gateway = state(request)
-    app = find_app(gateway.runtime, name)
-    served = Served(gateway.runtime, gateway.metrics, app, parse_request(app, await read_body(request)))
+    app = find_app(request.app.state.gateway.runtime, name)
+    served = serving(request, app, parse_request(app, await read_body(request)))
+    headers = {"x-request-id": served.request_id}
     if not app.streaming:
         result = await served.response()
-        return Response(result.model_dump_json(), media_type="application/json")
+        return Response(result.model_dump_json(), media_type="application/json", headers=headers)
     chunks = served.chunks()
     first = await anext(chunks, None)  # errors before the first chunk get a proper status code
-    return StreamingResponse(sse_chunks(first, chunks), media_type="text/event-stream")
+    return StreamingResponse(sse_chunks(first, chunks), media_type="text/event-stream", headers=headers)

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
 import os
 import secrets
+import socket
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from prismserve.app import AppLoadError, load_app
+from prismserve.app import AppLoadError, AppRegistryError, load_app
 from prismserve.gateway.errors import validation_message
 from prismserve.gateway.server import create_gateway
 from prismserve.observability import setup_tracing
-from prismserve.runtime import DeploymentPlan, create_runtime
+from prismserve.runtime import DeploymentPlan, Runtime, create_runtime
+from prismserve.runtime.resources import PlacementError
+
+if TYPE_CHECKING:
+    import uvicorn
+    from opentelemetry.sdk.trace import TracerProvider
 
 TOKEN_VARIABLE = "PRISMSERVE_ADMIN_TOKEN"
 
@@ -34,10 +40,115 @@ class ServeOptions:
     routing: str = "static"
     host: str = "127.0.0.1"
     port: int = 8000
+    in_process: bool = False
 
 
 class StartupError(Exception):
     """The server cannot start as asked; the message says why."""
+
+
+def run_server(options: ServeOptions, *, runtime: Runtime | None = None) -> int:
+    """Serve until interrupted (Ctrl-C, SIGTERM); returns the exit code."""
+    try:
+        server = prepare_server(options, runtime=runtime)
+    except StartupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(server.serve())
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled, after the runtime closed
+        return 0
+
+
+def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> GatewayServer:
+    """Everything that can fail before the runtime starts: the app file, the plan, the port, the runtime's options."""
+    import uvicorn
+
+    try:
+        app = load_app(options.app_path, options.name)  # report a bad app before anything starts
+    except AppLoadError as exc:
+        raise StartupError(str(exc)) from None
+    plan = _load_plan(options.plan_path)
+    runtime = runtime or _runtime(options)
+    token = os.environ.get(TOKEN_VARIABLE) or secrets.token_urlsafe(24)
+    provider = setup_tracing("prismserve-gateway")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    gateway = create_gateway(runtime, admin_token=token)
+    listener = _listen(options.host, options.port)
+    config = uvicorn.Config(gateway, log_level="warning", lifespan="off", timeout_graceful_shutdown=10)
+    return GatewayServer(
+        runtime=runtime,
+        app_name=app.name,
+        source=Path(options.app_path).read_text(),
+        filename=options.app_path,
+        plan=plan,
+        token=token,
+        token_generated=TOKEN_VARIABLE not in os.environ,
+        server=uvicorn.Server(config),
+        listener=listener,
+        tracer_provider=provider,
+    )
+
+
+@dataclass
+class GatewayServer:
+    """A gateway ready to serve: its runtime, the app to register and plan to apply, its socket."""
+
+    runtime: Runtime
+    app_name: str
+    source: str
+    filename: str
+    plan: DeploymentPlan | None
+    token: str
+    token_generated: bool
+    server: uvicorn.Server
+    listener: socket.socket
+    tracer_provider: TracerProvider | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL the gateway answers on."""
+        host, port = self.listener.getsockname()[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+    async def serve(self) -> int:
+        """Start the runtime, register the app, apply the plan, serve until stopped; returns the exit code."""
+        try:
+            try:
+                await self.runtime.start()
+                await self.runtime.register_app(self.source, self.app_name, filename=self.filename)
+                if self.plan is not None:
+                    await self.runtime.deploy(self.app_name, self.plan)
+            except (AppLoadError, AppRegistryError, PlacementError, ValueError, ConnectionError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            print(f"prismserve: serving app {self.app_name!r} at {self.url}", flush=True)
+            if self.token_generated:
+                print(f"prismserve: admin token (shown once; set {TOKEN_VARIABLE} to choose it): {self.token}", flush=True)
+            await self.server.serve(sockets=[self.listener])
+            return 0
+        finally:
+            self.listener.close()
+            await self.runtime.close()
+            if self.tracer_provider is not None:
+                self.tracer_provider.shutdown()  # flush spans still queued for the OTLP exporter
+
+    def stop(self) -> None:
+        """Ask the server to finish its requests and stop (what Ctrl-C does)."""
+        self.server.should_exit = True
+
+
+def _runtime(options: ServeOptions) -> Runtime:
+    if options.in_process:
+        if options.address or options.fake_gpus is not None:
+            raise StartupError("--in-process runs everything in this process: it takes neither --address nor --fake-gpus")
+        from prismserve.runtime import LocalRuntime
+        from prismserve.toy.executors import EXECUTORS
+
+        return LocalRuntime(EXECUTORS)
+    try:
+        return create_runtime(address=options.address, fake_gpus=options.fake_gpus, policy=options.routing)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def _load_plan(path: str | None) -> DeploymentPlan | None:
@@ -53,42 +164,18 @@ def _load_plan(path: str | None) -> DeploymentPlan | None:
         raise StartupError(f"{path}: invalid plan: {validation_message(exc)}") from None
 
 
-def run_server(options: ServeOptions) -> int:
-    """Serve until interrupted; returns the exit code."""
-    import uvicorn
-
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, so that a busy port is reported before the runtime starts."""
     try:
-        app = load_app(options.app_path, options.name)  # report a bad app before anything starts
-        plan = _load_plan(options.plan_path)
-        runtime = create_runtime(address=options.address, fake_gpus=options.fake_gpus, policy=options.routing)
-    except (AppLoadError, StartupError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    token = os.environ.get(TOKEN_VARIABLE) or secrets.token_urlsafe(24)
-    generated = TOKEN_VARIABLE not in os.environ
-    source = Path(options.app_path).read_text()
-    setup_tracing("prismserve-gateway")
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: object) -> AsyncIterator[None]:
-        await runtime.start()
-        try:
-            await runtime.register_app(source, app.name, filename=options.app_path)
-            if plan is not None:
-                await runtime.deploy(app.name, plan)
-        except Exception as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            await runtime.close()
-            raise
-        url = f"http://{options.host}:{options.port}"
-        print(f"prismserve: serving app {app.name!r} at {url}", flush=True)
-        if generated:
-            print(f"prismserve: admin token (shown once; set {TOKEN_VARIABLE} to choose it): {token}", flush=True)
-        try:
-            yield
-        finally:
-            await runtime.close()
-
-    gateway = create_gateway(runtime, admin_token=token, lifespan=lifespan)
-    uvicorn.run(gateway, host=options.host, port=options.port, log_level="warning")
-    return 0
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listener = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+    except OSError as exc:
+        listener.close()
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    listener.set_inheritable(True)
+    return listener

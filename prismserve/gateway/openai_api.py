@@ -23,7 +23,7 @@ from prismserve.app.chat import AudioPart, ChatChunk, ChatCompletion, ChatMessag
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import parse_json, read_body, sse_event, state
 from prismserve.gateway.media import check_audio, decode_base64, image_from_url, wav_bytes
-from prismserve.gateway.serving import Served, find_app
+from prismserve.gateway.serving import Served, find_app, serving
 
 router = APIRouter()
 
@@ -57,6 +57,11 @@ class _AudioOptions(BaseModel):
     format: Literal["wav", "pcm16"] = "wav"
 
 
+class _StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
 class OpenAIChatRequest(BaseModel):
     """The subset of OpenAI's chat completion request prismserve understands."""
 
@@ -71,6 +76,7 @@ class OpenAIChatRequest(BaseModel):
     seed: int | None = None
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
+    stream_options: _StreamOptions | None = None
 
 
 def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
@@ -134,12 +140,15 @@ async def chat_completions(request: Request) -> Response:
             f"app {app.name!r} does not take chat requests (its serve() takes {app.request_type.__name__}); "
             f"use POST /v1/apps/{app.name}/invoke",
         )
-    served = Served(gateway.runtime, gateway.metrics, app, to_chat_request(body, app))
+    served = serving(request, app, to_chat_request(body, app))
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    headers = {"x-request-id": served.request_id}
     if body.stream:
         chunks = served.chunks()
         first = await anext(chunks, None)  # errors before the first chunk get a proper status code
-        return StreamingResponse(_stream(completion_id, body.model, first, chunks), media_type="text/event-stream")
+        usage = body.stream_options is not None and body.stream_options.include_usage
+        events = _stream(completion_id, body.model, first, chunks, include_usage=usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     text, audio, sample_rate, count = await _collect(served)
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if "audio" in (body.modalities or []):
@@ -158,21 +167,32 @@ async def chat_completions(request: Request) -> Response:
             "created": int(time.time()),
             "model": body.model,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": count, "total_tokens": count},
-        }
+            "usage": _usage(count),
+        },
+        headers=headers,
     )
 
 
+def _usage(completion_tokens: int) -> dict[str, int]:
+    # The gateway sees text chunks, not the model's tokenizer: one chunk counts as one token, and
+    # prompt tokens are unknown (0).
+    return {"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens}
+
+
+def _as_chat_chunk(app_name: str, chunk: BaseModel) -> ChatChunk:
+    if isinstance(chunk, ChatChunk):
+        return chunk
+    if isinstance(chunk, ChatCompletion):
+        return ChatChunk(text=chunk.text, audio=chunk.audio, sample_rate=chunk.sample_rate)
+    raise HTTPError(500, f"app {app_name!r} answered with {type(chunk).__name__}, not ChatChunk or ChatCompletion", "app_error")
+
+
 async def _collect(served: Served) -> tuple[str, bytes, int, int]:
-    if not served.app.streaming:
-        result = await served.response()
-        if not isinstance(result, ChatCompletion):
-            raise HTTPError(500, f"app {served.app.name!r} returned {type(result).__name__}, not a ChatCompletion")
-        return result.text, result.audio or b"", result.sample_rate, 1 if result.text else 0
+    """(text, pcm16 audio, sample rate, text chunk count) of a whole answer, streamed or not."""
     text, audio, sample_rate, count = [], bytearray(), 24000, 0
-    async for chunk in served.chunks():
-        if not isinstance(chunk, ChatChunk):
-            raise HTTPError(500, f"app {served.app.name!r} streamed {type(chunk).__name__}, not ChatChunk")
+    results = _as_stream(await served.response()) if not served.app.streaming else served.chunks()
+    async for result in results:
+        chunk = _as_chat_chunk(served.app.name, result)
         if chunk.text:
             text.append(chunk.text)
             count += 1
@@ -182,33 +202,52 @@ async def _collect(served: Served) -> tuple[str, bytes, int, int]:
     return "".join(text), bytes(audio), sample_rate, count
 
 
-async def _stream(completion_id: str, model: str, first: BaseModel | None, rest: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
+async def _as_stream(result: BaseModel) -> AsyncIterator[BaseModel]:
+    yield result
+
+
+async def _stream(
+    completion_id: str,
+    model: str,
+    first: BaseModel | None,
+    rest: AsyncIterator[BaseModel],
+    *,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    """`chat.completion.chunk` events: role, a delta per text or audio chunk, stop, [usage], [DONE]."""
     created = int(time.time())
 
-    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
         chunk = {
             "id": completion_id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            "choices": choices,
+            **extra,
         }
         return sse_event(json.dumps(chunk))
 
-    yield event({"role": "assistant", "content": ""})
+    def delta(fields: dict[str, Any], finish: str | None = None) -> bytes:
+        return event([{"index": 0, "delta": fields, "finish_reason": finish, "logprobs": None}])
+
+    yield delta({"role": "assistant", "content": ""})
+    count = 0
     try:
-        chunk = first
-        while chunk is not None:
-            if isinstance(chunk, ChatCompletion):
-                chunk = ChatChunk(text=chunk.text, audio=chunk.audio, sample_rate=chunk.sample_rate)
-            if isinstance(chunk, ChatChunk):
-                if chunk.text:
-                    yield event({"content": chunk.text})
-                if chunk.audio:
-                    yield event({"audio": {"id": f"audio-{completion_id}", "data": base64.b64encode(chunk.audio).decode()}})
-            chunk = await anext(rest, None)
+        result = first
+        while result is not None:
+            chunk = _as_chat_chunk(model, result)
+            if chunk.text:
+                count += 1
+                yield delta({"content": chunk.text})
+            if chunk.audio:
+                yield delta({"audio": {"id": f"audio-{completion_id}", "data": base64.b64encode(chunk.audio).decode()}})
+            result = await anext(rest, None)
     except HTTPError as exc:
         yield sse_event(json.dumps({"error": {"message": exc.message, "type": exc.kind, "code": exc.status}}), "error")
         return
-    yield event({}, "stop")
+    yield delta({}, "stop")
+    if include_usage:
+        yield event([], usage=_usage(count))
     yield sse_event("[DONE]")
+

@@ -8,13 +8,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from opentelemetry.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prismserve import __version__
 from prismserve.gateway import admin, inference, openai_api
-from prismserve.gateway.errors import HTTPError, error_response
+from prismserve.gateway.errors import HTTPError, error_response, validation_message
 from prismserve.gateway.http import GatewayState, state
 from prismserve.gateway.metrics import GatewayMetrics
+from prismserve.observability import get_tracer
 from prismserve.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -27,13 +29,21 @@ def create_gateway(
     *,
     admin_token: str,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    tracer_provider: TracerProvider | None = None,
     lifespan: Any = None,
 ) -> FastAPI:
-    """The HTTP app serving `runtime`'s apps; `lifespan` starts and stops the runtime with the server."""
+    """The HTTP app serving `runtime`'s apps.
+
+    Request spans go to `tracer_provider` (default: the process's global one); `lifespan`, if
+    given, starts and stops the runtime with the server.
+    """
     if not admin_token:
         raise ValueError("the admin token must not be empty")
+    if max_request_bytes < 1:
+        raise ValueError(f"max_request_bytes must be positive, not {max_request_bytes}")
     app = FastAPI(title="prismserve", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
-    app.state.gateway = GatewayState(runtime, GatewayMetrics(runtime), admin_token, max_request_bytes)
+    tracer = get_tracer("prismserve.gateway", tracer_provider)
+    app.state.gateway = GatewayState(runtime, GatewayMetrics(runtime), tracer, admin_token, max_request_bytes)
     app.include_router(admin.router)
     app.include_router(inference.router)
     app.include_router(openai_api.router)
@@ -44,7 +54,7 @@ def create_gateway(
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(422, str(exc.errors()[:3]))
+        return error_response(422, validation_message(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _starlette_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

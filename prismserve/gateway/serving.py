@@ -5,21 +5,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from opentelemetry import trace as otel_trace
+from fastapi import Request
+from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
 
 from prismserve.app import App, AppRegistryError
 from prismserve.gateway.errors import HTTPError, validation_message
+from prismserve.gateway.http import state
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
 from prismserve.task import DispatchError, TaskError, use_dispatcher
 
 log = logging.getLogger(__name__)
-_tracer = otel_trace.get_tracer("prismserve.gateway")
+
+_CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")
+
+
+def request_id(request: Request) -> str:
+    """The client's `X-Request-Id` when it is a sane token, else a fresh one."""
+    given = request.headers.get("x-request-id", "")
+    return given if _CLIENT_REQUEST_ID.match(given) else uuid.uuid4().hex
 
 
 def find_app(runtime: Runtime, name: str) -> App:
@@ -57,20 +68,30 @@ def failure(app: App, error: BaseException) -> HTTPError:
     return HTTPError(500, f"app {app.name!r} failed: {type(error).__name__}: {error}", "app_error")
 
 
-class Served:
-    """One request being served; `result` is the response model or the first chunk of a stream."""
+def serving(request: Request, app: App, body: BaseModel) -> Served:
+    """Start serving `body` through `app` for the HTTP `request` (its gateway, its request id)."""
+    gateway = state(request)
+    return Served(gateway.runtime, gateway.metrics, gateway.tracer, app, body, request_id(request))
 
-    def __init__(self, runtime: Runtime, metrics: GatewayMetrics, app: App, request: BaseModel) -> None:
+
+class Served:
+    """One request being served through an app: its span, its metrics, its errors as HTTPError."""
+
+    def __init__(
+        self, runtime: Runtime, metrics: GatewayMetrics, tracer: Tracer, app: App, request: BaseModel, request_id: str
+    ) -> None:
         self.runtime = runtime
         self.metrics = metrics
+        self.tracer = tracer
         self.app = app
         self.request = request
+        self.request_id = request_id
         self.kind = request_type(app, request)
         self.start = time.perf_counter()
 
     async def response(self) -> BaseModel:
         """The whole (non-streaming) response."""
-        with _tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
+        with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
             try:
                 async with self.runtime.request_scope():
                     with use_dispatcher(self.runtime.dispatcher):
@@ -108,7 +129,7 @@ class Served:
     async def _produce(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         status = "error"
         try:
-            with _tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
+            with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
                 async with self.runtime.request_scope():
                     with use_dispatcher(self.runtime.dispatcher):
                         first = True
@@ -129,7 +150,11 @@ class Served:
             self._done(status)
 
     def _attributes(self) -> dict[str, Any]:
-        return {"prismserve.app": self.app.name, "prismserve.request_type": self.kind}
+        return {
+            "prismserve.app": self.app.name,
+            "prismserve.request_type": self.kind,
+            "prismserve.request_id": self.request_id,
+        }
 
     def _done(self, status: str) -> None:
         self.metrics.requests.labels(self.app.name, self.kind, status).inc()
