@@ -1,8 +1,17 @@
-"""App sources registered through the admin API in the gateway tests."""
+"""App sources, executors and media the gateway tests use."""
 
+from __future__ import annotations
+
+import base64
+import io
+import wave
 from pathlib import Path
 
 from prismserve.toy.demo import APP_PATH
+from prismserve.toy.executors import EXECUTORS
+
+TOKEN = "test-token"
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 
 OMNI = Path(APP_PATH).read_text()
 
@@ -42,3 +51,65 @@ async def serve(request: Embed) -> Embedding:
     output = await encoder(MediaInput(modality="image", data=request.data.encode()))
     return Embedding(values=output.embedding.value)
 """
+
+APPS = {"omni": OMNI, "answer": ANSWER, "embed": NOT_CHAT}
+"""What the `gateway` fixture registers, in this order."""
+
+
+async def flaky_llm(task, request):
+    """The toy LLM, except that prompts can make it crash: at once ("crash") or after two tokens ("midway")."""
+    if "crash" in request.prompt:
+        raise RuntimeError("CUDA error: device-side assert")
+    count = 0
+    async for token in EXECUTORS["llm"](task, request):
+        if count == 2 and "midway" in request.prompt:
+            raise RuntimeError("replica lost mid-stream")
+        count += 1
+        yield token
+
+
+def png(size: tuple[int, int] = (4, 4)) -> bytes:
+    """A small real PNG."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def wav(samples: int = 1600) -> bytes:
+    """A real 16 kHz mono 16-bit WAV clip."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(b"\x01\x00" * samples)
+    return buffer.getvalue()
+
+
+def b64(data: bytes) -> str:
+    """Base64 text of `data`."""
+    return base64.b64encode(data).decode()
+
+
+def data_url(data: bytes, mime: str = "image/png") -> str:
+    """A base64 data URL."""
+    return f"data:{mime};base64,{b64(data)}"
+
+
+def chat_body(text: str) -> dict:
+    """A one-message ChatRequest as JSON (the invoke API's format)."""
+    return {"messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}
+
+
+def sse_events(lines) -> list[tuple[str | None, str]]:
+    """(event, data) pairs of a server-sent event stream's lines."""
+    events, event = [], None
+    for line in lines:
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            events.append((event, line[6:]))
+            event = None
+    return events

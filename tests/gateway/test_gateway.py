@@ -7,67 +7,9 @@ import io
 import json
 import wave
 
-import httpx
 import openai
 import pytest
-from gateway_apps import ANSWER, NOT_CHAT, OMNI
-
-from prismserve.gateway import create_gateway
-from prismserve.runtime import LocalRuntime
-from prismserve.toy.executors import EXECUTORS
-
-TOKEN = "test-token"
-ADMIN = {"Authorization": f"Bearer {TOKEN}"}
-
-
-async def flaky_llm(task, request):
-    """The toy LLM, except that it crashes on prompts that ask it to."""
-    if "crash" in request.prompt:
-        raise RuntimeError("CUDA error: device-side assert")
-    async for token in EXECUTORS["llm"](task, request):
-        yield token
-
-
-@pytest.fixture
-def gateway(serve_gateway):
-    runtime = LocalRuntime({**EXECUTORS, "llm": flaky_llm})
-    app = create_gateway(runtime, admin_token=TOKEN, max_request_bytes=1 << 20)
-    with serve_gateway(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        for name, source in (("omni", OMNI), ("answer", ANSWER), ("embed", NOT_CHAT)):
-            response = client.post("/admin/apps", json={"name": name, "source": source}, headers=ADMIN)
-            assert response.status_code == 201, response.text
-        yield client
-
-
-@pytest.fixture
-def chat(gateway):
-    return openai.OpenAI(base_url=f"{str(gateway.base_url).rstrip('/')}/v1", api_key="unused", max_retries=0)
-
-
-def png(size=(4, 4)) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", size, (200, 30, 30)).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def wav(samples: int = 1600) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(b"\x01\x00" * samples)
-    return buffer.getvalue()
-
-
-def data_url(data: bytes, mime="image/png") -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
-
-
-def chat_body(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}
+from gateway_apps import ADMIN, OMNI, chat_body, data_url, png, wav
 
 
 # --- admin API -----------------------------------------------------------------------------------

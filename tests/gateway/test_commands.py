@@ -1,0 +1,185 @@
+"""`prismserve serve` and the client commands (register, unregister, list, invoke) against a live gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_apps import ANSWER, TOKEN, chat_body
+
+from prismserve.cli import main
+from prismserve.gateway.launch import ServeOptions, prepare_server, run_server
+from prismserve.runtime import LocalRuntime
+from prismserve.toy.demo import APP_PATH
+from prismserve.toy.executors import EXECUTORS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cli(gateway, monkeypatch, capsys):
+    """Run `prismserve ARGS…` in-process against the gateway; returns (exit code, stdout, stderr)."""
+    monkeypatch.setenv("PRISMSERVE_ADMIN_TOKEN", TOKEN)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main([args[0], "--url", str(gateway.base_url).rstrip("/"), *args[1:]])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+def test_register_list_invoke_unregister(cli, tmp_path):
+    app_file = tmp_path / "echo.py"
+    app_file.write_text(ANSWER)
+    code, out, _ = cli("register", str(app_file))
+    assert code == 0 and json.loads(out)["name"] == "echo"
+    code, out, _ = cli("list")
+    assert code == 0 and [a["name"] for a in json.loads(out)["apps"]] == ["omni", "answer", "embed", "echo"]
+    code, out, _ = cli("invoke", "echo", json.dumps(chat_body("via the command")))
+    assert code == 0 and json.loads(out)["text"] == "[0 media, 0.000] user: via the command"
+    code, out, _ = cli("unregister", "echo")
+    assert code == 0 and json.loads(out) == {"unregistered": "echo"}
+
+
+def test_invoke_prints_each_streamed_chunk_from_a_request_file(cli, tmp_path):
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps(chat_body("one two")))
+    code, out, _ = cli("invoke", "omni", f"@{request}")
+    assert code == 0
+    assert [json.loads(line)["text"] for line in out.splitlines()] == ["[0 media, 0.000]", " user:", " one", " two"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("invoke", "nope", "{}"), "error: 404: no app named 'nope'"),
+        (("invoke", "answer", "{oops"), "error: 400: malformed JSON"),
+        (("invoke", "answer", "@/no/such/file.json"), "error: /no/such/file.json: No such file or directory"),
+        (("invoke", "omni", json.dumps(chat_body("fail midway"))), "(LLMTask) failed: RuntimeError: replica lost"),
+        (("register", "/no/such/app.py"), "error: /no/such/app.py: No such file or directory"),
+        (("unregister", "nope"), "error: 404: no app named 'nope'"),
+        (("list", "--token", "wrong"), "error: 401: admin API: missing or wrong bearer token"),
+    ],
+)
+def test_client_errors_are_one_line_on_stderr_with_a_nonzero_exit(cli, args, message):
+    code, _, err = cli(*args)
+    assert code == 1
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+
+
+def test_an_unreachable_gateway_is_reported(capsys):
+    code = main(["list", "--url", "http://127.0.0.1:9", "--token", "t"])
+    assert code == 1
+    assert capsys.readouterr().err.startswith("error: cannot reach the gateway at http://127.0.0.1:9: ")
+
+
+class _RecordingRuntime(LocalRuntime):
+    """A LocalRuntime that remembers being started and closed."""
+
+    events: list[str]
+
+    async def start(self) -> None:
+        self.events.append("start")
+
+    async def close(self) -> None:
+        self.events.append("close")
+
+
+def test_serve_registers_the_app_applies_the_plan_prints_the_token_and_closes_the_runtime(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("PRISMSERVE_ADMIN_TOKEN", raising=False)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"cells": [{"gpus": 1, "replicas": {"omni.thinker.llm": 1}}]}))
+    runtime = _RecordingRuntime(EXECUTORS)
+    runtime.events = []
+    server = prepare_server(ServeOptions(str(APP_PATH), name="omni", plan_path=str(plan), port=0), runtime=runtime)
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(asyncio.run(server.serve())))
+    thread.start()
+    try:
+        _wait_for_health(server.url)
+        out = capsys.readouterr().out
+        assert f"prismserve: serving app 'omni' at {server.url}\n" in out
+        assert f"admin token (shown once; set PRISMSERVE_ADMIN_TOKEN to choose it): {server.token}\n" in out
+        headers = {"Authorization": f"Bearer {server.token}"}
+        assert [a["name"] for a in httpx.get(f"{server.url}/admin/apps", headers=headers).json()["apps"]] == ["omni"]
+        assert runtime.plans["omni"].replicas() == {"omni.thinker.llm": 1}
+    finally:
+        server.stop()
+        thread.join(30)
+    assert codes == [0] and runtime.events == ["start", "close"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["/no/such/app.py"], "error: /no/such/app.py: cannot read app file"),
+        ([str(APP_PATH), "--plan", "/no/such/plan.json"], "error: /no/such/plan.json: cannot read plan"),
+        ([str(APP_PATH), "--in-process", "--fake-gpus", "2"], "error: --in-process runs everything in this process"),
+        ([str(APP_PATH), "--routing", "static", "--host", "256.0.0.1"], "error: cannot listen on 256.0.0.1:8000"),
+    ],
+)
+def test_serve_reports_what_keeps_it_from_starting_in_one_line(args, message, capsys):
+    assert main(["serve", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_serve_reports_a_busy_port(capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = run_server(ServeOptions(str(APP_PATH), port=port, in_process=True))
+    assert code == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
+def test_serve_command_stops_cleanly_on_ctrl_c():
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PRISMSERVE_ADMIN_TOKEN": "chosen-token"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prismserve", "serve", str(APP_PATH), "--in-process", "--port", "0"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = process.stdout.readline()  # printed once the app is registered
+        assert first.startswith("prismserve: serving app 'omni_app' at http://127.0.0.1:"), process.stderr.read()
+        url = first.rsplit(" ", 1)[1].strip()
+        _wait_for_health(url)
+        answer = httpx.post(f"{url}/v1/apps/omni_app/invoke", json=chat_body("hi"), timeout=30)
+        assert answer.status_code == 200 and "[DONE]" in answer.text
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "token" not in out and "Traceback" not in err  # a token from the environment is not printed
+
+
+def _wait_for_health(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}/health did not answer within {timeout} s")
+        time.sleep(0.02)

@@ -1,0 +1,139 @@
+"""Traces and metrics: a span per request that executor spans nest under, OTLP export, Prometheus."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import httpx
+import pytest
+from gateway_apps import ADMIN, ANSWER, OMNI, TOKEN, chat_body
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from prismserve.gateway import create_gateway
+from prismserve.observability import extract_context, get_tracer, inject_context, setup_tracing
+from prismserve.runtime import LocalRuntime
+from prismserve.toy.executors import EXECUTORS
+
+
+@pytest.fixture
+def traced(serve_gateway):
+    """A gateway whose spans, and its executors' spans, go to an in-memory exporter (no global provider)."""
+    exporter = InMemorySpanExporter()
+    provider = setup_tracing("gateway-test", exporter=exporter, install=False)
+    tracer = get_tracer("test-executors", provider)
+
+    async def traced_llm(task, request):
+        with tracer.start_as_current_span("executor.llm"):
+            if "crash" in request.prompt:
+                raise RuntimeError("executor crashed")
+            async for token in EXECUTORS["llm"](task, request):
+                yield token
+
+    runtime = LocalRuntime({**EXECUTORS, "llm": traced_llm})
+    app = create_gateway(runtime, admin_token=TOKEN, tracer_provider=provider)
+    with serve_gateway(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for name, source in (("omni", OMNI), ("answer", ANSWER)):
+            assert client.post("/admin/apps", json={"name": name, "source": source}, headers=ADMIN).status_code == 201
+        yield client, exporter
+
+
+def test_a_request_makes_one_trace_with_executor_spans_under_the_gateway_span(traced):
+    client, exporter = traced
+    response = client.post("/v1/apps/answer/invoke", json=chat_body("trace me"), headers={"x-request-id": "req-1"})
+    assert response.status_code == 200
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    request, executor = spans["prismserve.request"], spans["executor.llm"]
+    assert dict(request.attributes) == {
+        "prismserve.app": "answer",
+        "prismserve.request_type": "text",
+        "prismserve.request_id": "req-1",
+    }
+    assert executor.context.trace_id == request.context.trace_id
+    assert executor.parent.span_id == request.context.span_id
+
+
+def test_streamed_and_failed_requests_are_traced_too(traced):
+    client, exporter = traced
+    with client.stream("POST", "/v1/apps/omni/invoke", json=chat_body("streamed")) as response:
+        list(response.iter_lines())
+    crash = {"model": "answer", "messages": [{"role": "user", "content": "crash"}]}
+    assert client.post("/v1/chat/completions", json=crash).status_code == 502
+    requests = [s for s in exporter.get_finished_spans() if s.name == "prismserve.request"]
+    assert [s.attributes["prismserve.app"] for s in requests] == ["omni", "answer"]
+    assert len({s.context.trace_id for s in requests}) == 2  # one trace per request
+    assert requests[0].status.is_ok and requests[1].status.status_code is StatusCode.ERROR
+    assert "executor crashed" in requests[1].status.description
+
+
+def test_trace_context_crosses_a_process_boundary_as_a_dict():
+    exporter = InMemorySpanExporter()
+    tracer = get_tracer("test", setup_tracing("t", exporter=exporter, install=False))
+    assert inject_context() == {}  # nothing recorded, nothing sent
+    with tracer.start_as_current_span("caller") as caller:
+        carrier = inject_context()
+    assert set(carrier) == {"traceparent"} and all(isinstance(v, str) for v in carrier.values())
+    with tracer.start_as_current_span("remote", context=extract_context(json.loads(json.dumps(carrier)))) as remote:
+        pass
+    assert remote.context.trace_id == caller.context.trace_id
+    assert remote.parent.span_id == caller.context.span_id
+    assert extract_context({}) is None
+
+
+def test_setup_tracing_sends_spans_over_otlp_http_when_an_endpoint_is_set(monkeypatch):
+    received: list[tuple[str, bytes]] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            received.append((self.path, self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    collector = HTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=collector.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert setup_tracing("t", install=False) is None  # nothing configured, nothing set up
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.server_port}")
+        provider = setup_tracing("otlp-test", install=False)
+        with get_tracer("test", provider).start_as_current_span("exported-span"):
+            pass
+        assert provider.force_flush(10_000)
+        provider.shutdown()
+    finally:
+        collector.shutdown()
+        thread.join(5)
+    assert [path for path, _ in received] == ["/v1/traces"]
+    assert b"exported-span" in received[0][1] and b"otlp-test" in received[0][1]
+
+
+class _BusyRuntime(LocalRuntime):
+    """A LocalRuntime that reports fixed queue depths, as a runtime with replicas does."""
+
+    def queue_depths(self) -> dict[str, int]:
+        return {"prismserve.toy.tasks.LLMTask:abc": 3, "prismserve.toy.tasks.EncoderTask:def": 0}
+
+
+def test_metrics_read_queue_depths_from_the_runtime_at_scrape_time(serve_gateway):
+    app = create_gateway(_BusyRuntime(EXECUTORS), admin_token=TOKEN)
+    with serve_gateway(app) as url:
+        text = httpx.get(f"{url}/metrics").text
+    assert 'prismserve_executor_queue_depth{deployment="prismserve.toy.tasks.LLMTask:abc"} 3.0' in text
+    assert 'prismserve_executor_queue_depth{deployment="prismserve.toy.tasks.EncoderTask:def"} 0.0' in text
+    assert "prismserve_apps_registered 0.0" in text
+
+
+def test_two_gateways_keep_separate_metrics(serve_gateway):
+    first = create_gateway(LocalRuntime(EXECUTORS), admin_token=TOKEN)
+    second = create_gateway(LocalRuntime(EXECUTORS), admin_token=TOKEN)
+    with serve_gateway(first) as one, serve_gateway(second) as two:
+        assert httpx.post(f"{one}/admin/apps", json={"name": "answer", "source": ANSWER}, headers=ADMIN).status_code == 201
+        assert httpx.post(f"{one}/v1/apps/answer/invoke", json=chat_body("hi")).status_code == 200
+        assert 'prismserve_requests_total{app="answer"' in httpx.get(f"{one}/metrics").text
+        assert "prismserve_requests_total{" not in httpx.get(f"{two}/metrics").text
