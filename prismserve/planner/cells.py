@@ -1,0 +1,142 @@
+"""Cells (000 §4.3): the best plan for each power-of-two size, and mixtures of them.
+
+- `plan_cells`: Algorithm 1 — a max-throughput MILP per size 2^0 … 2^cmax; sizes where no
+  instance fits are dropped, then sizes that do not beat copies of the last kept cell.
+- `mixture_for_target`: the fewest GPUs reaching a target rate. Exact, unlike the paper's greedy
+  Algorithm 2 (`greedy_mixture`, kept as a baseline; papers/NOTES.md has a counterexample).
+- `mixture_for_budget`: the most throughput for N GPUs, by binary decomposition of N.
+- `replan`: a new mixture that keeps the cells both mixtures share.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from prismserve.planner.errors import InfeasibleError, SpecError
+from prismserve.planner.milp import Solution, ceil_div, max_throughput
+from prismserve.planner.throughput import Model
+
+
+@dataclass
+class Cell:
+    """A cell size with its best deployment."""
+
+    gpus: int  # the cell's size, a power of two
+    solution: Solution
+
+    @property
+    def throughput(self) -> float:
+        """Requests/s one cell sustains."""
+        return self.solution.throughput
+
+
+def plan_cells(model: Model, max_exponent: int = 6) -> list[Cell]:
+    """Algorithm 1: efficient cells of sizes 2^0 … 2^max_exponent, smallest first."""
+    if not 0 <= max_exponent <= 12:
+        raise SpecError(f"the largest cell exponent must be within 0..12, got {max_exponent}")
+    kept: list[Cell] = []
+    for exponent in range(max_exponent + 1):
+        size = 2**exponent
+        solution = max_throughput(model, size)
+        if solution.throughput <= 0:
+            continue  # no complete instance fits in this size
+        if not kept or solution.throughput > (size // kept[-1].gpus) * kept[-1].throughput * (1 + 1e-9):
+            kept.append(Cell(size, solution))
+    if not kept:
+        raise InfeasibleError(
+            f"no cell of up to {2**max_exponent} GPUs can serve every request type: an executor needs "
+            "more GPUs than that, or a request type cannot be served"
+        )
+    return kept
+
+
+def mixture_for_target(cells: list[Cell], target: float) -> Counter[int]:
+    """Fewest GPUs whose cells reach `target` req/s: cell size -> count (exact).
+
+    Per-GPU throughput grows with cell size among efficient cells, so an optimal mixture is some
+    copies of the largest cell plus a remainder of smaller cells using fewer GPUs than one largest
+    cell; the best remainder for every GPU count below that comes from a small knapsack.
+    """
+    if not target > 0:
+        raise SpecError(f"the target throughput must be > 0 req/s, got {target}")
+    largest = cells[-1]
+    best_small = _best_with_smaller(cells[:-1], largest.gpus - 1)
+    choice: tuple[int, float, Counter[int]] | None = None
+    for gpus, (throughput, mix) in best_small.items():
+        copies = ceil_div(target - throughput, largest.throughput) if throughput < target else 0
+        total = copies * largest.gpus + gpus
+        reached = copies * largest.throughput + throughput
+        if choice is None or (total, -reached) < (choice[0], -choice[1]):
+            combined = Counter(mix)
+            if copies:
+                combined[largest.gpus] += copies
+            choice = (total, reached, combined)
+    assert choice is not None
+    return choice[2]
+
+
+def _best_with_smaller(cells: list[Cell], capacity: int) -> dict[int, tuple[float, Counter[int]]]:
+    """For every GPU count 0..capacity, the most throughput smaller cells give within it."""
+    best: dict[int, tuple[float, Counter[int]]] = {0: (0.0, Counter())}
+    for gpus in range(1, capacity + 1):
+        top = best[gpus - 1]
+        for cell in cells:
+            if cell.gpus <= gpus:
+                rest = best[gpus - cell.gpus]
+                if rest[0] + cell.throughput > top[0] + 1e-12:
+                    top = (rest[0] + cell.throughput, rest[1] + Counter({cell.gpus: 1}))
+        best[gpus] = top
+    return best
+
+
+def greedy_mixture(cells: list[Cell], target: float) -> Counter[int]:
+    """The paper's Algorithm 2, literally: largest cell not exceeding the remaining rate, else the smallest."""
+    mix: Counter[int] = Counter()
+    reached = 0.0
+    while reached < target - 1e-12:
+        fitting = [c for c in cells if c.throughput <= target - reached]
+        cell = max(fitting, key=lambda c: c.gpus) if fitting else min(cells, key=lambda c: c.gpus)
+        mix[cell.gpus] += 1
+        reached += cell.throughput
+    return mix
+
+
+def mixture_for_budget(cells: list[Cell], budget: int) -> Counter[int]:
+    """Most throughput within `budget` GPUs, by binary decomposition (000 §4.3).
+
+    Copies of the largest cell take what they can; each remaining power of two goes to the kept
+    cell of that size, or to copies of the largest kept cell below it when that size was dropped.
+    """
+    smallest = cells[0].gpus
+    if budget < smallest:
+        raise InfeasibleError(
+            f"a budget of {budget} GPUs is below the smallest cell ({smallest} GPUs); give at least {smallest}"
+        )
+    by_size = {c.gpus: c for c in cells}
+    largest = cells[-1].gpus
+    mix: Counter[int] = Counter()
+    if budget >= largest:
+        mix[largest] = budget // largest
+    remainder = budget % largest
+    bit = largest // 2
+    while bit >= 1:
+        if remainder & bit:
+            fitting = [size for size in by_size if size <= bit]
+            if fitting:
+                size = max(fitting)
+                mix[size] += bit // size
+        bit //= 2
+    return +mix
+
+
+def mixture_throughput(cells: list[Cell], mix: Counter[int]) -> float:
+    """Requests/s of a mixture."""
+    by_size = {c.gpus: c for c in cells}
+    return sum(by_size[size].throughput * count for size, count in mix.items())
+
+
+def replan(old: Counter[int], new: Counter[int]) -> tuple[Counter[int], Counter[int], Counter[int]]:
+    """(kept, added, removed) cells when moving from mixture `old` to `new`: identical cells stay up."""
+    kept = old & new
+    return kept, new - kept, old - kept
