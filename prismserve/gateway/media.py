@@ -45,7 +45,7 @@ def check_image(data: bytes, index: int) -> None:
 
 
 def check_audio(data: bytes, fmt: str, index: int) -> None:
-    """A 400 unless `data` is a WAV file with 16-bit samples."""
+    """A 400 unless `data` is a WAV file with at least one sample."""
     if fmt != "wav":
         raise HTTPError(400, f"audio #{index}: format {fmt!r} is not supported; send wav")
     try:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prismserve.app import App
 from prismserve.app.chat import AudioPart, ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ImagePart, TextPart
@@ -48,7 +48,15 @@ class _Part(BaseModel):
 class _Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[_Part] | None = None
+    content: list[_Part] = []
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_as_a_part(cls, content: Any) -> Any:
+        # `"content": "hi"` is shorthand for one text part; a null content (assistant turns) is none.
+        if content is None:
+            return []
+        return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
 class _AudioOptions(BaseModel):
@@ -83,9 +91,8 @@ def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
     """The app's ChatRequest for an OpenAI request; 400 for media that do not decode or that the app refuses."""
     messages, images, audios = [], 0, 0
     for message in body.messages:
-        content = message.content if isinstance(message.content, list) else [_Part(type="text", text=message.content or "")]
         parts: list[Any] = []
-        for part in content:
+        for part in message.content:
             if part.type == "text":
                 parts.append(TextPart(text=part.text or ""))
             elif part.type == "image_url":

@@ -16,6 +16,7 @@ from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
 
 from prismserve.app import App, AppRegistryError
+from prismserve.app.chat import ChatRequest
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import state
 from prismserve.gateway.metrics import GatewayMetrics
@@ -51,12 +52,12 @@ def parse_request(app: App, body: bytes | BaseModel) -> BaseModel:
         raise HTTPError(422, f"invalid request for app {app.name!r}: {validation_message(exc)}") from None
 
 
-def request_type(app: App, request: BaseModel) -> str:
-    """The metrics label of a request's type: chat requests by modality, others `default`."""
-    return str(getattr(request, "request_type", "default"))
+def request_type(request: BaseModel) -> str:
+    """The metrics label of a request's type: chat requests by modality (`image+text->audio`), others `default`."""
+    return request.request_type if isinstance(request, ChatRequest) else "default"
 
 
-def failure(app: App, error: BaseException) -> HTTPError:
+def failure(app: App, error: Exception) -> HTTPError:
     """The HTTP error for an exception raised while serving."""
     if isinstance(error, HTTPError):
         return error
@@ -86,7 +87,7 @@ class Served:
         self.app = app
         self.request = request
         self.request_id = request_id
-        self.kind = request_type(app, request)
+        self.kind = request_type(request)
         self.start = time.perf_counter()
 
     async def response(self) -> BaseModel:
@@ -98,7 +99,10 @@ class Served:
                         result = await self.app.serve(self.request)
                         if self.app.streaming:
                             raise HTTPError(500, f"app {self.app.name!r} streams; ask for it as a stream")
-            except BaseException as exc:
+            except asyncio.CancelledError:
+                self._done("cancelled")
+                raise
+            except Exception as exc:
                 self._done("error")
                 raise failure(self.app, exc) from exc
         self._done("ok")
@@ -144,7 +148,7 @@ class Served:
         except asyncio.CancelledError:
             status = "cancelled"
             raise
-        except BaseException as exc:  # noqa: BLE001 - handed to the reader as an HTTP error
+        except Exception as exc:  # noqa: BLE001 - handed to the reader as an HTTP error
             await queue.put(("error", failure(self.app, exc)))
         finally:
             self._done(status)

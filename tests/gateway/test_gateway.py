@@ -9,7 +9,7 @@ import wave
 
 import openai
 import pytest
-from gateway_apps import ADMIN, OMNI, chat_body, data_url, png, wav
+from gateway_apps import ADMIN, OMNI, b64, chat_body, data_url, png, wav
 
 
 # --- admin API -----------------------------------------------------------------------------------
@@ -54,6 +54,16 @@ def test_plans_are_validated_against_the_app(gateway):
     assert accepted == {"app": "omni", "gpus": 4, "replicas": {"omni.thinker.llm": 2, "omni.talker": 2}}
     bad_routing = {"cells": [], "routing": {"text": {"a": 0.5}}}
     assert gateway.post("/admin/apps/omni/plan", json=bad_routing, headers=ADMIN).status_code == 422
+    missing = gateway.post("/admin/apps/nope/plan", json=good, headers=ADMIN)
+    assert missing.status_code == 404 and "no app named 'nope'" in missing.json()["error"]["message"]
+
+
+def test_status_lists_apps_and_the_deployments_they_share(gateway):
+    assert gateway.get("/admin/status").status_code == 401
+    status = gateway.get("/admin/status", headers=ADMIN).json()
+    assert set(status["apps"]) == {"omni", "answer", "embed"}
+    llm = status["apps"]["omni"]["deployments"]["omni.thinker.llm"]
+    assert status["deployments"][llm]["executor_kind"] == "llm"
 
 
 # --- invoke API ----------------------------------------------------------------------------------
@@ -133,6 +143,18 @@ def test_openai_client_streams_text(chat):
     assert "".join(deltas) == "[0 media, 0.000] user: a b c"
 
 
+def test_openai_client_stream_reports_usage_when_asked(chat):
+    stream = chat.chat.completions.create(
+        model="omni",
+        messages=[{"role": "user", "content": "count these words"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5  # "[0 media, …]", "user:", 3 words
+
+
 def test_openai_client_gets_text_and_audio(chat):
     completion = chat.chat.completions.create(
         model="omni",
@@ -172,6 +194,8 @@ def test_openai_client_streams_audio_deltas(chat):
         ("answer", [{"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}}], None, "app 'answer' does not accept audio input"),
         ("answer", "hi", ["text", "audio"], "app 'answer' does not produce audio output"),
         ("embed", "hi", None, "app 'embed' does not take chat requests"),
+        ("omni", [{"type": "file", "file": {}}], None, "content.0.type: Input should be 'text', 'image_url' or 'input_audio'"),
+        ("omni", [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}], None, "image #0 is not valid base64"),
     ],
 )
 def test_openai_requests_the_app_cannot_take_are_400(chat, model, content, modalities, message):
@@ -196,10 +220,19 @@ def test_metrics_count_requests_per_app_request_type_and_status(gateway):
     gateway.post("/v1/apps/answer/invoke", json=image_body)
     with gateway.stream("POST", "/v1/apps/omni/invoke", json=chat_body("streamed")) as response:
         list(response.iter_lines())
+    spoken = {
+        "model": "omni",
+        "modalities": ["text", "audio"],
+        "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": b64(wav()), "format": "wav"}}]}],
+    }
+    assert gateway.post("/v1/chat/completions", json=spoken).status_code == 200
+    assert gateway.post("/v1/apps/embed/invoke", json={"data": "x"}).status_code == 200
     text = gateway.get("/metrics").text
     assert 'prismserve_requests_total{app="answer",request_type="text",status="ok"} 1.0' in text
     assert 'prismserve_requests_total{app="answer",request_type="text",status="error"} 1.0' in text
     assert 'prismserve_requests_total{app="answer",request_type="image+text",status="ok"} 1.0' in text
     assert 'prismserve_request_latency_seconds_count{app="omni",request_type="text"} 1.0' in text
     assert 'prismserve_time_to_first_chunk_seconds_count{app="omni",request_type="text"} 1.0' in text
+    assert 'prismserve_requests_total{app="omni",request_type="audio+text->audio",status="ok"} 1.0' in text
+    assert 'prismserve_requests_total{app="embed",request_type="default",status="ok"} 1.0' in text
     assert "prismserve_apps_registered 3.0" in text
