@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
 from fastapi import Request
 from opentelemetry.trace import Tracer
 from pydantic import BaseModel
@@ -54,6 +55,13 @@ def parse_json(body: bytes) -> Any:
         raise HTTPError(400, f"malformed JSON: {exc}") from None
 
 
+def json_of(model: BaseModel) -> str:
+    """The model as JSON with bytes as base64 (pydantic's default, UTF-8, cannot carry audio or images)."""
+    if model.model_config.get("ser_json_bytes", "utf8") != "utf8":
+        return model.model_dump_json()
+    return pydantic_core.to_json(model.model_dump(), bytes_mode="base64").decode()
+
+
 def sse_event(data: str, event: str | None = None) -> bytes:
     """One server-sent event."""
     head = f"event: {event}\n" if event else ""
@@ -64,9 +72,9 @@ async def sse_chunks(first: BaseModel | None, rest: AsyncIterator[BaseModel]) ->
     """Chunks as SSE `data:` events, then `[DONE]`; an error mid-stream becomes an `error` event."""
     try:
         if first is not None:
-            yield sse_event(first.model_dump_json())
+            yield sse_event(json_of(first))
             async for chunk in rest:
-                yield sse_event(chunk.model_dump_json())
+                yield sse_event(json_of(chunk))
     except HTTPError as exc:
         yield sse_event(json.dumps({"error": {"message": exc.message, "type": exc.kind, "code": exc.status}}), "error")
         return

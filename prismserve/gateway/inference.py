@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from prismserve.gateway.http import read_body, sse_chunks
+from prismserve.gateway.http import json_of, read_body, sse_chunks
 from prismserve.gateway.serving import find_app, parse_request, serving
 
 router = APIRouter()
@@ -13,13 +13,13 @@ router = APIRouter()
 
 @router.post("/v1/apps/{name}/invoke")
 async def invoke(name: str, request: Request) -> Response:
-    """Run the app's serve() on the body (its request type as JSON)."""
+    """Run the app's serve() on the body (its request type as JSON; bytes fields as base64)."""
     app = find_app(request.app.state.gateway.runtime, name)
     served = serving(request, app, parse_request(app, await read_body(request)))
     headers = {"x-request-id": served.request_id}
     if not app.streaming:
         result = await served.response()
-        return Response(result.model_dump_json(), media_type="application/json", headers=headers)
+        return Response(json_of(result), media_type="application/json", headers=headers)
     chunks = served.chunks()
     first = await anext(chunks, None)  # errors before the first chunk get a proper status code
     return StreamingResponse(sse_chunks(first, chunks), media_type="text/event-stream", headers=headers)

@@ -22,7 +22,8 @@ from prismserve.app import App
 from prismserve.app.chat import AudioPart, ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ImagePart, TextPart
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import parse_json, read_body, sse_event, state
-from prismserve.gateway.media import check_audio, decode_base64, image_from_url, wav_bytes
+from prismserve.gateway.chat import check_chat_request, speaks_chat
+from prismserve.gateway.media import decode_base64, image_from_url, wav_bytes
 from prismserve.gateway.serving import Served, find_app, serving
 
 router = APIRouter()
@@ -105,19 +106,11 @@ def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
                 if part.input_audio is None:
                     raise HTTPError(400, "an input_audio part needs input_audio.data and .format")
                 data = decode_base64(part.input_audio.data, f"audio #{audios}")
-                check_audio(data, part.input_audio.format, audios)
                 parts.append(AudioPart(data=data, format=part.input_audio.format))
                 audios += 1
         role = "system" if message.role == "developer" else message.role
         messages.append(ChatMessage(role=role, content=parts))
     modalities = body.modalities or ["text"]
-    accepted, produced = app.config.input_modalities, app.config.output_modalities
-    for kind, count in (("image", images), ("audio", audios)):
-        if count and kind not in accepted:
-            raise HTTPError(400, f"app {app.name!r} does not accept {kind} input (it accepts {', '.join(sorted(accepted))})")
-    for kind in modalities:
-        if kind not in produced:
-            raise HTTPError(400, f"app {app.name!r} does not produce {kind} output (it produces {', '.join(sorted(produced))})")
     fields: dict[str, Any] = {"messages": messages, "modalities": modalities}
     max_tokens = body.max_completion_tokens or body.max_tokens
     if max_tokens is not None:
@@ -127,9 +120,11 @@ def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
     if body.seed is not None:
         fields["seed"] = body.seed
     try:
-        return app.request_type.model_validate(fields)  # type: ignore[return-value]
+        request: ChatRequest = app.request_type.model_validate(fields)  # type: ignore[assignment]
     except ValidationError as exc:
         raise HTTPError(400, validation_message(exc)) from None
+    check_chat_request(app, request)
+    return request
 
 
 @router.post("/v1/chat/completions")
@@ -141,7 +136,7 @@ async def chat_completions(request: Request) -> Response:
     except ValidationError as exc:
         raise HTTPError(400, validation_message(exc)) from None
     app = find_app(gateway.runtime, body.model)
-    if not issubclass(app.request_type, ChatRequest):
+    if not speaks_chat(app):
         raise HTTPError(
             400,
             f"app {app.name!r} does not take chat requests (its serve() takes {app.request_type.__name__}); "

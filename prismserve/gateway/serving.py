@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from prismserve.app import App, AppRegistryError
 from prismserve.app.chat import ChatRequest
+from prismserve.gateway.chat import parse_chat_json, speaks_chat
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import state
 from prismserve.gateway.metrics import GatewayMetrics
@@ -42,8 +43,13 @@ def find_app(runtime: Runtime, name: str) -> App:
         raise HTTPError(404, str(exc), "not_found_error") from None
 
 
-def parse_request(app: App, body: bytes | BaseModel) -> BaseModel:
-    """The body as the app's request type; 400 for malformed JSON, 422 for invalid fields."""
+def parse_request(app: App, body: bytes) -> BaseModel:
+    """The body as the app's request type; 400 for malformed JSON, 422 for invalid fields.
+
+    Chat requests carry their images and audio as base64, and are checked like OpenAI requests.
+    """
+    if speaks_chat(app):
+        return parse_chat_json(app, body)
     try:
         return app.parse_request(body)
     except ValidationError as exc:

@@ -86,6 +86,35 @@ def test_invoke_streams_server_sent_events_for_a_streaming_app(gateway):
     assert "".join(texts) == "[0 media, 0.000] user: hi there"
 
 
+def test_invoke_takes_media_as_base64_and_streams_audio_as_base64(gateway):
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image", "data": b64(png())}]}],
+        "modalities": ["text", "audio"],
+    }
+    with gateway.stream("POST", "/v1/apps/omni/invoke", json=body) as response:
+        chunks = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    assert chunks[0]["text"].startswith("[1 media, ")  # the encoder got the decoded PNG
+    audio = [base64.b64decode(c["audio"]) for c in chunks if c["audio"] is not None]
+    # The toy vocoder: one 4-byte chunk per token, each byte the token's length (16, 5, 2).
+    assert audio == [bytes([16]) * 4, bytes([5]) * 4, bytes([2]) * 4]
+
+
+@pytest.mark.parametrize(
+    "app, part, status, message",
+    [
+        ("omni", {"type": "image", "data": b64(b"not a png")}, 400, "image #0 could not be decoded"),
+        ("omni", {"type": "image", "data": "%%%"}, 400, "image #0 (messages.0.content.0.data) is not valid base64"),
+        ("omni", {"type": "audio", "data": b64(b"RIFF....")}, 400, "audio #0 could not be decoded as WAV"),
+        ("answer", {"type": "audio", "data": b64(wav())}, 400, "app 'answer' does not accept audio input"),
+        ("omni", {"type": "video", "data": "AAAA"}, 422, "does not match any of the expected tags"),
+    ],
+)
+def test_invoke_checks_chat_media_like_the_openai_api(gateway, app, part, status, message):
+    response = gateway.post(f"/v1/apps/{app}/invoke", json={"messages": [{"role": "user", "content": [part]}]})
+    assert response.status_code == status
+    assert message in response.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     "path, body, status, message",
     [

@@ -1,0 +1,62 @@
+"""Chat requests at the API boundary: media decoded and checked, modalities checked against the app.
+
+Both the invoke API (an app's ChatRequest as JSON, media as base64) and the OpenAI API end here,
+so an undecodable image or a modality the app does not take is refused the same way by both.
+"""
+
+from __future__ import annotations
+
+import json
+from pydantic import ValidationError
+
+from prismserve.app import App
+from prismserve.app.chat import ChatRequest
+from prismserve.gateway.errors import HTTPError, validation_message
+from prismserve.gateway.media import check_audio, check_image, decode_base64
+
+
+def speaks_chat(app: App) -> bool:
+    """True when the app's serve() takes a ChatRequest (or a subclass)."""
+    return isinstance(app.request_type, type) and issubclass(app.request_type, ChatRequest)
+
+
+def parse_chat_json(app: App, body: bytes) -> ChatRequest:
+    """The invoke API's JSON as the app's ChatRequest: image and audio `data` are base64."""
+    try:
+        payload = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPError(400, f"malformed JSON: {exc}") from None
+    if isinstance(payload, dict) and isinstance(payload.get("messages"), list):
+        kinds = {"image": 0, "audio": 0}
+        for i, message in enumerate(payload["messages"]):
+            content = message.get("content") if isinstance(message, dict) else None
+            for j, part in enumerate(content if isinstance(content, list) else []):
+                if isinstance(part, dict) and part.get("type") in kinds and isinstance(part.get("data"), str):
+                    what = f"{part['type']} #{kinds[part['type']]} (messages.{i}.content.{j}.data)"
+                    part["data"] = decode_base64(part["data"], what)
+                    kinds[part["type"]] += 1
+    try:
+        request = app.request_type.model_validate(payload)
+    except ValidationError as exc:
+        raise HTTPError(422, f"invalid request for app {app.name!r}: {validation_message(exc)}") from None
+    check_chat_request(app, request)  # type: ignore[arg-type]
+    return request  # type: ignore[return-value]
+
+
+def check_chat_request(app: App, request: ChatRequest) -> None:
+    """A 400 unless the app takes the modalities asked for and every image and audio clip decodes."""
+    accepted, produced = app.config.input_modalities, app.config.output_modalities
+    for kind, parts in (("image", request.images), ("audio", request.audios)):
+        if parts and kind not in accepted:
+            raise HTTPError(400, f"app {app.name!r} does not accept {kind} input (it accepts {_listed(accepted)})")
+    for kind in request.modalities:
+        if kind not in produced:
+            raise HTTPError(400, f"app {app.name!r} does not produce {kind} output (it produces {_listed(produced)})")
+    for index, image in enumerate(request.images):
+        check_image(image.data, index)
+    for index, audio in enumerate(request.audios):
+        check_audio(audio.data, audio.format, index)
+
+
+def _listed(kinds: frozenset[str]) -> str:
+    return ", ".join(sorted(kinds))
