@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prismserve.planner.errors import InfeasibleError, SpecError
@@ -35,10 +36,12 @@ def plan_cells(model: Model, max_exponent: int = 6) -> list[Cell]:
     """Algorithm 1: efficient cells of sizes 2^0 … 2^max_exponent, smallest first."""
     if not 0 <= max_exponent <= 12:
         raise SpecError(f"the largest cell exponent must be within 0..12, got {max_exponent}")
+    sizes = [2**exponent for exponent in range(max_exponent + 1)]
+    # HiGHS releases the GIL while it solves: the sizes' MILPs run two at a time.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        solutions = list(pool.map(lambda size: max_throughput(model, size), sizes))
     kept: list[Cell] = []
-    for exponent in range(max_exponent + 1):
-        size = 2**exponent
-        solution = max_throughput(model, size)
+    for size, solution in zip(sizes, solutions):
         if solution.throughput <= 0:
             continue  # no complete instance fits in this size
         if not kept or solution.throughput > (size // kept[-1].gpus) * kept[-1].throughput * (1 + 1e-9):

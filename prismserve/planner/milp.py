@@ -108,19 +108,24 @@ def max_throughput(model: Model, budget: int) -> Solution:
     best = values[program.rate_col]
     if best <= _EPS:
         return Solution(0.0, {}, {}, 0)
-    # Among deployments reaching that throughput, use the fewest GPUs.
-    leanest = min_gpus(model, best * (1 - 1e-9))
+    # Among deployments reaching that throughput, use the fewest GPUs (the first is a feasible start).
+    leanest = min_gpus(model, best * (1 - 1e-9), start=values[: program.rate_col])
     leanest.throughput = best
     return leanest
 
 
-def min_gpus(model: Model, target: float) -> Solution:
-    """Fewest GPUs sustaining `target` req/s (Appendix B, first variant)."""
+def min_gpus(model: Model, target: float, start: list[float] | None = None) -> Solution:
+    """Fewest GPUs sustaining `target` req/s (Appendix B, first variant); `start` is a known solution."""
     if not target > 0:
         raise SpecError(f"the target throughput must be > 0 req/s, got {target}")
     program = _Program(model, with_rate=False)
     program.demand_rows(target)
     program.objective({i: float(model.spec.executor(s).gpus) for i, s in enumerate(program.executors)}, maximize=False)
+    if start is not None:
+        initial = highspy.HighsSolution()
+        initial.col_value = list(start)
+        initial.value_valid = True
+        program.h.setSolution(initial)
     values = program.solve()
     if values is None:
         raise InfeasibleError(f"no deployment sustains {target:g} req/s")

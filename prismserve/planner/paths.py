@@ -29,18 +29,8 @@ class Path:
 
 def roles_of(spec: PlanSpec, request_type: RequestType, executors: list[str]) -> tuple[frozenset[str], ...] | None:
     """The role of each executor on the path, or None when the path is not valid for the type."""
-    order = {c: i for i, c in enumerate(spec.components)}
-    remaining = set(request_type.components)
-    roles = []
-    last = -1
-    for name in executors:
-        role = frozenset(set(spec.executor(name).components) & remaining)
-        if not role or min(order[c] for c in role) < last:
-            return None
-        roles.append(role)
-        last = max(order[c] for c in role)
-        remaining -= role
-    return tuple(roles) if not remaining else None
+    walk = _walk(_Index(spec), request_type, executors)
+    return walk[0] if walk is not None and not walk[1] else None
 
 
 def valid_paths(spec: PlanSpec, request_type: RequestType) -> list[Path]:
@@ -60,7 +50,7 @@ def valid_paths(spec: PlanSpec, request_type: RequestType) -> list[Path]:
         found = paths
     else:
         found = []
-        _extend(spec, request_type, [], found)
+        _extend(_Index(spec), frozenset(request_type.components), (), (), -1, found)
     if not found:
         raise SpecError(
             f"request type {request_type.name!r} has no valid path: no sequence of executors runs "
@@ -69,27 +59,42 @@ def valid_paths(spec: PlanSpec, request_type: RequestType) -> list[Path]:
     return found
 
 
-def _extend(spec: PlanSpec, request_type: RequestType, prefix: list[str], found: list[Path]) -> None:
-    if len(prefix) == len(request_type.components):
-        return
-    for executor in spec.executors:
-        candidate = [*prefix, executor.name]
-        roles = roles_of(spec, request_type, candidate)
-        if roles is not None:
-            found.append(Path(tuple(candidate), roles))
-            continue
-        if _valid_prefix(spec, request_type, candidate):
-            _extend(spec, request_type, candidate, found)
+class _Index:
+    """Executors' component sets and the model order, for fast path walks."""
+
+    def __init__(self, spec: PlanSpec) -> None:
+        self.order = {c: i for i, c in enumerate(spec.components)}
+        self.components = {e.name: frozenset(e.components) for e in spec.executors}
 
 
-def _valid_prefix(spec: PlanSpec, request_type: RequestType, executors: list[str]) -> bool:
-    order = {c: i for i, c in enumerate(spec.components)}
-    remaining = set(request_type.components)
+def _walk(index: _Index, request_type: RequestType, executors: list[str]) -> tuple[tuple[frozenset[str], ...], frozenset[str]] | None:
+    remaining = frozenset(request_type.components)
+    roles = []
     last = -1
     for name in executors:
-        role = set(spec.executor(name).components) & remaining
-        if not role or min(order[c] for c in role) < last:
-            return False
-        last = max(order[c] for c in role)
+        role = index.components[name] & remaining
+        if not role or min(index.order[c] for c in role) < last:
+            return None
+        roles.append(role)
+        last = max(index.order[c] for c in role)
         remaining -= role
-    return bool(remaining)
+    return tuple(roles), remaining
+
+
+def _extend(
+    index: _Index,
+    remaining: frozenset[str],
+    prefix: tuple[str, ...],
+    roles: tuple[frozenset[str], ...],
+    last: int,
+    found: list[Path],
+) -> None:
+    for name, components in index.components.items():
+        role = components & remaining
+        if not role or min(index.order[c] for c in role) < last:
+            continue
+        rest = remaining - role
+        if rest:
+            _extend(index, rest, (*prefix, name), (*roles, role), max(index.order[c] for c in role), found)
+        else:
+            found.append(Path((*prefix, name), (*roles, role)))

@@ -46,7 +46,8 @@ def path_probabilities(model: Model, weighted_rates: list[tuple[float, dict[tupl
         if overall <= 0:
             routing[request_type] = {paths[0].name: 1.0}
             continue
-        routing[request_type] = {paths[p].name: total / overall for p, total in enumerate(totals) if total > 0}
+        # Rates the solver leaves at rounding noise are not paths to route to.
+        routing[request_type] = {paths[p].name: total / overall for p, total in enumerate(totals) if total > 1e-9 * overall}
     return routing
 
 
