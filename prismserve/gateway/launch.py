@@ -70,7 +70,8 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         raise StartupError(str(exc)) from None
     plan = _load_plan(options.plan_path)
     runtime = runtime or _runtime(options)
-    token = os.environ.get(TOKEN_VARIABLE) or secrets.token_urlsafe(24)
+    chosen = os.environ.get(TOKEN_VARIABLE, "")
+    token = chosen or secrets.token_urlsafe(24)
     provider = setup_tracing("prismserve-gateway")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     gateway = create_gateway(runtime, admin_token=token)
     listener = _listen(options.host, options.port)
@@ -82,7 +83,7 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         filename=options.app_path,
         plan=plan,
         token=token,
-        token_generated=TOKEN_VARIABLE not in os.environ,
+        token_generated=not chosen,
         server=uvicorn.Server(config),
         listener=listener,
         tracer_provider=provider,

@@ -96,7 +96,7 @@ class _RecordingRuntime(LocalRuntime):
 
 
 def test_serve_registers_the_app_applies_the_plan_prints_the_token_and_closes_the_runtime(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("PRISMSERVE_ADMIN_TOKEN", raising=False)
+    monkeypatch.setenv("PRISMSERVE_ADMIN_TOKEN", "")  # empty: a token is generated
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"cells": [{"gpus": 1, "replicas": {"omni.thinker.llm": 1}}]}))
     runtime = _RecordingRuntime(EXECUTORS)
