@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -54,10 +55,17 @@ def run_server(options: ServeOptions, *, runtime: Runtime | None = None) -> int:
     except StartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     try:
         return asyncio.run(server.serve())
-    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled, after the runtime closed
+    except KeyboardInterrupt:  # uvicorn re-raises the signal it handled; the runtime is closed by then
         return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> GatewayServer:
@@ -113,6 +121,7 @@ class GatewayServer:
 
     async def serve(self) -> int:
         """Start the runtime, register the app, apply the plan, serve until stopped; returns the exit code."""
+        serving = False
         try:
             try:
                 await self.runtime.start()
@@ -122,6 +131,7 @@ class GatewayServer:
             except (AppLoadError, AppRegistryError, PlacementError, ValueError, ConnectionError) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
+            serving = True
             print(f"prismserve: serving app {self.app_name!r} at {self.url}", flush=True)
             if self.token_generated:
                 print(f"prismserve: admin token (shown once; set {TOKEN_VARIABLE} to choose it): {self.token}", flush=True)
@@ -132,6 +142,8 @@ class GatewayServer:
             await self.runtime.close()
             if self.tracer_provider is not None:
                 self.tracer_provider.shutdown()  # flush spans still queued for the OTLP exporter
+            if serving:
+                print("prismserve: stopped", flush=True)
 
     def stop(self) -> None:
         """Ask the server to finish its requests and stop (what Ctrl-C does)."""

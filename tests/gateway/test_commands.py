@@ -134,6 +134,17 @@ def test_serve_reports_what_keeps_it_from_starting_in_one_line(args, message, ca
     assert err.startswith(message) and err.count("\n") == 1
 
 
+def test_serve_reports_a_plan_the_app_cannot_take_and_closes_the_runtime(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"cells": [{"gpus": 1, "replicas": {"omni.nothing": 1}}]}))
+    runtime = _RecordingRuntime(EXECUTORS)
+    runtime.events = []
+    assert run_server(ServeOptions(str(APP_PATH), name="omni", plan_path=str(plan), port=0), runtime=runtime) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: plan names deployments ['omni.nothing'] that app 'omni' does not have")
+    assert captured.out == "" and runtime.events == ["start", "close"]
+
+
 def test_serve_reports_a_busy_port(capsys):
     import socket
 
@@ -146,7 +157,8 @@ def test_serve_reports_a_busy_port(capsys):
     assert capsys.readouterr().err.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
 
 
-def test_serve_command_stops_cleanly_on_ctrl_c():
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_serve_command_closes_the_runtime_and_exits_cleanly_when_stopped(stop):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PRISMSERVE_ADMIN_TOKEN": "chosen-token"}
     process = subprocess.Popen(
         [sys.executable, "-m", "prismserve", "serve", str(APP_PATH), "--in-process", "--port", "0"],
@@ -163,13 +175,13 @@ def test_serve_command_stops_cleanly_on_ctrl_c():
         _wait_for_health(url)
         answer = httpx.post(f"{url}/v1/apps/omni_app/invoke", json=chat_body("hi"), timeout=30)
         assert answer.status_code == 200 and "[DONE]" in answer.text
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         out, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err
-    assert "token" not in out and "Traceback" not in err  # a token from the environment is not printed
+    assert out == "prismserve: stopped\n" and "Traceback" not in err  # a token from the environment is not printed
 
 
 def _wait_for_health(url: str, timeout: float = 30) -> None:
