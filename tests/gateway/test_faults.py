@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import openai
 import pytest
-from gateway_apps import chat_body, sse_events
+from gateway_apps import ADMIN, OMNI, TOKEN, chat_body, sse_events
+
+from prismserve.gateway import create_gateway
+from prismserve.runtime import LocalRuntime
+from prismserve.toy.executors import EXECUTORS
 
 
 def test_an_executor_failure_mid_stream_ends_the_stream_with_an_error_event(gateway):
@@ -81,3 +88,24 @@ def test_unknown_routes_and_methods_are_errors_as_data(gateway):
     assert missing.status_code == 404 and missing.json()["error"]["message"] == "Not Found"
     wrong = gateway.get("/v1/apps/answer/invoke")
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == 405
+
+
+def test_a_client_that_leaves_mid_stream_cancels_its_request(serve_gateway):
+    async def stalling_llm(task, request):
+        yield "first"
+        if "stall" in request.prompt:
+            await asyncio.Event().wait()  # never set: the stream stalls after one token
+
+    app = create_gateway(LocalRuntime({**EXECUTORS, "llm": stalling_llm}), admin_token=TOKEN)
+    with serve_gateway(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        assert client.post("/admin/apps", json={"name": "omni", "source": OMNI}, headers=ADMIN).status_code == 201
+        with client.stream("POST", "/v1/apps/omni/invoke", json=chat_body("stall")) as response:
+            first = next(response.iter_lines())
+            assert json.loads(first[6:])["text"] == "first"
+        # Leaving cancels the request's serve(); how far cancellation reaches into executors is the runtime's part.
+        deadline = time.monotonic() + 10
+        counted = 'prismserve_requests_total{app="omni",request_type="text",status="cancelled"} 1.0'
+        while counted not in client.get("/metrics").text:
+            assert time.monotonic() < deadline, "the request was not counted as cancelled"
+            time.sleep(0.02)
+        assert client.post("/v1/apps/omni/invoke", json=chat_body("next")).text.endswith("data: [DONE]\n\n")

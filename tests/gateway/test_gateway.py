@@ -200,6 +200,17 @@ def test_openai_client_gets_text_and_audio(chat):
     assert message.audio.transcript == message.content
 
 
+def test_openai_client_can_ask_for_raw_pcm16(chat):
+    completion = chat.chat.completions.create(
+        model="omni",
+        modalities=["text", "audio"],
+        audio={"voice": "alloy", "format": "pcm16"},
+        messages=[{"role": "user", "content": "two words"}],
+    )
+    # One 4-byte chunk per token, each byte the token's length: "[0 media, 0.000]", "user:", "two", "words".
+    assert base64.b64decode(completion.choices[0].message.audio.data) == b"".join(bytes([n]) * 4 for n in (16, 5, 3, 5))
+
+
 def test_openai_client_streams_audio_deltas(chat):
     stream = chat.chat.completions.create(
         model="omni", modalities=["text", "audio"], messages=[{"role": "user", "content": "say it"}], stream=True
