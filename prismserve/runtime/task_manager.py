@@ -42,6 +42,10 @@ class Replica:
     spec: ExecutorSpec | None = None
 
 
+class ReplicaStartError(RuntimeError):
+    """A replica's actor did not come up."""
+
+
 class NoReplicaError(RuntimeError):
     """A deployment has no replica that can take an invocation."""
 
@@ -55,6 +59,7 @@ class TaskManager:
         self.spec = spec
         self.slab_bytes = slab_bytes
         self.replicas: list[Replica] = []
+        self.start_timeout_s = 120.0
         self._next = 0
 
     @property
@@ -90,7 +95,12 @@ class TaskManager:
             ),
         ).remote(self.key, self.task, self.spec, self.slab_bytes)
         replica.spec = self.spec
-        replica.info = await replica.handle.start.remote()
+        try:
+            replica.info = await asyncio.wait_for(replica.handle.start.remote(), self.start_timeout_s)
+        except asyncio.TimeoutError:
+            raise ReplicaStartError(
+                f"replica {replica.id} of {self.name} did not start within {self.start_timeout_s:.0f} s"
+            ) from None
         replica.healthy = True
 
     def restart(self, replica: Replica, reason: str = "it failed") -> asyncio.Task[None]:
@@ -105,7 +115,10 @@ class TaskManager:
         await _stop(replica.handle)
         replica.restarts += 1
         replica.in_flight = 0
-        await self._start(replica)
+        try:
+            await self._start(replica)
+        except Exception:  # noqa: BLE001 - stays unhealthy; the health check tries again
+            log.exception("replica %d of %s failed to restart", replica.id, self.name)
 
     async def respec(self, spec: ExecutorSpec) -> None:
         """Use a new executor spec: replicas started with another one are replaced."""
@@ -114,9 +127,11 @@ class TaskManager:
         await asyncio.gather(*(self.restart(r, "its executor spec changed") for r in stale))
 
     async def check_health(self, timeout_s: float) -> None:
-        """Ping every healthy replica; restart those that do not answer in time."""
+        """Ping every healthy replica; restart those that do not answer in time, or failed to restart."""
         for replica in list(self.replicas):
             if not replica.healthy:
+                if replica.starting is not None and replica.starting.done():
+                    self.restart(replica, "its last restart failed")
                 continue
             try:
                 await asyncio.wait_for(replica.handle.health.remote(), timeout_s)

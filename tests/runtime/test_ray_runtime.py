@@ -33,9 +33,10 @@ def run(scenario):
         runtime = RayRuntime(values=VALUES, health_interval_s=0.5)
         await runtime.start()
         try:
-            return await scenario(runtime)
+            # A hang fails here, with the traceback of where the scenario was waiting.
+            return await asyncio.wait_for(scenario(runtime), 120)
         finally:
-            await runtime.close()
+            await asyncio.wait_for(runtime.close(), 60)
 
     return asyncio.run(main())
 
