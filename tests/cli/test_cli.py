@@ -30,8 +30,8 @@ def test_console_script_is_declared():
     assert script.value == "prismserve.cli:main"
 
 
-def test_demo_prints_each_recorded_graph_and_response():
-    result = prismserve("demo")
+def test_in_process_demo_prints_each_recorded_graph_and_response():
+    result = prismserve("demo", "--in-process")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "deployments (equivalent unit tasks shared): 5" in out
@@ -45,10 +45,23 @@ def test_demo_prints_each_recorded_graph_and_response():
     assert ", 9 audio chunks" in out
 
 
+def test_server_demo_answers_chat_requests_over_http():
+    """The README's main job: the toy Omni app on the Ray runtime with declared GPUs, via the gateway."""
+    result = prismserve("demo", "--fake-gpus", "6")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Ray runtime with 6 declared GPUs" in out
+    assert out.count(": 1 GPU on node ") == 5  # one single-replica cell per deployment
+    assert "response: '[0 media, 0.000] user: What is prismserve?'" in out
+    assert "POST /v1/chat/completions  (image+text)" in out and "response: '[2 media, " in out
+    assert "POST /v1/chat/completions  (audio+text->audio)" in out
+    assert "#3 VocoderTask" in out and "samples at 24000 Hz" in out
+
+
 def test_demo_json_prints_graphs_that_parse():
     import json
 
-    result = prismserve("demo", "--json")
+    result = prismserve("demo", "--in-process", "--json")
     assert result.returncode == 0, result.stderr
     docs = []
     decoder = json.JSONDecoder()
