@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from prismserve.app import App
 from prismserve.app.chat import AudioPart, ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ImagePart, TextPart
+from prismserve.gateway.chat import check_chat_request, speaks_chat
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import parse_json, read_body, sse_event, state
-from prismserve.gateway.chat import check_chat_request, speaks_chat
 from prismserve.gateway.media import decode_base64, image_from_url, wav_bytes
 from prismserve.gateway.serving import Served, find_app, serving
 
