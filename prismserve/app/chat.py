@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from prismserve.task import TaskInput
 
 Modality = Literal["text", "audio"]
+
+# Bytes (media in, audio out) travel as base64 in JSON.
+_BASE64 = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
 
 class TextPart(BaseModel):
@@ -25,6 +28,8 @@ class TextPart(BaseModel):
 class ImagePart(BaseModel):
     """An encoded image (PNG, JPEG …) in a message."""
 
+    model_config = _BASE64
+
     type: Literal["image"] = "image"
     data: bytes
     mime_type: str = "image/png"
@@ -32,6 +37,8 @@ class ImagePart(BaseModel):
 
 class AudioPart(BaseModel):
     """An encoded audio clip (WAV, MP3 …) in a message."""
+
+    model_config = _BASE64
 
     type: Literal["audio"] = "audio"
     data: bytes
@@ -55,6 +62,8 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(TaskInput):
     """A multimodal chat request: messages with text, images and audio; text and/or audio out."""
+
+    model_config = _BASE64
 
     messages: list[ChatMessage] = Field(min_length=1)
     modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1)
@@ -110,6 +119,8 @@ class ChatRequest(TaskInput):
 class ChatChunk(BaseModel):
     """A piece of a streamed answer: a text delta, or audio (16-bit mono PCM at `sample_rate`)."""
 
+    model_config = _BASE64
+
     text: str | None = None
     audio: bytes | None = None
     sample_rate: int = 24000
@@ -117,6 +128,8 @@ class ChatChunk(BaseModel):
 
 class ChatCompletion(BaseModel):
     """A whole answer: text, and audio (16-bit mono PCM) when asked for."""
+
+    model_config = _BASE64
 
     text: str
     audio: bytes | None = None

@@ -30,5 +30,6 @@ def connect(address: str | None = None, *, fake_gpus: int | None = None, num_cpu
             raise ValueError("--fake-gpus applies to a local Ray only; declare GPUs when starting the cluster's nodes")
         ray.init(address=address, **options)
     else:
-        ray.init(num_gpus=fake_gpus, num_cpus=num_cpus, _node_ip_address="127.0.0.1", **options)
+        # "local" starts a new Ray even when another one runs on this machine (or RAY_ADDRESS is set).
+        ray.init(address="local", num_gpus=fake_gpus, num_cpus=num_cpus, _node_ip_address="127.0.0.1", **options)
     return True

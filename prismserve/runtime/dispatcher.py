@@ -88,6 +88,7 @@ class RayDispatcher:
             except NoReplicaError as exc:
                 raise DispatchError(f"call #{node.index} ({manager.name}) cannot run: {exc}") from None
             picked.append((manager, replica))
+        for _, replica in picked:
             replica.in_flight += 1
         refs: list[Any] = [None] * len(nodes)
         # Invocations at the same depth on the same replica are independent: one Ray call runs them all.
