@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from prismserve.offline import TELEMETRY_OFF, disable_telemetry
 
@@ -20,10 +21,13 @@ def connect(address: str | None = None, *, fake_gpus: int | None = None, num_cpu
 
     if ray.is_initialized():
         return False
+    env = dict(TELEMETRY_OFF)
+    if "OTEL_EXPORTER_OTLP_ENDPOINT" in os.environ:  # replicas export their spans there too
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     options = {
         "include_dashboard": False,
         "logging_level": logging.WARNING,
-        "runtime_env": {"env_vars": dict(TELEMETRY_OFF)},
+        "runtime_env": {"env_vars": env},
     }
     if address:
         if fake_gpus is not None:

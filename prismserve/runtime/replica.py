@@ -76,6 +76,9 @@ class ExecutorReplica:
         """Build and load the executor; returns where the replica runs."""
         import ray
 
+        from prismserve.observability import setup_tracing
+
+        setup_tracing("prismserve-executor")  # exports only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         context = ray.get_runtime_context()
         self._me = context.current_actor
         self._node = context.get_node_id()
