@@ -5,17 +5,17 @@
 - `mixture_for_target`: the fewest GPUs reaching a target rate. Exact, unlike the paper's greedy
   Algorithm 2 (`greedy_mixture`, kept as a baseline; papers/NOTES.md has a counterexample).
 - `mixture_for_budget`: the most throughput for N GPUs, by binary decomposition of N.
-- `replan`: a new mixture that keeps the cells both mixtures share.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prismserve.planner.errors import InfeasibleError, SpecError
-from prismserve.planner.milp import Solution, ceil_div, max_throughput
+from prismserve.planner.milp import Solution, max_throughput
 from prismserve.planner.throughput import Model
 
 
@@ -57,12 +57,14 @@ def plan_cells(model: Model, max_exponent: int = 6) -> list[Cell]:
 def mixture_for_target(cells: list[Cell], target: float) -> Counter[int]:
     """Fewest GPUs whose cells reach `target` req/s: cell size -> count (exact).
 
-    Per-GPU throughput grows with cell size among efficient cells, so an optimal mixture is some
-    copies of the largest cell plus a remainder of smaller cells using fewer GPUs than one largest
-    cell; the best remainder for every GPU count below that comes from a small knapsack.
+    Kept cells get more efficient per GPU with size and their sizes divide each other, so some
+    optimum is copies of the largest cell plus smaller cells on fewer GPUs than one largest cell
+    (any smaller cells filling that many GPUs contain a subset of exactly its size, which one
+    largest cell can replace). A knapsack over those few GPU counts finds the best remainder, so
+    the time does not grow with the target. Ties go to the mixture with more throughput.
     """
-    if not target > 0:
-        raise SpecError(f"the target throughput must be > 0 req/s, got {target}")
+    if not (target > 0 and math.isfinite(target)):
+        raise SpecError(f"the target throughput must be a finite number > 0 req/s, got {target}")
     largest = cells[-1]
     best_small = _best_with_smaller(cells[:-1], largest.gpus - 1)
     choice: tuple[int, float, Counter[int]] | None = None
@@ -139,7 +141,6 @@ def mixture_throughput(cells: list[Cell], mix: Counter[int]) -> float:
     return sum(by_size[size].throughput * count for size, count in mix.items())
 
 
-def replan(old: Counter[int], new: Counter[int]) -> tuple[Counter[int], Counter[int], Counter[int]]:
-    """(kept, added, removed) cells when moving from mixture `old` to `new`: identical cells stay up."""
-    kept = old & new
-    return kept, new - kept, old - kept
+def ceil_div(a: float, b: float) -> int:
+    """⌈a / b⌉ for positive b, robust to float noise."""
+    return max(0, math.ceil(a / b - 1e-9))

@@ -1,68 +1,105 @@
-"""`prismserve plan SPEC (--gpus N | --target-rps R) [--json]`."""
+"""`prismserve plan SPEC (--gpus N | --target-rps R) [--json] [--topology] [--current PLAN.json]`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 
 def add_plan_command(sub: argparse._SubParsersAction) -> None:
-    """Register the `plan` subcommand."""
-    plan = sub.add_parser("plan", help="plan cells, replicas and routing for a model spec (YAML or JSON)")
-    plan.add_argument("spec", metavar="SPEC", help="plan spec file (see docs/planner.md)")
+    """Register the `plan` subcommand on the `prismserve` subparsers."""
+    plan = sub.add_parser(
+        "plan",
+        help="plan cells, replicas and routing for a model spec (YAML or JSON)",
+        description="Plan power-of-two cells of executor replicas and request-static routing for a plan spec "
+        "(docs/planner.md): the most throughput for N GPUs, or the fewest GPUs for a target rate.",
+    )
+    plan.add_argument("spec", metavar="SPEC", help="plan spec file, .yaml or .json (see docs/planner.md)")
     goal = plan.add_mutually_exclusive_group(required=True)
-    goal.add_argument("--gpus", type=int, help="maximise throughput on this many GPUs")
-    goal.add_argument("--target-rps", type=float, help="use the fewest GPUs that sustain this many requests/s")
-    plan.add_argument("--max-cell-exponent", type=int, default=6, help="largest cell is 2^K GPUs (default 6: 64)")
-    plan.add_argument("--topology", action="store_true", help="plan on the spec's nodes and bandwidth (small clusters)")
+    goal.add_argument("--gpus", type=int, metavar="N", help="maximise throughput on N GPUs")
+    goal.add_argument("--target-rps", type=float, metavar="R", help="use the fewest GPUs that sustain R requests/s")
+    plan.add_argument(
+        "--max-cell-exponent", type=int, default=6, metavar="K", help="the largest cell is 2^K GPUs (default 6: 64 GPUs)"
+    )
+    plan.add_argument(
+        "--topology",
+        action="store_true",
+        help="plan on the spec's nodes and links instead of cells (topology-aware MILP; small clusters)",
+    )
+    plan.add_argument(
+        "--current",
+        metavar="PLAN.json",
+        help="with --target-rps: the running plan (a `--json` output); report the cells to keep, add and remove",
+    )
     plan.add_argument("--json", action="store_true", help="print exactly one JSON object")
     plan.set_defaults(func=run_plan)
 
 
 def run_plan(args: argparse.Namespace) -> int:
     """Run the planner as asked; errors are one line on stderr and exit code 2."""
-    from prismserve.planner import PlannerError, build_model, load_spec, plan_for_budget, plan_for_target
-    from prismserve.planner.milp import max_throughput_on_topology
-    from prismserve.planner.plan import CellPlan, Plan, path_probabilities
+    from prismserve.planner import (
+        PlannerError,
+        load_plan,
+        load_spec,
+        plan_changes,
+        plan_for_budget,
+        plan_for_target,
+        plan_on_topology,
+    )
 
     try:
+        if args.gpus is not None and args.gpus < 1:
+            raise PlannerError(f"--gpus must be at least 1, got {args.gpus}")
+        if args.target_rps is not None and not (args.target_rps > 0 and math.isfinite(args.target_rps)):
+            raise PlannerError(f"--target-rps must be a finite number > 0, got {args.target_rps}")
+        if args.current and args.target_rps is None:
+            raise PlannerError("--current re-plans for a new target: give --target-rps too")
+        if args.current and args.topology:
+            raise PlannerError("--current compares cell mixtures; it does not apply to --topology plans")
+        current = load_plan(args.current) if args.current else None
         spec = load_spec(args.spec)
         if args.topology:
-            model = build_model(spec)
-            solution = max_throughput_on_topology(model)
-            plan = Plan(
-                gpus=solution.gpus,
-                throughput=solution.throughput,
-                cells=[
-                    CellPlan(gpus=sum(spec.executor(s).gpus * n for s, n in replicas.items()), throughput=0.0, count=1, replicas=replicas)
-                    for replicas in solution.placement.values()
-                ],
-                routing=path_probabilities(model, [(1.0, solution.rates)]),
-            )
+            plan = plan_on_topology(spec, gpus=args.gpus, rps=args.target_rps)
         elif args.gpus is not None:
-            if args.gpus < 1:
-                raise PlannerError(f"--gpus must be >= 1, got {args.gpus}")
             plan = plan_for_budget(spec, args.gpus, args.max_cell_exponent)
         else:
             plan = plan_for_target(spec, args.target_rps, args.max_cell_exponent)
+        change = plan_changes(current, plan) if current is not None else None
     except PlannerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(plan.to_json_dict()))
+        data = plan.to_json_dict()
+        if change is not None:
+            data["changes"] = {
+                key: [cell.model_dump(exclude_none=True) for cell in cells]
+                for key, cells in (("keep", change.keep), ("add", change.add), ("remove", change.remove))
+            }
+        print(json.dumps(data))
     else:
-        print(_table(plan))
+        print(_table(plan, change))
     return 0
 
 
-def _table(plan) -> str:
-    lines = [f"plan: {plan.gpus} GPUs, {plan.throughput:.3f} req/s predicted", "", "cells:"]
-    lines.append(f"  {'count':>5} {'GPUs':>5} {'req/s':>10}  replicas")
-    for cell in plan.cells:
+def _cells(cells) -> list[str]:
+    lines = [f"  {'count':>5} {'GPUs':>5} {'req/s':>10}  replicas"]
+    for cell in cells:
+        where = f"node {cell.node}: " if cell.node else ""
         replicas = ", ".join(f"{name} x{n}" for name, n in cell.replicas.items())
-        lines.append(f"  {cell.count:>5} {cell.gpus:>5} {cell.throughput:>10.3f}  {replicas}")
+        lines.append(f"  {cell.count:>5} {cell.gpus:>5} {cell.throughput:>10.3f}  {where}{replicas}")
+    return lines
+
+
+def _table(plan, change=None) -> str:
+    lines = [f"plan: {plan.gpus} GPUs, {plan.throughput:.3f} req/s predicted", ""]
+    lines += ["nodes:" if any(c.node for c in plan.cells) else "cells:", *_cells(plan.cells)]
     lines += ["", "routing (probability of each path per request type):"]
     for request_type, paths in plan.routing.items():
-        lines.append(f"  {request_type}: " + ", ".join(f"{path} {p:.3f}" for path, p in paths.items()))
+        ranked = sorted(paths.items(), key=lambda item: -item[1])
+        lines.append(f"  {request_type}: " + ", ".join(f"{path} {p:.3f}" for path, p in ranked))
+    if change is not None:
+        for title, cells in (("keep (identical cells stay up)", change.keep), ("add", change.add), ("remove", change.remove)):
+            lines += ["", f"{title}:", *(_cells(cells) if cells else ["  none"])]
     return "\n".join(lines)

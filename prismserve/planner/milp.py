@@ -1,213 +1,242 @@
 """The planner's MILPs (000 §4.3, Appendices A and B), solved with HiGHS.
 
-Variables: integer replicas `r_s` per executor, continuous rates `x[t,p]` per type and path.
+Variables: integer replicas `r_s` per executor, and continuous rates. Appendix B puts a rate
+`x[t,p]` on every valid path; the number of paths grows exponentially with the components
+(820 for a 6-component Omni spec), so here the rates are flows on the hops of each type's route
+graph (`paths.RouteGraph`): a hop's flow is the summed rate of the paths through it, flow is
+conserved at every intermediate state, and any such flow splits back into path rates with the
+same load on every executor. The optimum is the same; `Solution.rates` holds the path rates.
+
 Capacity (Appendix B, eq. 11/14 — eq. 9's product is a typo for this quotient):
-`Σ_{t,p} x[t,p] / w[s,t,p] ≤ r_s`.
+`Σ_{t,p} x[t,p] / w[s,t,p] ≤ r_s`, i.e. the seconds of work per second on `s` fit its replicas.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Hashable
 
 import highspy
-import numpy as np
 
 from prismserve.planner.errors import InfeasibleError, SpecError
+from prismserve.planner.paths import path_name
 from prismserve.planner.throughput import Model
 
 _INF = highspy.kHighsInf
-_EPS = 1e-9
 
 
 @dataclass
 class Solution:
-    """A deployment: replicas per executor and the rate of each request type on each of its paths."""
+    """A deployment: replicas per executor and the planned rate of each request type on each path."""
 
     throughput: float
     replicas: dict[str, int]
-    rates: dict[tuple[str, int], float] = field(default_factory=dict)  # (type, path index) -> req/s
+    rates: dict[tuple[str, str], float] = field(default_factory=dict)  # (type, path name) -> req/s
     gpus: int = 0
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> executor -> replicas
+    entering: dict[str, float] = field(default_factory=dict)  # node -> req/s whose first hop runs there
 
 
 class _Program:
-    """One MILP over a model: r_s (integer) then x[t,p] columns, optionally R last."""
+    """A sparse MILP built row by row, then handed to HiGHS in one piece."""
 
-    def __init__(self, model: Model, with_rate: bool) -> None:
-        self.model = model
-        self.h = highspy.Highs()
-        self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("mip_rel_gap", 0.0)
-        self.executors = [e.name for e in model.spec.executors]
-        self.pairs = [(t, p) for t, paths in model.paths.items() for p in range(len(paths))]
-        n = len(self.executors) + len(self.pairs) + (1 if with_rate else 0)
-        self.h.addVars(n, np.zeros(n), np.full(n, _INF))
-        count = len(self.executors)
-        self.h.changeColsIntegrality(count, np.arange(count), np.array([highspy.HighsVarType.kInteger] * count))
-        self.rate_col = n - 1 if with_rate else None
-        x0 = len(self.executors)
-        # capacity: Σ x/w - r_s ≤ 0
-        for i, s in enumerate(self.executors):
-            cols, vals = [i], [-1.0]
-            for j, (t, p) in enumerate(self.pairs):
-                seconds = model.work.get((s, t, p), 0.0)
-                if seconds:
-                    cols.append(x0 + j)
-                    vals.append(seconds)
-            self.h.addRow(-_INF, 0.0, len(cols), np.array(cols), np.array(vals))
+    def __init__(self) -> None:
+        self.cost: list[float] = []
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.integer: list[bool] = []
+        self.row_lower: list[float] = []
+        self.row_upper: list[float] = []
+        self.starts: list[int] = [0]
+        self.index: list[int] = []
+        self.value: list[float] = []
+        self.h: highspy.Highs | None = None
 
-    def demand_rows(self, target: float | None) -> None:
-        """Σ_p x[t,p] = π_t R (R fixed to `target`, or the R column)."""
-        x0 = len(self.executors)
-        for request_type in self.model.spec.request_types:
-            cols = [x0 + j for j, (t, _) in enumerate(self.pairs) if t == request_type.name]
-            vals = [1.0] * len(cols)
-            if target is None:
-                cols.append(self.rate_col)
-                vals.append(-request_type.share)
-                self.h.addRow(0.0, 0.0, len(cols), np.array(cols), np.array(vals))
-            else:
-                rate = request_type.share * target
-                self.h.addRow(rate, rate, len(cols), np.array(cols), np.array(vals))
+    def column(self, integer: bool = False, upper: float = _INF) -> int:
+        self.cost.append(0.0)
+        self.lower.append(0.0)
+        self.upper.append(upper)
+        self.integer.append(integer)
+        return len(self.cost) - 1
 
-    def gpu_row(self, lower: float, upper: float) -> None:
-        """lower ≤ Σ c_s r_s ≤ upper."""
-        gpus = [self.model.spec.executor(s).gpus for s in self.executors]
-        self.h.addRow(lower, upper, len(gpus), np.arange(len(gpus)), np.array(gpus, dtype=float))
+    def row(self, lower: float, upper: float, entries: dict[int, float]) -> None:
+        self.row_lower.append(lower)
+        self.row_upper.append(upper)
+        for col, val in entries.items():
+            if val:
+                self.index.append(col)
+                self.value.append(val)
+        self.starts.append(len(self.index))
 
-    def objective(self, costs: dict[int, float], maximize: bool) -> None:
-        cols = np.array(list(costs), dtype=np.int32)
-        self.h.changeColsCost(len(cols), cols, np.array(list(costs.values())))
-        self.h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize)
+    def build(self, maximize: bool) -> highspy.Highs:
+        lp = highspy.HighsLp()
+        lp.num_col_ = len(self.cost)
+        lp.num_row_ = len(self.row_lower)
+        lp.col_cost_ = self.cost
+        lp.col_lower_ = self.lower
+        lp.col_upper_ = self.upper
+        lp.row_lower_ = self.row_lower
+        lp.row_upper_ = self.row_upper
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.num_col_ = lp.num_col_
+        lp.a_matrix_.num_row_ = lp.num_row_
+        lp.a_matrix_.start_ = self.starts
+        lp.a_matrix_.index_ = self.index
+        lp.a_matrix_.value_ = self.value
+        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in self.integer]
+        lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_abs_gap", 1e-9)
+        h.passModel(lp)
+        self.h = h
+        return h
 
     def solve(self) -> list[float] | None:
+        assert self.h is not None
         self.h.run()
         if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             return None
         return list(self.h.getSolution().col_value)
 
+    def restart(self, values: list[float], costs: dict[int, float], maximize: bool) -> None:
+        """A new objective on the same constraints, starting from a known feasible solution."""
+        assert self.h is not None
+        n = len(self.cost)
+        full = [costs.get(j, 0.0) for j in range(n)]
+        self.h.changeColsCost(n, list(range(n)), full)
+        self.h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize)
+        start = highspy.HighsSolution()
+        start.col_value = list(values)
+        start.value_valid = True
+        self.h.setSolution(start)
+
+
+def split_paths(
+    edges: list[tuple[Hashable, Hashable, str, float]], start: Hashable, end: Hashable, total: float
+) -> dict[str, float]:
+    """Path rates from hop flows: at each state, split in proportion to the flows leaving it.
+
+    This is 000 Figure 5's reading: per-hop splits (7:3, then 5:2) multiply along a path, and the
+    path rates put exactly the planned flow on every hop. `edges` are (source, target, executor, flow).
+    """
+    if total <= 0:
+        return {}
+    noise = 1e-9 * total  # flows the solver leaves at rounding noise are not routes
+    out: dict[Hashable, list[tuple[Hashable, str, float]]] = {}
+    for source, target, executor, flow in edges:
+        if flow > noise:
+            out.setdefault(source, []).append((target, executor, flow))
+    rates: dict[str, float] = {}
+    stack: list[tuple[Hashable, float, tuple[str, ...]]] = [(start, 1.0, ())]
+    while stack:
+        state, probability, names = stack.pop()
+        if state == end:
+            name = path_name(names)
+            rates[name] = rates.get(name, 0.0) + total * probability
+            continue
+        leaving = out.get(state, [])
+        outflow = sum(flow for _, _, flow in leaving)
+        for target, executor, flow in leaving:
+            share = probability * flow / outflow
+            if share * total > noise:
+                stack.append((target, share, (*names, executor)))
+    return rates
+
+
+class _Routes:
+    """The no-topology MILP: r_s, then one flow column per hop of every type."""
+
+    def __init__(self, model: Model, budget: int | None, target: float | None) -> None:
+        self.model = model
+        self.program = p = _Program()
+        self.executors = list(model.gpus)
+        self.r = {s: p.column(integer=True, upper=budget // model.gpus[s] if budget is not None else _INF) for s in self.executors}
+        self.rate = p.column() if target is None else None
+        self.flows: dict[str, list[tuple[object, int]]] = {}
+        load: dict[str, dict[int, float]] = {s: {self.r[s]: -1.0} for s in self.executors}
+        for request_type in model.spec.request_types:
+            graph = model.graphs[request_type.name]
+            columns = []
+            inflow: dict[int, dict[int, float]] = {}
+            for hop in graph.hops:
+                col = p.column()
+                columns.append((hop, col))
+                load[hop.executor][col] = model.seconds(hop.executor, hop.role)
+                inflow.setdefault(hop.target, {})[col] = 1.0
+                inflow.setdefault(hop.source, {})[col] = -1.0
+            self.flows[request_type.name] = columns
+            # Σ flow out of the start = π_t R: the type's rate enters its route graph.
+            demand = {col: 1.0 for hop, col in columns if hop.source == graph.start}
+            if target is None:
+                demand[self.rate] = -request_type.share
+                p.row(0.0, 0.0, demand)
+            else:
+                p.row(request_type.share * target, request_type.share * target, demand)
+            for state, entries in inflow.items():
+                if state not in (graph.start, graph.end):
+                    p.row(0.0, 0.0, entries)
+        for s in self.executors:
+            p.row(-_INF, 0.0, load[s])
+        if budget is not None:
+            p.row(-_INF, float(budget), {self.r[s]: float(model.gpus[s]) for s in self.executors})
+
+    def gpu_costs(self) -> dict[int, float]:
+        return {self.r[s]: float(self.model.gpus[s]) for s in self.executors}
+
     def solution(self, values: list[float], throughput: float) -> Solution:
-        replicas = {s: int(round(values[i])) for i, s in enumerate(self.executors)}
-        x0 = len(self.executors)
-        rates = {pair: max(0.0, values[x0 + j]) for j, pair in enumerate(self.pairs)}
-        gpus = sum(self.model.spec.executor(s).gpus * n for s, n in replicas.items())
+        replicas = {s: int(round(values[self.r[s]])) for s in self.executors}
+        rates: dict[tuple[str, str], float] = {}
+        for request_type in self.model.spec.request_types:
+            graph = self.model.graphs[request_type.name]
+            edges = [(hop.source, hop.target, hop.executor, max(0.0, values[col])) for hop, col in self.flows[request_type.name]]
+            for name, rate in split_paths(edges, graph.start, graph.end, request_type.share * throughput).items():
+                rates[(request_type.name, name)] = rate
+        gpus = sum(self.model.gpus[s] * n for s, n in replicas.items())
         return Solution(throughput, {s: n for s, n in replicas.items() if n}, rates, gpus)
 
 
 def max_throughput(model: Model, budget: int) -> Solution:
     """Highest throughput with at most `budget` GPUs (Appendix B), then the fewest GPUs reaching it."""
-    program = _Program(model, with_rate=True)
-    program.demand_rows(None)
-    program.gpu_row(-_INF, budget)
-    program.objective({program.rate_col: 1.0}, maximize=True)
+    routes = _Routes(model, budget, None)
+    program = routes.program
+    program.cost[routes.rate] = 1.0
+    program.build(maximize=True)
     values = program.solve()
     if values is None:
         raise InfeasibleError(f"the solver found no deployment for {budget} GPUs")
-    best = values[program.rate_col]
-    if best <= _EPS:
+    best = values[routes.rate]
+    if best <= 1e-9:
         return Solution(0.0, {}, {}, 0)
-    # Among deployments reaching that throughput, use the fewest GPUs (the first is a feasible start).
-    leanest = min_gpus(model, best * (1 - 1e-9), start=values[: program.rate_col])
-    leanest.throughput = best
-    return leanest
+    # Among deployments reaching that throughput, the fewest GPUs: no idle replicas in the plan.
+    leanest = _fewest_gpus_at(program, routes.rate, values, best, routes.gpu_costs())
+    return routes.solution(leanest, best)
 
 
-def min_gpus(model: Model, target: float, start: list[float] | None = None) -> Solution:
-    """Fewest GPUs sustaining `target` req/s (Appendix B, first variant); `start` is a known solution."""
-    if not target > 0:
-        raise SpecError(f"the target throughput must be > 0 req/s, got {target}")
-    program = _Program(model, with_rate=False)
-    program.demand_rows(target)
-    program.objective({i: float(model.spec.executor(s).gpus) for i, s in enumerate(program.executors)}, maximize=False)
-    if start is not None:
-        initial = highspy.HighsSolution()
-        initial.col_value = list(start)
-        initial.value_valid = True
-        program.h.setSolution(initial)
+def _fewest_gpus_at(program: _Program, rate_col: int, values: list[float], best: float, costs: dict[int, float]) -> list[float]:
+    """Re-solve with R pinned to `best`, minimising GPUs, from the first solve's solution."""
+    program.restart(values, costs, maximize=False)
+    # R pinned exactly, and if rounding makes that infeasible, a hair below.
+    for lower in (best, best * (1 - 1e-9)):
+        program.h.changeColBounds(rate_col, lower, best)
+        leanest = program.solve()
+        if leanest is not None:
+            return leanest
+    return values
+
+
+def min_gpus(model: Model, target: float) -> Solution:
+    """Fewest GPUs sustaining `target` req/s (Appendix B, first variant)."""
+    if not (target > 0 and math.isfinite(target)):
+        raise SpecError(f"the target throughput must be a finite number > 0 req/s, got {target}")
+    routes = _Routes(model, None, target)
+    program = routes.program
+    for col, cost in routes.gpu_costs().items():
+        program.cost[col] = cost
+    program.build(maximize=False)
     values = program.solve()
     if values is None:
         raise InfeasibleError(f"no deployment sustains {target:g} req/s")
-    return program.solution(values, target)
-
-
-def max_throughput_on_topology(model: Model) -> Solution:
-    """Highest throughput on the spec's nodes with their bandwidth (the topology-aware MILP, Appendix A).
-
-    Appendix A's flows `f` are not tied to where replicas run, which makes its bandwidth constraint
-    vacuous. Here each path's rate is split over assignments of its executors to nodes: the work of
-    executor s on node h is bounded by its replicas there, GPUs by each node's, and the bytes sent
-    between executors on different nodes by the bandwidth of that node pair.
-    """
-    topology = model.spec.topology
-    if topology is None:
-        raise SpecError("topology-aware planning needs a `topology` section in the spec")
-    nodes = [n.name for n in topology.nodes]
-    executors = [e.name for e in model.spec.executors]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("mip_rel_gap", 0.0)
-    y = {(s, n): k for k, (s, n) in enumerate(itertools.product(executors, nodes))}
-    columns: list[tuple[str, int, tuple[str, ...]]] = []
-    for t, paths in model.paths.items():
-        for p, path in enumerate(paths):
-            columns.extend((t, p, a) for a in itertools.product(nodes, repeat=len(path.executors)))
-    n_cols = len(y) + len(columns) + 1
-    rate = n_cols - 1
-    h.addVars(n_cols, np.zeros(n_cols), np.full(n_cols, _INF))
-    h.changeColsIntegrality(len(y), np.arange(len(y)), np.array([highspy.HighsVarType.kInteger] * len(y)))
-    x0 = len(y)
-    for request_type in model.spec.request_types:
-        cols = [x0 + j for j, (t, _, _) in enumerate(columns) if t == request_type.name] + [rate]
-        vals = [1.0] * (len(cols) - 1) + [-request_type.share]
-        h.addRow(0.0, 0.0, len(cols), np.array(cols), np.array(vals))
-    for (s, node), k in y.items():
-        cols, vals = [k], [-1.0]
-        for j, (t, p, assignment) in enumerate(columns):
-            path = model.paths[t][p]
-            if s in path.executors and assignment[path.executors.index(s)] == node:
-                cols.append(x0 + j)
-                vals.append(model.work.get((s, t, p), 0.0))
-        h.addRow(-_INF, 0.0, len(cols), np.array(cols), np.array(vals))
-    for node in topology.nodes:
-        cols = [y[(s, node.name)] for s in executors]
-        vals = [float(model.spec.executor(s).gpus) for s in executors]
-        h.addRow(-_INF, node.gpus, len(cols), np.array(cols), np.array(vals))
-    for a, b in itertools.combinations(nodes, 2):
-        cols, vals = [], []
-        for j, (t, p, assignment) in enumerate(columns):
-            path = model.paths[t][p].executors
-            sent = sum(
-                topology.edge_bytes.get(f"{path[i]}->{path[i + 1]}", 0.0)
-                for i in range(len(path) - 1)
-                if {assignment[i], assignment[i + 1]} == {a, b}
-            )
-            if sent:
-                cols.append(x0 + j)
-                vals.append(sent)
-        if cols:
-            h.addRow(-_INF, topology.bandwidth, len(cols), np.array(cols), np.array(vals))
-    h.changeColsCost(1, np.array([rate]), np.array([1.0]))
-    h.changeObjectiveSense(highspy.ObjSense.kMaximize)
-    h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        raise InfeasibleError("the topology-aware problem has no solution")
-    values = list(h.getSolution().col_value)
-    replicas: dict[str, int] = {}
-    placement: dict[str, dict[str, int]] = {}
-    for (s, node), k in y.items():
-        count = int(round(values[k]))
-        if count:
-            replicas[s] = replicas.get(s, 0) + count
-            placement.setdefault(node, {})[s] = count
-    rates: dict[tuple[str, int], float] = {}
-    for j, (t, p, _) in enumerate(columns):
-        rates[(t, p)] = rates.get((t, p), 0.0) + max(0.0, values[x0 + j])
-    gpus = sum(model.spec.executor(s).gpus * n for s, n in replicas.items())
-    return Solution(values[rate], replicas, rates, gpus, placement)
-
-
-def ceil_div(a: float, b: float) -> int:
-    """⌈a / b⌉ for positive b, robust to float noise."""
-    return max(0, math.ceil(a / b - 1e-9))
+    return routes.solution(values, target)

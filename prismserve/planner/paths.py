@@ -3,12 +3,19 @@
 Each executor on a path runs every component it holds that is still to run (its role,
 `Comp(s) ∩ R`); roles must be non-empty and follow model order, and every component of the
 request type runs exactly once. So `{L}` can run on a colocated `EL` (role `{L}`), while `EG`
-cannot serve `{E, L, G}` (its role `{E, G}` would run G before L).
+cannot start `{E, L, G}` (its role `{E, G}` would run G before L).
+
+A consequence the solver uses: on a valid path every role is a contiguous block of the type's
+components in model order (a skipped component could never run later), so the components done
+so far are always a prefix. A type's paths are therefore the start-to-end walks of a small DAG
+over prefix lengths whose edges are hops `(i → j, executor)`; the MILP puts a flow on each hop
+instead of a rate on each of the exponentially many paths, with the same optimum.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from prismserve.planner.errors import SpecError
 from prismserve.planner.spec import PlanSpec, RequestType
@@ -24,77 +31,121 @@ class Path:
     @property
     def name(self) -> str:
         """Executor names joined by `->`."""
-        return "->".join(self.executors)
+        return path_name(self.executors)
+
+
+def path_name(executors: tuple[str, ...] | list[str]) -> str:
+    """The name of a path: its executors joined by `->`."""
+    return "->".join(executors)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One executor's step on a request type's route graph: from state `source` to `target`."""
+
+    source: int
+    target: int
+    executor: str
+    role: frozenset[str]
+
+
+@dataclass
+class RouteGraph:
+    """A request type's valid paths as a DAG of hops; every start-to-end walk is a valid path.
+
+    Enumerated types use states 0..k (components done so far, a prefix). Types with explicit
+    paths get one chain of states per path, so exactly the listed paths are walks.
+    """
+
+    request_type: str
+    start: int
+    end: int
+    hops: list[Hop] = field(default_factory=list)
+
+    def out_hops(self) -> dict[int, list[Hop]]:
+        """Hops leaving each state."""
+        out: dict[int, list[Hop]] = {}
+        for hop in self.hops:
+            out.setdefault(hop.source, []).append(hop)
+        return out
+
+    def walks(self) -> Iterator[tuple[Hop, ...]]:
+        """Every start-to-end walk, depth first."""
+        out = self.out_hops()
+        stack: list[tuple[int, tuple[Hop, ...]]] = [(self.start, ())]
+        while stack:
+            state, prefix = stack.pop()
+            if state == self.end:
+                yield prefix
+                continue
+            for hop in reversed(out.get(state, [])):
+                stack.append((hop.target, (*prefix, hop)))
 
 
 def roles_of(spec: PlanSpec, request_type: RequestType, executors: list[str]) -> tuple[frozenset[str], ...] | None:
     """The role of each executor on the path, or None when the path is not valid for the type."""
-    walk = _walk(_Index(spec), request_type, executors)
-    return walk[0] if walk is not None and not walk[1] else None
-
-
-def valid_paths(spec: PlanSpec, request_type: RequestType) -> list[Path]:
-    """The type's paths: as given in the spec (checked), or every valid executor sequence."""
-    if request_type.paths is not None:
-        paths = []
-        for executors in request_type.paths:
-            for name in executors:
-                spec.executor(name)
-            roles = roles_of(spec, request_type, executors)
-            if roles is None:
-                raise SpecError(
-                    f"request type {request_type.name!r}: path {'->'.join(executors)} does not run each of "
-                    f"{request_type.components} exactly once in model order"
-                )
-            paths.append(Path(tuple(executors), roles))
-        found = paths
-    else:
-        found = []
-        _extend(_Index(spec), frozenset(request_type.components), (), (), -1, found)
-    if not found:
-        raise SpecError(
-            f"request type {request_type.name!r} has no valid path: no sequence of executors runs "
-            f"{request_type.components} in model order; add an executor that covers them"
-        )
-    return found
-
-
-class _Index:
-    """Executors' component sets and the model order, for fast path walks."""
-
-    def __init__(self, spec: PlanSpec) -> None:
-        self.order = {c: i for i, c in enumerate(spec.components)}
-        self.components = {e.name: frozenset(e.components) for e in spec.executors}
-
-
-def _walk(index: _Index, request_type: RequestType, executors: list[str]) -> tuple[tuple[frozenset[str], ...], frozenset[str]] | None:
+    order = {c: i for i, c in enumerate(spec.components)}
+    members = {e.name: frozenset(e.components) for e in spec.executors}
     remaining = frozenset(request_type.components)
     roles = []
     last = -1
     for name in executors:
-        role = index.components[name] & remaining
-        if not role or min(index.order[c] for c in role) < last:
+        role = members[name] & remaining
+        if not role or min(order[c] for c in role) < last:
             return None
         roles.append(role)
-        last = max(index.order[c] for c in role)
+        last = max(order[c] for c in role)
         remaining -= role
-    return tuple(roles), remaining
+    return tuple(roles) if not remaining else None
 
 
-def _extend(
-    index: _Index,
-    remaining: frozenset[str],
-    prefix: tuple[str, ...],
-    roles: tuple[frozenset[str], ...],
-    last: int,
-    found: list[Path],
-) -> None:
-    for name, components in index.components.items():
-        role = components & remaining
-        if not role or min(index.order[c] for c in role) < last:
-            continue
-        rest = remaining - role
-        if rest:
-            _extend(index, rest, (*prefix, name), (*roles, role), max(index.order[c] for c in role), found)
-        else:
-            found.append(Path((*prefix, name), (*roles, role)))
+def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
+    """The type's route graph: its explicit paths (checked), or every valid executor sequence."""
+    if request_type.paths is not None:
+        graph = RouteGraph(request_type.name, start=0, end=1)
+        next_state = 2
+        for executors in request_type.paths:
+            roles = roles_of(spec, request_type, executors)
+            if roles is None:
+                raise SpecError(
+                    f"request type {request_type.name!r}: path {path_name(executors)} does not run each of "
+                    f"{request_type.components} exactly once in model order; fix or remove it"
+                )
+            states = [0] + list(range(next_state, next_state + len(executors) - 1)) + [1]
+            next_state += len(executors) - 1
+            for i, (name, role) in enumerate(zip(executors, roles)):
+                graph.hops.append(Hop(states[i], states[i + 1], name, role))
+        return graph
+    ordered = sorted(request_type.components, key=spec.components.index)
+    k = len(ordered)
+    graph = RouteGraph(request_type.name, start=0, end=k)
+    candidates = []
+    for i in range(k):
+        remaining = frozenset(ordered[i:])
+        for executor in spec.executors:
+            role = frozenset(executor.components) & remaining
+            # The role must be the next contiguous block: a component it skips could never run.
+            if role and role == frozenset(ordered[i : i + len(role)]):
+                candidates.append(Hop(i, i + len(role), executor.name, role))
+    # Keep hops on some start-to-end walk, so that the solver sees no dead ends.
+    forward = {0}
+    for hop in sorted(candidates, key=lambda h: h.source):
+        if hop.source in forward:
+            forward.add(hop.target)
+    backward = {k}
+    for hop in sorted(candidates, key=lambda h: -h.target):
+        if hop.target in backward:
+            backward.add(hop.source)
+    graph.hops = [h for h in candidates if h.source in forward and h.target in backward]
+    if k not in forward:
+        raise SpecError(
+            f"request type {request_type.name!r} has no valid path: no sequence of executors runs "
+            f"{ordered} in model order; add an executor that covers them"
+        )
+    return graph
+
+
+def valid_paths(spec: PlanSpec, request_type: RequestType) -> list[Path]:
+    """The type's paths: as given in the spec (checked), or every valid executor sequence."""
+    graph = route_graph(spec, request_type)
+    return [Path(tuple(h.executor for h in walk), tuple(h.role for h in walk)) for walk in graph.walks()]

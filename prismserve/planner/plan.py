@@ -2,26 +2,43 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from prismserve.planner.cells import Cell, mixture_throughput
+from prismserve.planner.errors import SpecError
+from prismserve.planner.milp import Solution
 from prismserve.planner.throughput import Model
 
 
 class CellPlan(BaseModel):
-    """`count` cells of `gpus` GPUs, each running `replicas` and sustaining `throughput` req/s."""
+    """`count` cells of `gpus` GPUs, each running `replicas` and sustaining `throughput` req/s.
 
-    gpus: int
+    In a topology-aware plan each entry is one node (`node`), and `throughput` is the rate of the
+    requests whose first executor runs there.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    gpus: int = Field(ge=0)
     throughput: float
-    count: int
+    count: int = Field(ge=0)
     replicas: dict[str, int]
+    node: str | None = None
+
+    def same_cell(self, other: CellPlan) -> bool:
+        """Identical deployments: same size and the same replicas (the cell can stay up)."""
+        return self.gpus == other.gpus and _nonzero(self.replicas) == _nonzero(other.replicas)
 
 
 class Plan(BaseModel):
     """A deployment plan; `routing[type][path]` is the probability of each whole path (000 §5.3)."""
+
+    model_config = ConfigDict(extra="ignore")
 
     gpus: int
     throughput: float
@@ -29,33 +46,49 @@ class Plan(BaseModel):
     routing: dict[str, dict[str, float]]
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The plan as the CLI's JSON."""
-        return self.model_dump()
+        """The plan as the CLI's JSON: {gpus, throughput, cells: [{gpus, throughput, count, replicas}], routing}."""
+        data = self.model_dump()
+        for cell in data["cells"]:
+            if cell["node"] is None:
+                del cell["node"]
+        return data
 
 
-def path_probabilities(model: Model, weighted_rates: list[tuple[float, dict[tuple[str, int], float]]]) -> dict[str, dict[str, float]]:
-    """P(path | type) from planned per-path rates, summed over cells weighted by their counts.
+class PlanChange(BaseModel):
+    """Moving from one plan to another: cells that stay up, cells to start, cells to stop."""
 
-    Per-hop splits multiply along a path: a 7:3 split and then 5:2 gives the path through both
-    7/10 · 5/7 = 0.5 (000 Figure 5). Summing over the whole mixture keeps every cell at its plan.
+    keep: list[CellPlan]
+    add: list[CellPlan]
+    remove: list[CellPlan]
+
+
+def path_probabilities(model: Model, weighted: list[tuple[float, dict[tuple[str, str], float]]]) -> dict[str, dict[str, float]]:
+    """P(path | type) = x[t,p] / Σ_p' x[t,p'], over the whole mixture of cells (000 §5.3, Figure 5).
+
+    `weighted` holds (number of cells, planned path rates of one such cell). Summing over the
+    mixture — a request's cell chosen in proportion to its share of the type's rate, then its path
+    inside the cell — keeps every cell at its plan. Per-hop splits multiply along a path: a 7:3
+    split and then 5:2 gives the path through both 7/10 · 5/7 = 0.5.
     """
     routing: dict[str, dict[str, float]] = {}
-    for request_type, paths in model.paths.items():
-        totals = [sum(weight * rates.get((request_type, p), 0.0) for weight, rates in weighted_rates) for p in range(len(paths))]
-        overall = sum(totals)
-        if overall <= 0:
-            routing[request_type] = {paths[0].name: 1.0}
-            continue
-        # Rates the solver leaves at rounding noise are not paths to route to.
-        routing[request_type] = {paths[p].name: total / overall for p, total in enumerate(totals) if total > 1e-9 * overall}
+    for request_type in model.spec.request_types:
+        totals: dict[str, float] = {}
+        for weight, rates in weighted:
+            for (t, name), rate in rates.items():
+                if t == request_type.name and rate > 0:
+                    totals[name] = totals.get(name, 0.0) + weight * rate
+        overall = sum(totals.values())
+        if overall > 0:
+            routing[request_type.name] = {name: rate / overall for name, rate in totals.items()}
     return routing
 
 
 def make_plan(model: Model, cells: list[Cell], mix: Counter[int]) -> Plan:
-    """The plan for a mixture of cells."""
+    """The plan for a mixture of cells (size -> count), largest cells first."""
     by_size = {c.gpus: c for c in cells}
     chosen = [(by_size[size], count) for size, count in sorted(mix.items(), reverse=True) if count]
     return Plan(
+        # A cell occupies its whole power-of-two allocation, even when its replicas need fewer GPUs.
         gpus=sum(cell.gpus * count for cell, count in chosen),
         throughput=mixture_throughput(cells, mix),
         cells=[
@@ -64,3 +97,61 @@ def make_plan(model: Model, cells: list[Cell], mix: Counter[int]) -> Plan:
         ],
         routing=path_probabilities(model, [(count, cell.solution.rates) for cell, count in chosen]),
     )
+
+
+def topology_plan(model: Model, solution: Solution) -> Plan:
+    """A topology-aware solution as a plan: one entry per node that holds replicas."""
+    return Plan(
+        gpus=solution.gpus,
+        throughput=solution.throughput,
+        cells=[
+            CellPlan(
+                gpus=sum(model.gpus[s] * n for s, n in replicas.items()),
+                throughput=solution.entering.get(node, 0.0),
+                count=1,
+                replicas=replicas,
+                node=node,
+            )
+            for node, replicas in solution.placement.items()
+        ],
+        routing=path_probabilities(model, [(1.0, solution.rates)]),
+    )
+
+
+def plan_changes(current: Plan, new: Plan) -> PlanChange:
+    """Which cells of `current` stay up in `new` (identical size and replicas), which to add and remove."""
+    remaining = [cell.model_copy() for cell in current.cells]
+    keep, add = [], []
+    for cell in new.cells:
+        wanted = cell.count
+        for old in remaining:
+            if wanted and old.count and old.same_cell(cell):
+                kept = min(wanted, old.count)
+                keep.append(cell.model_copy(update={"count": kept}))
+                old.count -= kept
+                wanted -= kept
+        if wanted:
+            add.append(cell.model_copy(update={"count": wanted}))
+    remove = [old for old in remaining if old.count]
+    return PlanChange(keep=keep, add=add, remove=remove)
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a plan printed by `prismserve plan --json`."""
+    path = Path(path)
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: not valid JSON: {exc}") from None
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SpecError(f"{path}: not a plan (`prismserve plan --json` output): {where}: {first['msg']}") from None
+
+
+def _nonzero(replicas: dict[str, int]) -> dict[str, int]:
+    return {name: n for name, n in replicas.items() if n}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,13 @@ class ExecutorOption(BaseModel):
 
     @model_validator(mode="after")
     def _positive(self) -> ExecutorOption:
-        if not self.throughput > 0:
-            raise ValueError(f"executor {self.name!r}: throughput must be > 0 req/s, got {self.throughput}")
+        if not (self.throughput > 0 and math.isfinite(self.throughput)):
+            raise ValueError(
+                f"executor {self.name!r}: throughput must be a finite number > 0 req/s, got {self.throughput}"
+            )
+        if "->" in self.name:
+            raise ValueError(f"executor {self.name!r}: names may not contain '->', which joins executors in path names")
+        _unique(f"executor {self.name!r}: component", self.components)
         return self
 
 
@@ -39,24 +45,67 @@ class RequestType(BaseModel):
     share: float
     paths: list[list[str]] | None = None  # executor names in order; enumerated when omitted
 
+    @model_validator(mode="after")
+    def _well_formed(self) -> RequestType:
+        _unique(f"request type {self.name!r}: component", self.components)
+        if self.paths is not None:
+            if not self.paths:
+                raise ValueError(f"request type {self.name!r}: `paths` is empty; list at least one or omit it")
+            _unique(f"request type {self.name!r}: path", ["->".join(p) for p in self.paths])
+        return self
+
 
 class Node(BaseModel):
-    """A machine of the cluster (topology-aware planning)."""
+    """A machine of the cluster (topology-aware planning) and its GPU count."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str = Field(min_length=1)
     gpus: int = Field(ge=1)
 
 
+class Link(BaseModel):
+    """Bandwidth (bytes/s, each direction) between two nodes, overriding the topology's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: tuple[str, str]
+    bandwidth: float = Field(ge=0)
+
+
 class Topology(BaseModel):
-    """Nodes, inter-node bandwidth (bytes/s per node pair), and bytes per request on executor edges."""
+    """Nodes, inter-node bandwidth, and bytes per request on executor edges (000 Appendix A)."""
 
     model_config = ConfigDict(extra="forbid")
 
     nodes: list[Node] = Field(min_length=1)
-    bandwidth: float = Field(gt=0)
-    edge_bytes: dict[str, float] = Field(default_factory=dict)  # "E->L": bytes per request
+    bandwidth: float = Field(ge=0)  # bytes/s in each direction between any two nodes, unless `links` says otherwise
+    links: list[Link] = Field(default_factory=list)
+    edge_bytes: dict[str, float] = Field(default_factory=dict)  # "E->L": bytes per request sent from E to L
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Topology:
+        names = [n.name for n in self.nodes]
+        _unique("node", names)
+        for link in self.links:
+            unknown = sorted(set(link.nodes) - set(names))
+            if unknown:
+                raise ValueError(f"link {link.nodes[0]}-{link.nodes[1]} names unknown nodes {unknown}")
+            if link.nodes[0] == link.nodes[1]:
+                raise ValueError(f"link {link.nodes[0]}-{link.nodes[1]} must join two different nodes")
+        for edge, size in self.edge_bytes.items():
+            if len(edge.split("->")) != 2:
+                raise ValueError(f"edge_bytes key {edge!r} must be two executor names joined by '->'")
+            if not (size >= 0 and math.isfinite(size)):
+                raise ValueError(f"edge_bytes[{edge!r}] must be a finite number >= 0, got {size}")
+        return self
+
+    def bandwidth_between(self, a: str, b: str) -> float:
+        """Bytes/s from node `a` to node `b`."""
+        for link in self.links:
+            if set(link.nodes) == {a, b}:
+                return link.bandwidth
+        return self.bandwidth
 
 
 class PlanSpec(BaseModel):
@@ -79,21 +128,33 @@ class PlanSpec(BaseModel):
             unknown = sorted(set(executor.components) - known)
             if unknown:
                 raise ValueError(f"executor {executor.name!r} names unknown components {unknown}")
+        executors = {e.name for e in self.executors}
         for request_type in self.request_types:
             unknown = sorted(set(request_type.components) - known)
             if unknown:
                 raise ValueError(f"request type {request_type.name!r} names unknown components {unknown}")
-            if not request_type.share > 0:
+            if not (request_type.share > 0 and math.isfinite(request_type.share)):
                 raise ValueError(f"request type {request_type.name!r}: share must be > 0, got {request_type.share}")
+            for path in request_type.paths or []:
+                unknown = sorted(set(path) - executors)
+                if unknown:
+                    raise ValueError(f"request type {request_type.name!r}: path names unknown executors {unknown}")
         total = sum(t.share for t in self.request_types)
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"request type shares must sum to 1, they sum to {total:g}")
+        # Algorithm 3 derives τ_c from the executor that runs c alone; without it there is nothing
+        # to measure a colocated executor's factor α_s against (papers/NOTES.md).
         for component in sorted({c for e in self.executors for c in e.components}, key=self.components.index):
             if not any(e.components == [component] for e in self.executors):
                 raise ValueError(
                     f"component {component!r} has no executor that runs it alone: add one with its profiled "
                     "throughput (the colocation factor of multi-component executors is measured against it)"
                 )
+        if self.topology is not None:
+            for edge in self.topology.edge_bytes:
+                unknown = sorted(set(edge.split("->")) - executors)
+                if unknown:
+                    raise ValueError(f"topology.edge_bytes key {edge!r} names unknown executors {unknown}")
         return self
 
     def executor(self, name: str) -> ExecutorOption:
@@ -114,12 +175,16 @@ def _unique(kind: str, names: list[str]) -> None:
 
 def parse_spec(data: Any) -> PlanSpec:
     """A validated spec from parsed YAML/JSON; SpecError with one line on anything wrong."""
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"a plan spec is a mapping with `components`, `executors` and `request_types`, got {type(data).__name__}"
+        )
     try:
         return PlanSpec.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        message = first["msg"].removeprefix("Value error, ")
+        message = " ".join(first["msg"].removeprefix("Value error, ").split())
         raise SpecError(f"{where}: {message}" if where else message) from None
 
 
@@ -130,10 +195,11 @@ def load_spec(path: str | Path) -> PlanSpec:
         text = path.read_text()
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}".splitlines()[0]) from None
+        raise SpecError(f"{path}: not valid {kind}: {' '.join(str(exc).split())}") from None
     try:
         return parse_spec(data)
     except SpecError as exc:

@@ -7,22 +7,48 @@ mix gives its component's time per request `τ_c`; a colocated executor gets one
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from functools import cached_property
 
-from prismserve.planner.paths import Path, valid_paths
+from prismserve.planner.paths import Path, RouteGraph, route_graph
 from prismserve.planner.spec import PlanSpec
 
 
-@dataclass
 class Model:
-    """A spec prepared for solving: paths per type and the work each path puts on each executor."""
+    """A spec prepared for solving: each type's route graph and the time each hop costs its executor."""
 
-    spec: PlanSpec
-    paths: dict[str, list[Path]] = field(default_factory=dict)
-    # seconds of executor s's replica time per request of type t on path p: 1 / w[s,t,p]
-    work: dict[tuple[str, str, int], float] = field(default_factory=dict)
-    alpha: dict[str, float] = field(default_factory=dict)
-    tau: dict[str, float] = field(default_factory=dict)
+    def __init__(self, spec: PlanSpec) -> None:
+        self.spec = spec
+        self.tau: dict[str, float] = {}  # τ_c: seconds per request of component c alone
+        self.alpha: dict[str, float] = {}  # α_s: colocation factor of executor s
+        self._own: dict[str, float] = {}  # singleton executors: seconds per request of their component
+        self.gpus: dict[str, int] = {e.name: e.gpus for e in spec.executors}
+        self.graphs: dict[str, RouteGraph] = {}
+
+    def seconds(self, executor: str, role: frozenset[str]) -> float:
+        """Replica time executor `s` spends per request whose role there is `role`: 1 / w[s,t,p]."""
+        own = self._own.get(executor)
+        if own is not None:
+            return own  # a singleton executor serves its one component at its own profiled speed
+        return self.alpha[executor] * sum(self.tau[c] for c in role)
+
+    @cached_property
+    def paths(self) -> dict[str, list[Path]]:
+        """Every valid path of every type (enumerated on first use; the MILP works on hops)."""
+        return {
+            t: [Path(tuple(h.executor for h in walk), tuple(h.role for h in walk)) for walk in graph.walks()]
+            for t, graph in self.graphs.items()
+        }
+
+    @cached_property
+    def work(self) -> dict[tuple[str, str, int], float]:
+        """Seconds of executor s's replica time per request of type t on path p (index into `paths`)."""
+        work: dict[tuple[str, str, int], float] = {}
+        for t, paths in self.paths.items():
+            for index, path in enumerate(paths):
+                for name, role in zip(path.executors, path.roles):
+                    key = (name, t, index)
+                    work[key] = work.get(key, 0.0) + self.seconds(name, role)
+        return work
 
     def throughput(self, executor: str, request_type: str, path: int) -> float:
         """`w[s,t,p]` in requests/s (infinite when s is not on the path)."""
@@ -31,23 +57,24 @@ class Model:
 
 
 def build_model(spec: PlanSpec) -> Model:
-    """Paths of every request type and the per-path work of every executor."""
+    """Algorithm 3's times and factors, and the route graph of every request type."""
     model = Model(spec)
     shares = {t.name: t.share for t in spec.request_types}
     fraction = {c: sum(t.share for t in spec.request_types if c in t.components) for c in spec.components}
-    # τ_c from the executor that runs c alone (the one with the fewest GPUs when there are several).
-    own_time: dict[str, float] = {}
     for executor in spec.executors:
-        y = 1.0 / executor.throughput
         if len(executor.components) == 1:
             (c,) = executor.components
-            own_time[executor.name] = y / fraction[c] if fraction[c] > 0 else y
-            best = min((e for e in spec.executors if e.components == [c]), key=lambda e: e.gpus)
-            if best is executor:
-                model.tau[c] = own_time[executor.name]
+            y = 1.0 / executor.throughput
+            # The profile counts every request of the mix; only `fraction` of them use c.
+            model._own[executor.name] = y / fraction[c] if fraction[c] > 0 else y
+            model.alpha[executor.name] = 1.0
+    for c in spec.components:
+        # τ_c from the executor that runs c alone (the one with the fewest GPUs when there are several).
+        alone = [e for e in spec.executors if e.components == [c]]
+        if alone:
+            model.tau[c] = model._own[min(alone, key=lambda e: e.gpus).name]
     for executor in spec.executors:
         if len(executor.components) == 1:
-            model.alpha[executor.name] = 1.0
             continue
         demand = sum(
             shares[t.name] * sum(model.tau[c] for c in set(executor.components) & set(t.components))
@@ -55,14 +82,5 @@ def build_model(spec: PlanSpec) -> Model:
         )
         model.alpha[executor.name] = (1.0 / executor.throughput) / demand if demand > 0 else 1.0
     for request_type in spec.request_types:
-        paths = valid_paths(spec, request_type)
-        model.paths[request_type.name] = paths
-        for index, path in enumerate(paths):
-            for name, role in zip(path.executors, path.roles):
-                if name in own_time:
-                    seconds = own_time[name]  # a singleton executor at its own profiled speed
-                else:
-                    seconds = model.alpha[name] * sum(model.tau[c] for c in role)
-                key = (name, request_type.name, index)
-                model.work[key] = model.work.get(key, 0.0) + seconds
+        model.graphs[request_type.name] = route_graph(spec, request_type)
     return model

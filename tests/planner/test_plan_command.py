@@ -1,0 +1,168 @@
+"""`prismserve plan`: the table, the JSON object, and one-line errors for infeasible or malformed specs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prismserve.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = {
+    "components": ["E", "L"],
+    "executors": [
+        {"name": "E", "components": ["E"], "gpus": 1, "throughput": 20.0},
+        {"name": "L", "components": ["L"], "gpus": 1, "throughput": 6.0},
+        {"name": "EL", "components": ["E", "L"], "gpus": 1, "throughput": 4.0},
+    ],
+    "request_types": [
+        {"name": "text", "components": ["L"], "share": 0.3},
+        {"name": "image+text", "components": ["E", "L"], "share": 0.7},
+    ],
+}
+
+
+def write(tmp_path, data, name="spec.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_json_is_one_object_in_the_documented_shape(tmp_path, capsys):
+    assert main(["plan", write(tmp_path, GOOD), "--target-rps", "30", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan == {
+        "gpus": 7,
+        "throughput": pytest.approx(30.0),
+        "cells": [
+            {"gpus": 4, "throughput": pytest.approx(18.0), "count": 1, "replicas": {"E": 1, "L": 3}},
+            {"gpus": 1, "throughput": pytest.approx(4.0), "count": 3, "replicas": {"EL": 1}},
+        ],
+        "routing": {
+            "text": {"L": pytest.approx(0.6), "EL": pytest.approx(0.4)},
+            "image+text": {"E->L": pytest.approx(0.6), "EL": pytest.approx(0.4)},
+        },
+    }
+
+
+def test_the_table_for_a_budget(tmp_path, capsys):
+    assert main(["plan", write(tmp_path, GOOD), "--gpus", "8"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("plan: 8 GPUs, 36.000 req/s predicted")
+    assert "      2     4     18.000  E x1, L x3" in out
+    assert "  image+text: E->L 1.000" in out
+
+
+def test_the_module_runs_as_a_command_on_the_worked_example():
+    result = subprocess.run(
+        [sys.executable, "-m", "prismserve", "plan", "docs/examples/internvl3.yaml", "--gpus", "8", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)  # exactly one JSON object
+    assert plan["gpus"] <= 8 and plan["throughput"] > 0
+    for paths in plan["routing"].values():
+        assert sum(paths.values()) == pytest.approx(1.0)
+
+
+def mutate(change):
+    data = json.loads(json.dumps(GOOD))
+    change(data)
+    return data
+
+
+def no_path(d):
+    d["executors"] = [d["executors"][0]]  # only the encoder: nothing runs L
+    d["request_types"] = [{"name": "text", "components": ["L"], "share": 1.0}]
+
+
+def out_of_order(d):
+    d["request_types"][1]["paths"] = [["L", "E"]]
+
+
+def big_llm(d):
+    d["executors"][1]["gpus"] = 2
+    del d["executors"][2]
+
+
+@pytest.mark.parametrize(
+    "data, args, message",
+    [
+        (mutate(no_path), ["--gpus", "4"], "request type 'text' has no valid path"),
+        (mutate(out_of_order), ["--gpus", "4"], "path L->E does not run each of ['E', 'L'] exactly once in model order"),
+        (mutate(lambda d: d["executors"][0].update(throughput=0)), ["--gpus", "4"], "executor 'E': throughput must be a finite number > 0 req/s, got 0"),
+        (mutate(lambda d: d["executors"][1].update(throughput=-2)), ["--gpus", "4"], "executor 'L': throughput must be a finite number > 0"),
+        (mutate(lambda d: d["request_types"][0].update(share=0.5)), ["--gpus", "4"], "shares must sum to 1, they sum to 1.2"),
+        (mutate(lambda d: d["executors"].pop(0)), ["--gpus", "4"], "component 'E' has no executor that runs it alone"),
+        (mutate(big_llm), ["--gpus", "1", "--max-cell-exponent", "0"], "no cell of up to 1 GPUs can serve every request type"),
+        (mutate(big_llm), ["--gpus", "1"], "budget of 1 GPUs is below the smallest cell (4 GPUs)"),
+        (mutate(lambda d: d.update(extra=1)), ["--gpus", "4"], "extra: Extra inputs are not permitted"),
+        (GOOD, ["--target-rps", "0"], "--target-rps must be a finite number > 0, got 0.0"),
+        (GOOD, ["--target-rps", "inf"], "--target-rps must be a finite number > 0, got inf"),
+        (GOOD, ["--gpus", "0"], "--gpus must be at least 1, got 0"),
+        (GOOD, ["--gpus", "4", "--topology"], "needs a `topology` section"),
+        (GOOD, ["--gpus", "4", "--current", "plan.json"], "--current re-plans for a new target: give --target-rps too"),
+    ],
+)
+def test_bad_specs_and_requests_exit_non_zero_with_one_line(tmp_path, capsys, data, args, message):
+    code = main(["plan", write(tmp_path, data), *args])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+    assert message in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_unreadable_and_invalid_files(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text("components: [E, L\n")
+    assert main(["plan", str(path), "--gpus", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "not valid YAML" in err and err.count("\n") == 1
+    assert main(["plan", str(tmp_path / "absent.yaml"), "--gpus", "2"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_goal_is_required_and_exclusive(tmp_path, capsys):
+    spec = write(tmp_path, GOOD)
+    with pytest.raises(SystemExit) as missing:
+        main(["plan", spec])
+    assert missing.value.code == 2
+    with pytest.raises(SystemExit) as both:
+        main(["plan", spec, "--gpus", "2", "--target-rps", "3"])
+    assert both.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_replanning_from_a_running_plan(tmp_path, capsys):
+    spec = write(tmp_path, GOOD)
+    assert main(["plan", spec, "--target-rps", "30", "--json"]) == 0
+    current = tmp_path / "current.json"
+    current.write_text(capsys.readouterr().out)
+    assert main(["plan", spec, "--target-rps", "40", "--current", str(current), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    summary = {k: [(c["gpus"], c["count"]) for c in v] for k, v in out["changes"].items()}
+    assert summary == {"keep": [(4, 1), (1, 1)], "add": [(4, 1)], "remove": [(1, 2)]}
+    assert main(["plan", spec, "--target-rps", "40", "--current", str(current)]) == 0
+    table = capsys.readouterr().out
+    assert "keep (identical cells stay up):" in table and "remove:" in table
+
+
+def test_topology_plan_lists_nodes(tmp_path, capsys):
+    data = {**GOOD, "topology": {"nodes": [{"name": "a", "gpus": 2}, {"name": "b", "gpus": 2}], "bandwidth": 1e9,
+                                 "edge_bytes": {"E->L": 1e6}}}
+    assert main(["plan", write(tmp_path, data), "--gpus", "4", "--topology", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["gpus"] <= 4 and {c["node"] for c in plan["cells"]} <= {"a", "b"}
+    assert sum(c["gpus"] for c in plan["cells"]) == plan["gpus"]
+    assert main(["plan", write(tmp_path, data), "--gpus", "4", "--topology"]) == 0
+    assert "nodes:" in capsys.readouterr().out
