@@ -37,9 +37,9 @@ def plan_cells(model: Model, max_exponent: int = 6) -> list[Cell]:
     if not 0 <= max_exponent <= 12:
         raise SpecError(f"the largest cell exponent must be within 0..12, got {max_exponent}")
     sizes = [2**exponent for exponent in range(max_exponent + 1)]
-    # HiGHS releases the GIL while it solves: the sizes' MILPs run two at a time.
+    # HiGHS releases the GIL while it solves: the sizes' MILPs run two at a time, largest (slowest) first.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        solutions = list(pool.map(lambda size: max_throughput(model, size), sizes))
+        solutions = list(pool.map(lambda size: max_throughput(model, size), sizes[::-1]))[::-1]
     kept: list[Cell] = []
     for size, solution in zip(sizes, solutions):
         if solution.throughput <= 0:

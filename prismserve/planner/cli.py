@@ -86,7 +86,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def _cells(cells) -> list[str]:
     lines = [f"  {'count':>5} {'GPUs':>5} {'req/s':>10}  replicas"]
     for cell in cells:
-        where = f"node {cell.node}: " if cell.node else ""
+        where = f"{cell.node}: " if cell.node else ""
         replicas = ", ".join(f"{name} x{n}" for name, n in cell.replicas.items())
         lines.append(f"  {cell.count:>5} {cell.gpus:>5} {cell.throughput:>10.3f}  {where}{replicas}")
     return lines

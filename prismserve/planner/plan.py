@@ -79,7 +79,8 @@ def path_probabilities(model: Model, weighted: list[tuple[float, dict[tuple[str,
                     totals[name] = totals.get(name, 0.0) + weight * rate
         overall = sum(totals.values())
         if overall > 0:
-            routing[request_type.name] = {name: rate / overall for name, rate in totals.items()}
+            # 12 decimals drop the solver's float noise (0.39999999999999997) and keep sums at 1 ± 1e-11.
+            routing[request_type.name] = {name: round(rate / overall, 12) for name, rate in totals.items()}
     return routing
 
 
