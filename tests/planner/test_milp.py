@@ -70,3 +70,19 @@ def test_min_gpus_rejects_a_non_positive_target():
     with pytest.raises(SpecError, match="target throughput must be a finite number > 0"):
         min_gpus(model, float("inf"))
     assert issubclass(InfeasibleError, ValueError) and issubclass(SpecError, ValueError)
+
+
+def test_capacity_divides_rates_by_throughput_equation_9_is_a_typo():
+    """Σ x/w ≤ r (eqs. 11, 14): 3 replicas of a 4 req/s executor carry 12 req/s, not 3/4 (x·w ≤ r)."""
+    model = build_model(
+        parse_spec(
+            {
+                "components": ["L"],
+                "executors": [{"name": "L", "components": ["L"], "gpus": 1, "throughput": 4.0}],
+                "request_types": [{"name": "text", "components": ["L"], "share": 1.0}],
+            }
+        )
+    )
+    assert max_throughput(model, 3).throughput == pytest.approx(12.0)
+    assert min_gpus(model, 12.0).replicas == {"L": 3}
+    assert min_gpus(model, 12.1).replicas == {"L": 4}
