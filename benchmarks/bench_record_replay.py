@@ -18,7 +18,8 @@ import time
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.task import LocalDispatcher
 from prismserve.toy.executors import EXECUTORS
-from prismserve.toy.tasks import ChatRequest, OmniTask
+from prismserve.app.chat import ChatRequest
+from prismserve.toy.tasks import OmniTask
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -28,7 +29,7 @@ def percentile(samples: list[float], q: float) -> float:
 
 async def measure(requests: int, warmup: int) -> dict[str, dict[str, float]]:
     omni = OmniTask(model_id="bench")
-    request = ChatRequest(prompt="describe both and say it", images=[b"img-1", b"img-2"], audio_output=True)
+    request = ChatRequest.of("describe both and say it", images=[b"img-1", b"img-2"], audio_out=True)
     dispatcher = LocalDispatcher(EXECUTORS)
     graph = omni.record(request)
     assert len(graph) == 5, len(graph)
