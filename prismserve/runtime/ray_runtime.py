@@ -92,7 +92,7 @@ class RayRuntime(Runtime):
         return {key: manager.queue_depth() for key, manager in self.managers.items()}
 
     async def _on_register(self, app: App) -> None:
-        import cloudpickle
+        from ray import cloudpickle  # the pickler Ray serialises with
 
         # App files are not importable in Ray workers: their classes travel by value.
         cloudpickle.register_pickle_by_value(app.module)
