@@ -19,28 +19,12 @@ import time
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
+from prismserve.toy.demo import MLLM_APP_PATH
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import LocalDispatcher, use_dispatcher
 from prismserve.toy.executors import EXECUTORS, VALUES
 
-APP = """
-from pydantic import BaseModel
-from prismserve.app import AppConfig
-from prismserve.app.chat import ChatRequest
-from prismserve.toy.tasks import MLLMTask
-
-mllm = MLLMTask(model_id="bench")
-
-class Config(AppConfig):
-    tasks = {"mllm": mllm}
-    input_modalities = frozenset({"text", "image"})
-
-class Answer(BaseModel):
-    tokens: list[str]
-
-async def serve(request: ChatRequest) -> Answer:
-    return Answer(tokens=await (await mllm(request)).text.collect())
-"""
+APP = MLLM_APP_PATH.read_text()  # the toy MLLM: image encoder fissioned from the LLM
 
 REQUEST = ChatRequest.of("one two three", images=[b"first image", b"second image"], max_tokens=4)
 

@@ -26,6 +26,7 @@ from prismserve.task import LocalDispatcher, TaskGraph, use_dispatcher
 from prismserve.toy.executors import EXECUTORS
 
 APP_PATH = Path(__file__).with_name("omni_app.py")
+MLLM_APP_PATH = Path(__file__).with_name("mllm_app.py")
 
 # In-process requests: media are file names, their bytes stand in for real images and audio.
 REQUESTS = [
