@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prismserve.planner.errors import InfeasibleError, SpecError
-from prismserve.planner.milp import Solution, max_throughput
+from prismserve.planner.milp import Solution, check_target, max_throughput
 from prismserve.planner.throughput import Model
 
 
@@ -63,8 +63,7 @@ def mixture_for_target(cells: list[Cell], target: float) -> Counter[int]:
     largest cell can replace). A knapsack over those few GPU counts finds the best remainder, so
     the time does not grow with the target. Ties go to the mixture with more throughput.
     """
-    if not (target > 0 and math.isfinite(target)):
-        raise SpecError(f"the target throughput must be a finite number > 0 req/s, got {target}")
+    check_target(target)
     largest = cells[-1]
     best_small = _best_with_smaller(cells[:-1], largest.gpus - 1)
     choice: tuple[int, float, Counter[int]] | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Hashable
+from typing import Any, Hashable
 
 import highspy
 
@@ -254,16 +254,25 @@ def _fewest_gpus_at(program: _Program, rate_col: int, values: list[float], best:
     return values
 
 
-def min_gpus(model: Model, target: float) -> Solution:
-    """Fewest GPUs sustaining `target` req/s (Appendix B, first variant)."""
+def check_target(target: float) -> None:
+    """A SpecError unless `target` is a finite rate above zero."""
     if not (target > 0 and math.isfinite(target)):
         raise SpecError(f"the target throughput must be a finite number > 0 req/s, got {target}")
-    routes = _Routes(model, None, target)
+
+
+def fewest_gpus(routes: Any, target: float, infeasible: str) -> Solution:
+    """Solve `routes` (rates fixed to `target`) for the fewest GPUs; InfeasibleError(`infeasible`) if none."""
     program = routes.program
     for col, cost in routes.gpu_costs().items():
         program.cost[col] = cost
     program.build(maximize=False)
     values = program.solve()
     if values is None:
-        raise InfeasibleError(f"no deployment sustains {target:g} req/s")
+        raise InfeasibleError(infeasible)
     return routes.solution(values, target)
+
+
+def min_gpus(model: Model, target: float) -> Solution:
+    """Fewest GPUs sustaining `target` req/s (Appendix B, first variant)."""
+    check_target(target)
+    return fewest_gpus(_Routes(model, None, target), target, f"no deployment sustains {target:g} req/s")

@@ -16,10 +16,9 @@ Columns grow as hops × (executors × nodes) × nodes: meant for small clusters.
 
 from __future__ import annotations
 
-import math
 
 from prismserve.planner.errors import InfeasibleError, SpecError
-from prismserve.planner.milp import _INF, Solution, _fewest_gpus_at, _Program, split_paths
+from prismserve.planner.milp import _INF, Solution, _fewest_gpus_at, _Program, check_target, fewest_gpus, split_paths
 from prismserve.planner.paths import Hop
 from prismserve.planner.throughput import Model
 
@@ -133,17 +132,9 @@ def max_throughput_on_topology(model: Model, budget: int | None = None) -> Solut
 
 def min_gpus_on_topology(model: Model, target: float) -> Solution:
     """Fewest GPUs on the spec's nodes and links sustaining `target` req/s (Appendix A as written)."""
-    if not (target > 0 and math.isfinite(target)):
-        raise SpecError(f"the target throughput must be a finite number > 0 req/s, got {target}")
-    placed = _Placed(model, None, target)
-    program = placed.program
-    for col, cost in placed.gpu_costs().items():
-        program.cost[col] = cost
-    program.build(maximize=False)
-    values = program.solve()
-    if values is None:
-        raise InfeasibleError(
-            f"the topology's nodes and links cannot sustain {target:g} req/s; lower the target or add "
-            "nodes or bandwidth"
-        )
-    return placed.solution(values, target)
+    check_target(target)
+    return fewest_gpus(
+        _Placed(model, None, target),
+        target,
+        f"the topology's nodes and links cannot sustain {target:g} req/s; lower the target or add nodes or bandwidth",
+    )

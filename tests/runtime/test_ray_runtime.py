@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import Counter
 
 import pytest
@@ -51,7 +50,6 @@ def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster
         app = await runtime.register_app(ROUTED_MLLM, "mllm")
         await runtime.deploy("mllm", DeploymentPlan.model_validate(ROUTED_PLAN))
         graphs = []
-        rng = random.Random(3)
         requests = [
             ChatRequest.of(f"q{i} words", images=[bytes([i % 7])] * (i % 2)) for i in range(240)
         ]

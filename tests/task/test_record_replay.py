@@ -6,7 +6,7 @@ import asyncio
 import random
 
 import pytest
-from composites import Flip, FormatOutput, Outer, Pair, PeekAtOutput, Refine, RefineRequest, Router, SideEffect
+from composites import Flip, FormatOutput, Outer, PeekAtOutput, Refine, RefineRequest, Router, SideEffect
 
 from prismserve.task import (
     LocalDispatcher,
