@@ -63,9 +63,11 @@ def _build_parser() -> argparse.ArgumentParser:
             client.add_argument("request", help="the request as JSON, or @FILE")
         client.set_defaults(func=_client)
 
+    from prismserve.bench.cli import add_bench_command
     from prismserve.planner.cli import add_plan_command
 
     add_plan_command(sub)
+    add_bench_command(sub)
     return parser
 
 

@@ -45,7 +45,17 @@ class AudioPart(BaseModel):
     format: str = "wav"
 
 
-Part = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+class VideoPart(BaseModel):
+    """An encoded video clip (MP4, WebM, animated GIF …) in a message."""
+
+    model_config = _BASE64
+
+    type: Literal["video"] = "video"
+    data: bytes
+    mime_type: str = "video/mp4"
+
+
+Part = Annotated[TextPart | ImagePart | AudioPart | VideoPart, Field(discriminator="type")]
 
 
 class ChatMessage(BaseModel):
@@ -61,7 +71,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(TaskInput):
-    """A multimodal chat request: messages with text, images and audio; text and/or audio out."""
+    """A multimodal chat request: messages with text, images, audio and video; text and/or audio out."""
 
     model_config = _BASE64
 
@@ -78,12 +88,14 @@ class ChatRequest(TaskInput):
         images: list[bytes] = (),  # type: ignore[assignment]
         audios: list[bytes] = (),  # type: ignore[assignment]
         audio_out: bool = False,
+        videos: list[bytes] = (),  # type: ignore[assignment]
         **fields: object,
     ) -> ChatRequest:
-        """A one-message user request: text, then images, then audio clips."""
+        """A one-message user request: text, then images, audio clips and videos."""
         content: list[Part] = [TextPart(text=text)]
         content += [ImagePart(data=d) for d in images]
         content += [AudioPart(data=d) for d in audios]
+        content += [VideoPart(data=d) for d in videos]
         modalities: list[Modality] = ["text", "audio"] if audio_out else ["text"]
         return cls(messages=[ChatMessage(role="user", content=content)], modalities=modalities, **fields)
 
@@ -103,6 +115,11 @@ class ChatRequest(TaskInput):
         return [p for m in self.messages for p in m.content if isinstance(p, AudioPart)]
 
     @property
+    def videos(self) -> list[VideoPart]:
+        """Every video clip of the conversation, in order."""
+        return [p for m in self.messages for p in m.content if isinstance(p, VideoPart)]
+
+    @property
     def wants_audio(self) -> bool:
         """True when audio output is asked for."""
         return "audio" in self.modalities
@@ -110,7 +127,7 @@ class ChatRequest(TaskInput):
     @property
     def request_type(self) -> str:
         """The request's type for plans and metrics: input modalities joined by '+', then '->audio'
-        when speech is asked for (`text`, `image+text`, `audio+image+text->audio`)."""
+        when speech is asked for (`text`, `image+text`, `audio+image+text+video->audio`)."""
         kinds = {"text"} | {p.type for m in self.messages for p in m.content}
         name = "+".join(sorted(kinds))
         return f"{name}->audio" if self.wants_audio else name

@@ -24,9 +24,16 @@ from prismserve.task import DataHandle, Stream, UnitTask
 class SimProfile(BaseModel):
     """Service-time model of one replica.
 
-    A batch of b requests takes `latency_s * (1 + batch_growth * (b - 1))`; streams produce `items`
-    items after that, one every `item_s * (1 + batch_growth * (active - 1))` with `active` streams
-    decoding at once. Synthesised DataHandle payloads are `payload_bytes` long.
+    A batch of b requests takes `latency_s * w * (1 + batch_growth * (b - 1))`, where `w` is the
+    mean `sim_work` of the batch's inputs (1 for inputs without that field: then every request
+    costs the same); streams produce `items` items after that, one every
+    `item_s * (1 + batch_growth * (active - 1))` with `active` streams decoding at once.
+    Synthesised DataHandle payloads are `payload_bytes` long.
+
+    With `continuous` (an engine with continuous batching, such as vLLM's), requests do not wait
+    for a batch to finish: up to `max_batch` run at once and, while n run, each advances through
+    its `latency_s * w` at the rate 1 / (1 + batch_growth * (n - 1)) (processor sharing); the
+    rest wait in arrival order. A full engine serves the same requests/s either way.
     """
 
     latency_s: float = Field(default=0.0, ge=0)
@@ -35,10 +42,11 @@ class SimProfile(BaseModel):
     items: int = Field(default=8, ge=0)
     item_s: float = Field(default=0.0, ge=0)
     payload_bytes: int = Field(default=1024, ge=0)
+    continuous: bool = False
 
-    def batch_time(self, size: int) -> float:
-        """Seconds one batch of `size` requests takes."""
-        return self.latency_s * (1 + self.batch_growth * (size - 1))
+    def batch_time(self, size: int, work: float = 1.0) -> float:
+        """Seconds one batch of `size` requests of mean work `work` takes."""
+        return self.latency_s * work * (1 + self.batch_growth * (size - 1))
 
 
 ValueFunction = Callable[[UnitTask[Any, Any], Any], Any]
@@ -52,14 +60,18 @@ class SimExecutor(Executor):
         self.profile = profile
         self._values = values
         self._batcher: Batcher[Any, None] = Batcher(self._serve_batch, profile.max_batch)
+        self._sharing = SharedEngine(profile) if profile.continuous else None
         self._decoding = 0
 
     async def _serve_batch(self, inputs: list[Any]) -> list[None]:
-        await _sleep(self.profile.batch_time(len(inputs)))
+        work = sum(getattr(item, "sim_work", 1.0) for item in inputs) / len(inputs)
+        await _sleep(self.profile.batch_time(len(inputs), work))
         return [None] * len(inputs)
 
     async def _service(self, task_input: Any) -> None:
-        if self.profile.latency_s > 0:
+        if self.profile.latency_s > 0 and self._sharing is not None:
+            await self._sharing.run(self.profile.latency_s * getattr(task_input, "sim_work", 1.0))
+        elif self.profile.latency_s > 0:
             await self._batcher.submit(task_input)
         else:
             await asyncio.sleep(0)  # nothing to emulate: no batching, but yield as an engine would
@@ -84,6 +96,58 @@ class SimExecutor(Executor):
                 await _sleep(self.profile.item_s * (1 + self.profile.batch_growth * (self._decoding - 1)))
         finally:
             self._decoding -= 1
+
+
+class SharedEngine:
+    """Processor sharing among at most `max_batch` requests: the continuous-batching service model.
+
+    One loop advances every running request by the time elapsed times the current per-request
+    rate, finishes those that are done, admits waiting ones, and sleeps until the next finish or
+    the next arrival.
+    """
+
+    def __init__(self, profile: SimProfile) -> None:
+        self.profile = profile
+        self._running: dict[asyncio.Future[None], float] = {}  # request -> batch-1 seconds left
+        self._waiting: list[tuple[asyncio.Future[None], float]] = []
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    def _rate(self) -> float:
+        return 1.0 / (1 + self.profile.batch_growth * (len(self._running) - 1)) if self._running else 1.0
+
+    async def run(self, seconds: float) -> None:
+        """Returns when a request of `seconds` (at batch 1) has been served."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((done, seconds))
+        self._wake.set()
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._serve())
+        await done
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while self._running or self._waiting:
+            while self._waiting and len(self._running) < self.profile.max_batch:
+                future, seconds = self._waiting.pop(0)
+                self._running[future] = seconds
+            rate = self._rate()
+            self._wake.clear()
+            timeout = min(self._running.values()) / rate
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(timeout, 0.0))
+            except asyncio.TimeoutError:
+                pass
+            now = loop.time()
+            advanced = (now - last) * rate
+            last = now
+            for future in list(self._running):
+                self._running[future] -= advanced
+                if self._running[future] <= 1e-9:
+                    del self._running[future]
+                    if not future.done():
+                        future.set_result(None)
 
 
 async def _sleep(seconds: float) -> None:

@@ -46,7 +46,7 @@ def parse_chat_json(app: App, body: bytes) -> ChatRequest:
 def check_chat_request(app: App, request: ChatRequest) -> None:
     """A 400 unless the app takes the modalities asked for and every image and audio clip decodes."""
     accepted, produced = app.config.input_modalities, app.config.output_modalities
-    for kind, parts in (("image", request.images), ("audio", request.audios)):
+    for kind, parts in (("image", request.images), ("audio", request.audios), ("video", request.videos)):
         if parts and kind not in accepted:
             raise HTTPError(400, f"app {app.name!r} does not accept {kind} input (it accepts {_listed(accepted)})")
     for kind in request.modalities:

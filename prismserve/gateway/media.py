@@ -31,6 +31,21 @@ def image_from_url(url: str, index: int) -> tuple[bytes, str]:
     return decode_base64(match["data"], f"image #{index}"), match["mime"] or "image/png"
 
 
+def video_from_url(url: str, index: int) -> tuple[bytes, str]:
+    """(bytes, mime type) of a video given as a base64 data URL of a video/* type (or an animated image/gif).
+
+    The gateway checks the container type and that the clip is not empty; decoding frames is the
+    video encoder's job (no codec library is a gateway dependency).
+    """
+    match = _DATA_URL.match(url)
+    if match is None or not (match["mime"] or "").startswith(("video/", "image/gif")):
+        raise HTTPError(400, f"video #{index}: expected a data URL like data:video/mp4;base64,… (the server fetches nothing)")
+    data = decode_base64(match["data"], f"video #{index}")
+    if not data:
+        raise HTTPError(400, f"video #{index} is empty")
+    return data, match["mime"]
+
+
 def check_image(data: bytes, index: int) -> None:
     """A 400 unless `data` is an image PIL can decode."""
     from PIL import Image, UnidentifiedImageError

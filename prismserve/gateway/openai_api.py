@@ -1,7 +1,7 @@
 """OpenAI-compatible POST /v1/chat/completions for apps that speak the chat types.
 
 `model` names the app. Messages may hold text, `image_url` parts (base64 data URLs) and
-`input_audio` parts (base64 WAV); `modalities: ["text", "audio"]` asks for speech as well;
+`input_audio` parts (base64 WAV), `video_url` parts (base64 data URLs of video/* or image/gif); `modalities: ["text", "audio"]` asks for speech as well;
 `stream: true` answers with `chat.completion.chunk` server-sent events.
 """
 
@@ -19,11 +19,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prismserve.app import App
-from prismserve.app.chat import AudioPart, ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ImagePart, TextPart
+from prismserve.app.chat import AudioPart, ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ImagePart, TextPart, VideoPart
 from prismserve.gateway.chat import check_chat_request, speaks_chat
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import parse_json, read_body, sse_event, state
-from prismserve.gateway.media import decode_base64, image_from_url, wav_bytes
+from prismserve.gateway.media import decode_base64, image_from_url, video_from_url, wav_bytes
 from prismserve.gateway.serving import Served, find_app, serving
 
 router = APIRouter()
@@ -40,9 +40,10 @@ class _InputAudio(BaseModel):
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    type: Literal["text", "image_url", "input_audio"]
+    type: Literal["text", "image_url", "input_audio", "video_url"]
     text: str | None = None
     image_url: _ImageURL | None = None
+    video_url: _ImageURL | None = None
     input_audio: _InputAudio | None = None
 
 
@@ -90,7 +91,7 @@ class OpenAIChatRequest(BaseModel):
 
 def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
     """The app's ChatRequest for an OpenAI request; 400 for media that do not decode or that the app refuses."""
-    messages, images, audios = [], 0, 0
+    messages, images, audios, videos = [], 0, 0, 0
     for message in body.messages:
         parts: list[Any] = []
         for part in message.content:
@@ -102,6 +103,12 @@ def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
                 data, mime = image_from_url(part.image_url.url, images)
                 parts.append(ImagePart(data=data, mime_type=mime))
                 images += 1
+            elif part.type == "video_url":
+                if part.video_url is None:
+                    raise HTTPError(400, "a video_url part needs video_url.url")
+                data, mime = video_from_url(part.video_url.url, videos)
+                parts.append(VideoPart(data=data, mime_type=mime))
+                videos += 1
             else:
                 if part.input_audio is None:
                     raise HTTPError(400, "an input_audio part needs input_audio.data and .format")

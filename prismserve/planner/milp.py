@@ -179,7 +179,7 @@ class _Routes:
             for hop in graph.hops:
                 col = p.column()
                 columns.append((hop, col))
-                load[hop.executor][col] = model.seconds(hop.executor, hop.role)
+                load[hop.executor][col] = model.seconds(hop.executor, hop.role, request_type.name)
                 inflow.setdefault(hop.target, {})[col] = 1.0
                 inflow.setdefault(hop.source, {})[col] = -1.0
             self.flows[request_type.name] = columns

@@ -22,6 +22,11 @@ class ExecutorOption(BaseModel):
     components: list[str] = Field(min_length=1)
     gpus: int = Field(ge=1)
     throughput: float  # requests/s per replica at the profiled mix
+    # Optional measured times that replace Algorithm 3's estimate: request type -> role -> replica
+    # seconds per request of that type when this executor runs that role ("P+D": components joined
+    # by "+" in model order). Algorithm 3's one colocation factor per executor cannot tell that a
+    # colocated executor running only part of its components may be slower per component.
+    role_seconds: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _positive(self) -> ExecutorOption:
@@ -32,6 +37,13 @@ class ExecutorOption(BaseModel):
         if "->" in self.name:
             raise ValueError(f"executor {self.name!r}: names may not contain '->', which joins executors in path names")
         _unique(f"executor {self.name!r}: component", self.components)
+        for request_type, roles in self.role_seconds.items():
+            for role, seconds in roles.items():
+                unknown = sorted(set(role.split("+")) - set(self.components))
+                if unknown:
+                    raise ValueError(f"executor {self.name!r}: role_seconds[{request_type!r}][{role!r}] names components {unknown} it does not run")
+                if not (seconds > 0 and math.isfinite(seconds)):
+                    raise ValueError(f"executor {self.name!r}: role_seconds[{request_type!r}][{role!r}] must be > 0 s, got {seconds}")
         return self
 
 

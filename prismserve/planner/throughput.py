@@ -21,11 +21,20 @@ class Model:
         self.tau: dict[str, float] = {}  # τ_c: seconds per request of component c alone
         self.alpha: dict[str, float] = {}  # α_s: colocation factor of executor s
         self._own: dict[str, float] = {}  # singleton executors: seconds per request of their component
+        self._role_seconds: dict[tuple[str, str | None, frozenset[str]], float] = {
+            (e.name, t, frozenset(role.split("+"))): seconds
+            for e in spec.executors
+            for t, roles in e.role_seconds.items()
+            for role, seconds in roles.items()
+        }
         self.gpus: dict[str, int] = {e.name: e.gpus for e in spec.executors}
         self.graphs: dict[str, RouteGraph] = {}
 
-    def seconds(self, executor: str, role: frozenset[str]) -> float:
-        """Replica time executor `s` spends per request whose role there is `role`: 1 / w[s,t,p]."""
+    def seconds(self, executor: str, role: frozenset[str], request_type: str | None = None) -> float:
+        """Replica time executor `s` spends per request (of `request_type`) whose role there is `role`."""
+        measured = self._role_seconds.get((executor, request_type, role))
+        if measured is not None:
+            return measured  # profiled for exactly this role: no estimate needed
         own = self._own.get(executor)
         if own is not None:
             return own  # a singleton executor serves its one component at its own profiled speed
@@ -47,7 +56,7 @@ class Model:
             for index, path in enumerate(paths):
                 for name, role in zip(path.executors, path.roles):
                     key = (name, t, index)
-                    work[key] = work.get(key, 0.0) + self.seconds(name, role)
+                    work[key] = work.get(key, 0.0) + self.seconds(name, role, t)
         return work
 
     def throughput(self, executor: str, request_type: str, path: int) -> float:

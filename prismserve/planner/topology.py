@@ -49,7 +49,7 @@ class _Placed:
             balance: dict[tuple[int, str, str], dict[int, float]] = {}
             demand: dict[int, float] = {}
             for hop in graph.hops:
-                seconds = model.seconds(hop.executor, hop.role)
+                seconds = model.seconds(hop.executor, hop.role, request_type.name)
                 before = [None] if hop.source == graph.start else [(s, h) for s in sorted(arriving[hop.source]) for h in self.nodes]
                 for previous in before:
                     for node in self.nodes:

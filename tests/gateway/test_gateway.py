@@ -234,7 +234,10 @@ def test_openai_client_streams_audio_deltas(chat):
         ("answer", [{"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}}], None, "app 'answer' does not accept audio input"),
         ("answer", "hi", ["text", "audio"], "app 'answer' does not produce audio output"),
         ("embed", "hi", None, "app 'embed' does not take chat requests"),
-        ("omni", [{"type": "file", "file": {}}], None, "content.0.type: Input should be 'text', 'image_url' or 'input_audio'"),
+        ("omni", [{"type": "file", "file": {}}], None, "content.0.type: Input should be 'text', 'image_url', 'input_audio' or 'video_url'"),
+        ("omni", [{"type": "video_url", "video_url": {"url": data_url(b"x")}}], None, "video #0: expected a data URL like data:video/mp4"),
+        ("omni", [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,"}}], None, "video #0 is empty"),
+        ("omni", [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}], None, "app 'omni' does not accept video input"),
         ("omni", [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}], None, "image #0 is not valid base64"),
     ],
 )

@@ -38,6 +38,21 @@ def test_algorithm_3_times_add_and_the_colocation_factor_matches_the_measured_me
     )
 
 
+def test_measured_role_times_replace_algorithm_3_and_change_the_plan():
+    from prismserve.planner import plan_for_budget
+
+    estimated = build_model(parse_spec(MLLM))
+    # EL measured much faster for image requests' L-only role (after a separate encoder) than α·τ_L says.
+    data = {**MLLM, "executors": [*MLLM["executors"][:2], {**MLLM["executors"][2], "role_seconds": {"image": {"L": 0.02}}}]}
+    measured = build_model(parse_spec(data))
+    role = frozenset({"L"})
+    assert measured.seconds("EL", role, "image") == 0.02
+    assert measured.seconds("EL", role, "text") == pytest.approx(estimated.seconds("EL", role, "text"))  # not profiled: estimate
+    before = plan_for_budget(parse_spec(MLLM), 4, max_exponent=2).routing["image"]
+    after = plan_for_budget(parse_spec(data), 4, max_exponent=2).routing["image"]
+    assert before.get("E->EL", 0) == 0 and after.get("E->EL", 0) > 0.5
+
+
 def test_a_component_only_inside_colocated_executors_is_rejected_by_name():
     data = {**MLLM, "executors": [MLLM["executors"][1], MLLM["executors"][2]]}
     with pytest.raises(SpecError, match="component 'E' has no executor that runs it alone"):
@@ -66,6 +81,8 @@ def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest(
         (lambda d: d["executors"][2].update(name="E"), "executor 'E' is listed twice"),
         (lambda d: d["request_types"][1].update(paths=[]), "`paths` is empty"),
         (lambda d: d.update(extra=1), "extra: Extra inputs are not permitted"),
+        (lambda d: d["executors"][1].update(role_seconds={"text": {"E": 1.0}}), "role_seconds['text']['E'] names components ['E'] it does not run"),
+        (lambda d: d["executors"][2].update(role_seconds={"text": {"L": 0}}), "role_seconds['text']['L'] must be > 0 s"),
         (lambda d: d.update(topology={"nodes": [{"name": "a", "gpus": 2}], "bandwidth": 1, "edge_bytes": {"E->Q": 1}}),
          "edge_bytes key 'E->Q' names unknown executors ['Q']"),
     ],

@@ -65,3 +65,16 @@ class Answer(BaseModel):
 async def serve(request: ChatRequest) -> Answer:
     return Answer(tokens=await (await mllm(request)).text.collect())
 """
+
+
+def started_with_gateway(runtime):
+    """A gateway lifespan that starts `runtime` before serving and closes it after."""
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        await runtime.start()
+        yield
+        await runtime.close()
+
+    return lifespan

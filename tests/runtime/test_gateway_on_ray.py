@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import wave
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
+from runtime_apps import started_with_gateway
 from PIL import Image
 
 from prismserve.gateway import create_gateway
@@ -61,14 +61,7 @@ def png(seed: int) -> bytes:
 @pytest.fixture
 def server(ray_cluster, serve_gateway, span_exporter):
     runtime = RayRuntime(values=VALUES)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_):
-        await runtime.start()
-        yield
-        await runtime.close()
-
-    with serve_gateway(create_gateway(runtime, admin_token=TOKEN, lifespan=lifespan)) as url:
+    with serve_gateway(create_gateway(runtime, admin_token=TOKEN, lifespan=started_with_gateway(runtime))) as url:
         with httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
             # 8 declared GPUs: vl's plan takes 3, omni's five single-replica cells the rest.
             assert admin.post("/admin/apps", json={"name": "vl", "source": ROUTED_CHAT}).status_code == 201

@@ -1,0 +1,76 @@
+"""000 Figure 10: InternVL3-38B-like model on 16 GPUs, the controlled workloads of Table 3.
+
+Deployments: Monolith (EPD on 2 GPUs), E/PD, EP/D, E/P/D — each with replica counts the planner
+picks when limited to those executors ("chosen to maximize throughput given the planner output",
+000 §7.3) — and the planner's own plan over every executor. Poisson arrivals at `--load` x the
+plan's predicted throughput, the same requests for every deployment of a workload.
+Run: python benchmarks/paper/fig10_internvl3.py [--requests 400] [--speedup 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness import RESULTS, Server, describe_workload, measure, plan_for, retime, write
+
+from prismserve.bench.plots import throughput_bars
+from prismserve.bench.workloads import controlled
+from prismserve.emulate.catalog import INTERNVL3, INTERNVL3_BASELINES
+
+TABLE3 = {  # name: resolution, expected images per request, input text tokens, output tokens
+    "Lower resolution": ((1680, 1050), 1.0, 1000, 300),
+    "Standard": ((1920, 1080), 1.0, 1000, 300),
+    "Less text": ((1920, 1080), 1.0, 100, 100),
+    "Fewer images": ((1920, 1080), 0.6, 100, 100),
+}
+GPUS = 16
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--speedup", type=float, default=4.0, help="sim time divisor (default 4)")
+    parser.add_argument("--load", type=float, default=1.25, help="arrival rate / plan's predicted throughput")
+    parser.add_argument("--workloads", nargs="+", choices=list(TABLE3), default=list(TABLE3))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write JSON and PNG (default benchmarks/results)")
+    args = parser.parse_args()
+
+    model = INTERNVL3
+    out: dict = {"model": model.name, "gpus": GPUS, "requests": args.requests, "speedup": args.speedup, "workloads": {}}
+    with Server(model, GPUS) as server:
+        for name in args.workloads:
+            resolution, images, text_in, text_out = TABLE3[name]
+            requests = controlled(1.0, resolution, images, text_in, text_out, count=args.requests, seed=args.seed)
+            spec = model.planner_spec(requests)  # the run's own requests: the planner's representative dataset
+            plans = {label: plan_for(model.restricted(spec, executors), GPUS) for label, executors in INTERNVL3_BASELINES.items()}
+            plans["prismserve"] = plan_for(spec, GPUS)
+            rate = args.load * plans["prismserve"].throughput * args.speedup
+            specs = retime(requests, rate)
+            print(f"{name}: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})", flush=True)
+            runs = {label: measure(server, label, plan, specs, args.speedup, args.requests // 10) for label, plan in plans.items()}
+            best = max((r for label, r in runs.items() if label != "prismserve"), key=lambda r: r.measured_rps)
+            out["workloads"][name] = {
+                "workload": describe_workload(specs),
+                "runs": {label: run.to_json() for label, run in runs.items()},
+                "best_baseline": best.label,
+                "plan_over_best_baseline": runs["prismserve"].measured_rps / best.measured_rps,
+            }
+            print(f"{name}: prismserve / best baseline ({best.label}) = {out['workloads'][name]['plan_over_best_baseline']:.2f}x", flush=True)
+    for name, result in out["workloads"].items():
+        runs = result["runs"]
+        throughput_bars(
+            {label: run["measured_rps"] for label, run in runs.items()},
+            args.results / f"fig10_internvl3_{name.lower().replace(' ', '_')}.png",
+            predicted={label: run["predicted_rps"] for label, run in runs.items()},
+            title=f"InternVL3-like, 16 GPUs, {name} (req/s, A100 scale)",
+        )
+    print("wrote", write("fig10_internvl3", out, args.results))
+    print(f"{'workload':<18}" + "".join(f"{label:>12}" for label in [*INTERNVL3_BASELINES, "prismserve"]))
+    for name, result in out["workloads"].items():
+        print(f"{name:<18}" + "".join(f"{result['runs'][label]['measured_rps']:>12.3f}" for label in [*INTERNVL3_BASELINES, "prismserve"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""000 Figure 6a and Table 2: Qwen2.5-Omni-like model, monolith vs the planner's plan on 8 and 16 GPUs.
+
+Workload: ServeGen mm-image with the any-to-any recipe (000 §7.2 fn 6), Poisson arrivals at
+`--load` x the plan's predicted throughput (so every deployment is saturated, as measuring capacity
+needs). The planner is given the run's own requests as its representative dataset (000 §4.1):
+output lengths are heavy-tailed (p99 602 tokens, mean 129), so another sample of a few hundred
+requests has a mean work up to ~10 % off. Table 2 (latency per request type) comes from the
+16-GPU runs.
+Run: python benchmarks/paper/fig6a_omni.py [--requests 600] [--speedup 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness import RESULTS, Server, describe_workload, measure, plan_for, retime, write
+
+from prismserve.bench.plots import latency_cdf, throughput_bars
+from prismserve.bench.workloads import Arrivals, servegen
+from prismserve.emulate.catalog import OMNI_BASELINES, QWEN25_OMNI
+
+PAPER_SPEEDUP = {8: 3.09, 16: 3.81}
+PAPER_TABLE2 = {  # (input, output): monolith P50, P90, P99; ours P50, P90, P99 (seconds)
+    "T+I+V+A -> T": (33.6, 128.9, 181.4, 7.1, 18.4, 19.8),
+    "T+I+V -> T": (20.8, 88.8, 150.4, 7.3, 18.7, 22.6),
+    "T+I+A -> T": (20.1, 114.7, 128.6, 7.9, 19.1, 24.8),
+    "T+I -> T": (28.9, 95.8, 125.2, 8.5, 16.3, 21.0),
+    "T+I+V+A -> A": (26.9, 156.9, 167.0, 24.8, 36.5, 37.8),
+    "T+I+V -> A": (88.8, 236.5, 340.5, 21.9, 36.7, 44.3),
+    "T+I+A -> A": (29.6, 182.5, 284.5, 23.1, 33.6, 37.7),
+    "T+I -> A": (86.2, 288.6, 375.2, 21.3, 30.4, 39.6),
+}
+
+
+def paper_name(request_type: str) -> str:
+    """`audio+image+text+video->audio` as the paper writes it: `T+I+V+A -> A`."""
+    inputs, _, output = request_type.partition("->")
+    letters = {"text": "T", "image": "I", "video": "V", "audio": "A"}
+    kinds = inputs.split("+")
+    return "+".join(letters[k] for k in ("text", "image", "video", "audio") if k in kinds) + (" -> A" if output else " -> T")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=800)
+    parser.add_argument("--speedup", type=float, default=4.0, help="sim time divisor (default 4)")
+    parser.add_argument("--load", type=float, default=1.25, help="arrival rate / plan's predicted throughput")
+    parser.add_argument("--gpus", type=int, nargs="+", default=[8, 16])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write JSON and PNG (default benchmarks/results)")
+    args = parser.parse_args()
+
+    model = QWEN25_OMNI
+    requests = servegen(Arrivals("poisson", 1.0), count=args.requests, any_to_any=True, seed=args.seed)
+    spec = model.planner_spec(requests)
+    warmup = args.requests // 10
+    out: dict = {"model": model.name, "requests": args.requests, "speedup": args.speedup, "load": args.load, "cells": {}}
+    for gpus in args.gpus:
+        plans = {"Monolith": plan_for(model.restricted(spec, OMNI_BASELINES["Monolith"]), gpus), "prismserve": plan_for(spec, gpus)}
+        rate = args.load * plans["prismserve"].throughput * args.speedup
+        specs = retime(requests, rate)
+        print(f"{gpus} GPUs: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})", flush=True)
+        with Server(model, gpus) as server:
+            runs = {label: measure(server, label, plan, specs, args.speedup, warmup) for label, plan in plans.items()}
+        ratio = runs["prismserve"].measured_rps / runs["Monolith"].measured_rps
+        predicted_ratio = runs["prismserve"].predicted_rps / runs["Monolith"].predicted_rps
+        print(f"{gpus} GPUs: prismserve / monolith = {ratio:.2f}x (predicted {predicted_ratio:.2f}x, paper {PAPER_SPEEDUP[gpus]}x)", flush=True)
+        out["cells"][str(gpus)] = {
+            "workload": describe_workload(specs),
+            "runs": {label: run.to_json() for label, run in runs.items()},
+            "speedup_over_monolith": ratio,
+            "predicted_speedup_over_monolith": predicted_ratio,
+            "paper_speedup_over_monolith": PAPER_SPEEDUP[gpus],
+        }
+        if gpus == 16:
+            out["table2"] = table2(runs, args.speedup)
+            latency_cdf(
+                {label: [r.latency_s * args.speedup for r in run.results if r.ok] for label, run in runs.items()},
+                args.results / "fig8a_omni_latency_cdf.png",
+                title="Qwen2.5-Omni-like, 16 GPUs: latency (A100 scale)",
+            )
+    cells = out["cells"]
+    throughput_bars(
+        {f"{label} {g}": cells[g]["runs"][label]["measured_rps"] for g in cells for label in ("Monolith", "prismserve")},
+        args.results / "fig6a_omni_throughput.png",
+        predicted={f"{label} {g}": cells[g]["runs"][label]["predicted_rps"] for g in cells for label in ("Monolith", "prismserve")},
+        title="Qwen2.5-Omni-like throughput (req/s, A100 scale)",
+    )
+    print("wrote", write("fig6a_table2_omni", out, args.results))
+    if "table2" in out:
+        print_table2(out["table2"])
+
+
+def table2(runs: dict, speedup: float) -> dict:
+    """Latency P50/P90/P99 per request type, at A100 scale, with the paper's beside."""
+    rows = {}
+    for request_type in runs["prismserve"].summary["by_type"]:
+        name = paper_name(request_type)
+        ours = {label: run.summary["by_type"].get(request_type, {}).get("latency_s", {}) for label, run in runs.items()}
+        rows[name] = {
+            label: {p: (stats.get(p) or 0.0) * speedup for p in ("p50", "p90", "p99")} for label, stats in ours.items()
+        } | {"paper": dict(zip(("mono_p50", "mono_p90", "mono_p99", "ours_p50", "ours_p90", "ours_p99"), PAPER_TABLE2[name]))}
+    return rows
+
+
+def print_table2(rows: dict) -> None:
+    print(f"{'type':<14} {'monolith P50/P90/P99 (s)':>26} {'prismserve P50/P90/P99 (s)':>28} {'paper mono':>20} {'paper ours':>18}")
+    for name, row in sorted(rows.items()):
+        mono, ours, paper = row["Monolith"], row["prismserve"], row["paper"]
+        print(
+            f"{name:<14} {mono['p50']:>8.1f}{mono['p90']:>9.1f}{mono['p99']:>9.1f} {ours['p50']:>9.1f}{ours['p90']:>9.1f}{ours['p99']:>9.1f}"
+            f"   {paper['mono_p50']:>6}/{paper['mono_p90']}/{paper['mono_p99']}   {paper['ours_p50']}/{paper['ours_p90']}/{paper['ours_p99']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

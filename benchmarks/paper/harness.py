@@ -1,0 +1,186 @@
+"""Shared by the paper reproductions: start a gateway on fake GPUs, deploy plans, load it, measure.
+
+Each reproduction deploys an emulated model (prismserve.emulate) behind a real `prismserve serve`
+process (Ray runtime, `sim` executors, declared GPUs), sends a workload with the open-loop load
+generator over HTTP, and compares the measured throughput with the planner's prediction.
+Sim times are divided by `speedup` so that runs take seconds, not minutes; every throughput is
+reported at A100 scale (measured / speedup) next to the raw figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+import prismserve  # noqa: F401  (telemetry off)
+from prismserve.bench.loadgen import RequestResult, run_load
+from prismserve.bench.metrics import summarize
+from prismserve.bench.workloads import RequestSpec, type_mix
+from prismserve.emulate.app import app_source
+from prismserve.emulate.model import EmulatedModel
+from prismserve.planner import Plan, plan_for_budget
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+class Server:
+    """A `prismserve serve` process serving one emulated model on `gpus` declared GPUs."""
+
+    def __init__(self, model: EmulatedModel, gpus: int, routing: str = "static") -> None:
+        self.model, self.gpus, self.routing = model, gpus, routing
+        self.token = secrets.token_hex(8)
+        self.url = ""
+        self._dir = tempfile.TemporaryDirectory(prefix="prismserve-bench-")
+        self._process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> Server:
+        app = Path(self._dir.name) / f"{self.model.name}.py"
+        app.write_text(app_source(self.model.name))
+        command = [sys.executable, "-m", "prismserve", "serve", str(app), "--name", self.model.name,
+                   "--fake-gpus", str(self.gpus), "--port", "0", "--routing", self.routing]
+        env = {**os.environ, "PRISMSERVE_ADMIN_TOKEN": self.token}
+        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        deadline = time.monotonic() + 180
+        lines = []
+        while time.monotonic() < deadline:
+            line = self._process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "serving app" in line:
+                self.url = line.rsplit(" at ", 1)[1].strip()
+                # Keep reading the server's output so its pipe never fills up.
+                import threading
+
+                threading.Thread(target=self._process.stdout.read, daemon=True).start()
+                return self
+        self.__exit__(None, None, None)
+        raise RuntimeError("the server did not start:\n" + "".join(lines[-30:]))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(60)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        self._dir.cleanup()
+
+    def deploy(self, plan: Plan, speedup: float) -> None:
+        """Apply a planner result (cells, routing, sim profiles); returns when its replicas are up."""
+        body = self.model.deployment_plan(plan, speedup).model_dump(mode="json", exclude_none=True)
+        response = httpx.post(f"{self.url}/admin/apps/{self.model.name}/plan", json=body,
+                              headers={"authorization": f"Bearer {self.token}"}, timeout=600)
+        if response.status_code != 200:
+            raise RuntimeError(f"deploying failed: {response.status_code} {response.text}")
+
+
+@dataclass
+class Run:
+    """One deployment under one workload: the plan, what was predicted, what was measured."""
+
+    label: str
+    plan: Plan
+    speedup: float
+    summary: dict
+    results: list[RequestResult]
+    exact_rps: float  # the emulation's own capacity for this plan (model.capacity), at A100 scale
+
+    @property
+    def predicted_rps(self) -> float:
+        """The planner's throughput at A100 scale."""
+        return self.plan.throughput
+
+    @property
+    def measured_rps(self) -> float:
+        """Measured capacity at A100 scale: the completion rate between ramp-up and ramp-down
+        (every run is overloaded), so the edges of a short run do not count against it."""
+        return self.summary["steady_rps"] / self.speedup
+
+    @property
+    def makespan_rps(self) -> float:
+        """Requests / makespan at A100 scale (000 §7.1's definition, ramp-down included)."""
+        return self.summary["throughput_rps"] / self.speedup
+
+    @property
+    def accuracy(self) -> float:
+        """Achieved / predicted throughput."""
+        return self.measured_rps / self.predicted_rps if self.predicted_rps else 0.0
+
+    @property
+    def delivered(self) -> float:
+        """Achieved / the emulation's exact capacity for the plan: what the runtime delivers."""
+        return self.measured_rps / self.exact_rps if self.exact_rps else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "exact_rps": self.exact_rps,
+            "delivered": self.delivered,
+            "label": self.label,
+            "plan": self.plan.to_json_dict(),
+            "speedup": self.speedup,
+            "predicted_rps": self.predicted_rps,
+            "measured_rps": self.measured_rps,
+            "makespan_rps": self.makespan_rps,
+            "accuracy": self.accuracy,
+            "summary": self.summary,
+        }
+
+
+def plan_for(spec, gpus: int) -> Plan:
+    """The planner's plan for one cell budget of `gpus` GPUs (cells up to that size)."""
+    return plan_for_budget(spec, gpus, max_exponent=gpus.bit_length() - 1)
+
+
+def measure(server: Server, label: str, plan: Plan, specs: list[RequestSpec], speedup: float, warmup: int) -> Run:
+    """Deploy `plan`, send `specs` (open loop), and summarise."""
+    server.deploy(plan, speedup)
+    print(f"  {label}: {plan.gpus} GPUs, cells {[(c.gpus, c.count, c.replicas) for c in plan.cells]}", flush=True)
+    results = asyncio.run(run_load(server.url, server.model.name, specs, progress=sys.stderr.isatty()))
+    summary = summarize(results, warmup)
+    replicas: dict[str, int] = {}
+    for cell in plan.cells:
+        for name, n in cell.replicas.items():
+            replicas[name] = replicas.get(name, 0) + n * cell.count
+    run = Run(label, plan, speedup, summary, results, server.model.capacity(replicas, plan.routing, specs))
+    print(
+        f"  {label}: measured {run.measured_rps:.3f} req/s (A100 scale; raw {summary['steady_rps']:.1f}; "
+        f"requests/makespan {run.makespan_rps:.3f}), "
+        f"predicted {run.predicted_rps:.3f} (exact for the emulation {run.exact_rps:.3f}), "
+        f"achieved/predicted {run.accuracy:.2f}, achieved/exact {run.delivered:.2f}, "
+        f"failed {summary['failed']}, p50 {summary['latency_s']['p50']:.2f} s",
+        flush=True,
+    )
+    if summary["failed"]:
+        print(f"  errors: {summary['errors']}", flush=True)
+    return run
+
+
+def retime(specs: list[RequestSpec], rate: float) -> list[RequestSpec]:
+    """The same requests with arrival times scaled to mean `rate` (Poisson shape kept)."""
+    last = specs[-1].arrival_s or 1.0
+    factor = (len(specs) - 1) / last / rate
+    return [RequestSpec(**{**vars(s), "arrival_s": s.arrival_s * factor}) for s in specs]
+
+
+def write(name: str, data: dict, folder: Path = RESULTS) -> Path:
+    """Save a result as <folder>/<name>.json (benchmarks/results by default)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(data, indent=1, default=float))
+    return path
+
+
+def describe_workload(specs: list[RequestSpec]) -> dict:
+    """Size and type mix of a workload, for the result files."""
+    return {"requests": len(specs), "mix": type_mix(specs)}

@@ -1,0 +1,201 @@
+"""Emulated models: a cost model, the deployment options (executors) and their batching behaviour.
+
+From one `EmulatedModel` come the planner's spec (each executor's throughput at a workload's mix,
+000 Algorithm 3's input), the `sim` profiles of its deployments, and the runtime plan for a planner
+result, so that the planner, the runtime and the emulation agree on what every executor is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf
+
+from prismserve.bench.workloads import RequestSpec
+from prismserve.emulate.costs import CostModel
+from prismserve.executors.sim import SimProfile
+from prismserve.planner import ExecutorOption, Plan, PlanSpec, RequestType
+from prismserve.runtime.plan import DeploymentPlan
+
+DEPLOYMENT_PREFIX = "model.executors."  # the app's unit-task paths: `model.executors.<executor>`
+
+
+class EmulatedExecutor(BaseModel):
+    """A deployment option: the components a replica runs, its GPUs, speed and batching.
+
+    `speed`: the replica's speed relative to one A100 (tensor parallelism over 2 GPUs: 1.8).
+    `max_batch` and `batch_gain` (full-batch throughput over batch-1 throughput) shape latency at
+    low load; at full batch a replica serves one request per `mean work / speed` seconds.
+    `continuous`: continuous batching (requests join and leave a running batch, as in vLLM)
+    instead of whole batches one after another.
+    `factors[c]` multiplies component c's work here (colocation: a smaller KV cache, batching lost).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    components: tuple[str, ...]
+    gpus: int = 1
+    speed: float = 1.0
+    max_batch: int = 1
+    batch_gain: float = 1.0
+    continuous: bool = False
+    factors: dict[str, float] = Field(default_factory=dict)
+    payload_bytes: int = 256 << 10
+
+    def seconds(self, work: dict[str, float], role: Iterable[str]) -> float:
+        """A100-seconds of this replica's time for `role`'s components of a request with `work`."""
+        return sum(work.get(c, 0.0) * self.factors.get(c, 1.0) for c in role) / self.speed
+
+    def profile(self, speedup: float) -> SimProfile:
+        """The `sim` profile: batch-1 takes `batch_gain` × its work, a full batch `max_batch` × the mean work."""
+        growth = (self.max_batch / self.batch_gain - 1) / (self.max_batch - 1) if self.max_batch > 1 else 0.0
+        return SimProfile(
+            latency_s=self.batch_gain / speedup, batch_growth=growth, max_batch=self.max_batch,
+            payload_bytes=self.payload_bytes, continuous=self.continuous,
+        )
+
+
+class EmulatedModel(BaseModel):
+    """A model family to emulate: its cost model and deployment options."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    costs: InstanceOf[CostModel]
+    executors: tuple[EmulatedExecutor, ...]
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return self.costs.components
+
+    def executor(self, name: str) -> EmulatedExecutor:
+        """The executor called `name`."""
+        for executor in self.executors:
+            if executor.name == name:
+                return executor
+        raise KeyError(f"model {self.name!r} has no executor {name!r} (it has {[e.name for e in self.executors]})")
+
+    def paths(self, needs: tuple[str, ...], allowed: Iterable[str] | None = None) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
+        """Valid paths for a request needing `needs` (model order): name -> [(executor, role)].
+
+        Each executor runs every component it holds that is still to run; that role must be the next
+        components in order (papers/NOTES.md, Appendix B), so the path covers `needs` exactly once.
+        """
+        options = [e for e in self.executors if allowed is None or e.name in set(allowed)]
+        found: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+
+        def walk(done: int, hops: list[tuple[str, tuple[str, ...]]]) -> None:
+            if done == len(needs):
+                found["->".join(name for name, _ in hops)] = list(hops)
+                return
+            remaining = needs[done:]
+            for executor in options:
+                role = tuple(c for c in remaining if c in executor.components)
+                if role and role == remaining[: len(role)]:
+                    walk(done + len(role), [*hops, (executor.name, role)])
+
+        walk(0, [])
+        return found
+
+    def planner_spec(self, workload: list[RequestSpec], executors: Iterable[str] | None = None) -> PlanSpec:
+        """The plan spec at `workload`'s mix: each executor's throughput is what its `sim` replica sustains.
+
+        A replica serving the mix spends `seconds(work, Comp(s) ∩ needs)` per request; its throughput
+        (requests of the mix per second) is the inverse of the mean — the profile a real profiler
+        would measure on this workload.
+        """
+        chosen = [e for e in self.executors if executors is None or e.name in set(executors)]
+        shares: dict[str, tuple[tuple[str, ...], int]] = {}
+        busy = {e.name: 0.0 for e in chosen}
+        # Replica seconds per role and type, as a profiler would measure them (000 Algorithm 3
+        # estimates them from one colocation factor per executor, which the emulation does not obey).
+        roles: dict[str, dict[str, dict[str, float]]] = {e.name: {} for e in chosen}
+        for spec in workload:
+            needs = self.costs.needs(spec)
+            work = self.costs.work(spec)
+            count = shares.get(spec.request_type, (needs, 0))[1]
+            shares[spec.request_type] = (needs, count + 1)
+            for executor in chosen:
+                busy[executor.name] += executor.seconds(work, [c for c in needs if c in executor.components])
+                mine = roles[executor.name].setdefault(spec.request_type, {})
+                for role in _roles(needs, executor.components):
+                    key = "+".join(role)
+                    mine[key] = mine.get(key, 0.0) + executor.seconds(work, role)
+        return PlanSpec(
+            components=list(self.components),
+            executors=[
+                ExecutorOption(
+                    name=e.name,
+                    components=list(e.components),
+                    gpus=e.gpus,
+                    throughput=len(workload) / busy[e.name],
+                    role_seconds={
+                        t: {role: total / shares[t][1] for role, total in by_role.items()}
+                        for t, by_role in roles[e.name].items()
+                        if by_role
+                    },
+                )
+                for e in chosen
+                if busy[e.name] > 0
+            ],
+            request_types=[
+                RequestType(name=name, components=list(needs), share=count / len(workload))
+                for name, (needs, count) in sorted(shares.items())
+            ],
+        )
+
+    def capacity(self, replicas: dict[str, int], routing: dict[str, dict[str, float]], workload: list[RequestSpec]) -> float:
+        """Requests/s a deployment sustains on `workload`, from the emulation's own costs (no Algorithm 3).
+
+        Each executor's load is the mean replica time a request puts on it over the routed paths;
+        the deployment saturates when the most loaded executor's replicas are all busy. This is
+        what the `sim` replicas will do, so it separates the planner's estimate from the runtime's
+        delivery.
+        """
+        load = dict.fromkeys(replicas, 0.0)
+        for spec in workload:
+            needs = self.costs.needs(spec)
+            work = self.costs.work(spec)
+            paths = self.paths(needs)
+            for name, p in routing.get(spec.request_type, {}).items():
+                for executor, role in paths[name]:
+                    load[executor] = load.get(executor, 0.0) + p * self.executor(executor).seconds(work, role)
+        busy = [load[s] / len(workload) / n for s, n in replicas.items() if n and load.get(s)]
+        unserved = [s for s, l in load.items() if l and not replicas.get(s)]
+        return 0.0 if unserved or not busy else 1.0 / max(busy)
+
+    def restricted(self, spec: PlanSpec, allowed: Iterable[str]) -> PlanSpec:
+        """`spec` with every request type limited to paths through `allowed` executors (a baseline
+        deployment such as Monolith or E/PD); the planner then picks only their replica counts."""
+        allowed = set(allowed)
+        types = []
+        for request_type in spec.request_types:
+            paths = self.paths(tuple(request_type.components), allowed)
+            if not paths:
+                raise ValueError(f"executors {sorted(allowed)} cannot serve request type {request_type.name!r}")
+            types.append(request_type.model_copy(update={"paths": [name.split("->") for name in paths]}))
+        return spec.model_copy(update={"request_types": types})
+
+    def deployment_plan(self, plan: Plan, speedup: float) -> DeploymentPlan:
+        """The runtime plan for a planner result: cells and routing, with every executor's sim profile."""
+        return DeploymentPlan(
+            cells=[
+                {"gpus": cell.gpus, "count": cell.count, "replicas": {DEPLOYMENT_PREFIX + n: r for n, r in cell.replicas.items() if r}}
+                for cell in plan.cells
+            ],
+            routing=plan.routing,
+            profiles={DEPLOYMENT_PREFIX + e.name: e.profile(speedup) for e in self.executors},
+            gpus=plan.gpus,
+            throughput=plan.throughput * speedup,
+        )
+
+
+def _roles(needs: tuple[str, ...], components: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The roles an executor holding `components` can take on a path of `needs` (one per entry point)."""
+    found = []
+    for start in range(len(needs)):
+        role = tuple(c for c in needs[start:] if c in components)
+        if role and role == needs[start : start + len(role)] and role not in found:
+            found.append(role)
+    return found

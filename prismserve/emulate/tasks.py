@@ -1,0 +1,113 @@
+"""The tasks of an emulated model: one unit task per executor, and the composite that routes requests.
+
+`EmulatedTask.invoke` works out a chat request's components and their work (its cost model), picks
+a path with the plan's probabilities (request-static routing, 000 §5.3) and invokes each executor
+on it with the work of its role; the `sim` executor waits that long (scaled by its profile).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from pydantic import Field, InstanceOf
+
+from prismserve.app.chat import ChatCompletion, ChatRequest
+from prismserve.bench.workloads import RequestSpec
+from prismserve.emulate.model import EmulatedModel
+from prismserve.task import DataHandle, Task, TaskInput, TaskOutput, UnitTask, replayable_choice
+
+
+class StageInput(TaskInput):
+    """One executor's share of a request: its work (A100-seconds, the sim waits for it) and the previous hop's output."""
+
+    sim_work: float = Field(ge=0)
+    previous: DataHandle[Any] | None = None
+
+
+class StageOutput(TaskOutput):
+    """What a hop hands to the next (embeddings, hidden states): a payload of the profile's size."""
+
+    payload: DataHandle[Any]
+
+
+class Stage(UnitTask[StageInput, StageOutput]):
+    """A replica of one executor of an emulated model (1 GPU)."""
+
+    executor_kind = "sim"
+    model: str
+    executor: str
+    components: tuple[str, ...]
+
+
+class Stage2(Stage):
+    """An executor replica on 2 GPUs (tensor parallel)."""
+
+    gpus_per_replica = 2
+
+
+class Stage4(Stage):
+    """An executor replica on 4 GPUs."""
+
+    gpus_per_replica = 4
+
+
+STAGES = {1: Stage, 2: Stage2, 4: Stage4}
+
+
+def request_spec(request: ChatRequest) -> RequestSpec:
+    """The size of a chat request as the cost models read it: words, image sizes, clips, output tokens."""
+    from PIL import Image
+
+    sizes = []
+    for image in request.images:
+        with Image.open(io.BytesIO(image.data)) as opened:  # reads the header only
+            sizes.append(opened.size)
+    words = sum(len(m.text.split()) for m in request.messages)
+    return RequestSpec(
+        arrival_s=0.0,
+        text_tokens=max(1, words),
+        output_tokens=request.max_tokens,
+        images=tuple(sizes),
+        audios=len(request.audios),
+        videos=len(request.videos),
+        audio_out=request.wants_audio,
+    )
+
+
+class EmulatedTask(Task[ChatRequest, StageOutput]):
+    """An emulated model served along planned paths; `executors` maps executor names to their unit tasks."""
+
+    spec: InstanceOf[EmulatedModel]
+    routing: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    def post_init(self) -> None:
+        self.executors = {
+            e.name: STAGES[e.gpus](model=self.spec.name, executor=e.name, components=e.components) for e in self.spec.executors
+        }
+        self._paths: dict[tuple[str, ...], dict[str, list[tuple[str, tuple[str, ...]]]]] = {}
+
+    def apply_routing(self, routing: dict[str, dict[str, float]]) -> None:
+        """Take a deployed plan's path probabilities."""
+        self.routing = {t: dict(p) for t, p in routing.items()}
+
+    def invoke(self, request: ChatRequest) -> StageOutput:
+        spec = request_spec(request)
+        work = self.spec.costs.work(spec)
+        needs = self.spec.costs.needs(spec)
+        paths = self._paths.get(needs) or self._paths.setdefault(needs, self.spec.paths(needs))
+        names = sorted(paths)
+        planned = self.routing.get(request.request_type)
+        # A type the plan does not route is spread over all its paths.
+        weights = [planned.get(n, 0.0) for n in names] if planned and any(planned.get(n) for n in names) else None
+        output = None
+        for name, role in paths[names[replayable_choice(len(names), weights)]]:
+            seconds = self.spec.executor(name).seconds(work, role)
+            output = self.executors[name].invoke(StageInput(sim_work=seconds, previous=output.payload if output else None))
+        return output
+
+
+def completion(request: ChatRequest) -> ChatCompletion:
+    """The answer an emulated model gives: `max_tokens` words, and silence when audio is asked for."""
+    audio = bytes(2 * 2400) if request.wants_audio else None  # 0.1 s of 16-bit PCM at 24 kHz
+    return ChatCompletion(text=" ".join(["token"] * request.max_tokens), audio=audio)

@@ -1,0 +1,101 @@
+"""Emulated models: valid paths, planner profiles that match the sim, plans the app can deploy, routing."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import pytest
+from PIL import Image
+
+from prismserve.app import load_app_source
+from prismserve.app.chat import ChatRequest
+from prismserve.bench.workloads import RequestSpec, controlled
+from prismserve.emulate import DEPLOYMENT_PREFIX, INTERNVL3, QWEN25_OMNI
+from prismserve.emulate.app import app_source
+from prismserve.emulate.catalog import INTERNVL3_BASELINES
+from prismserve.emulate.costs import internvl_tiles, qwen_image_tokens
+from prismserve.emulate.tasks import EmulatedTask, StageOutput, request_spec
+from prismserve.planner import plan_for_budget
+from prismserve.task import LocalDispatcher, use_dispatcher
+
+
+def jpeg(size: tuple[int, int]) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def test_paths_run_each_needed_component_once_in_order():
+    paths = QWEN25_OMNI.paths(("I", "L"))
+    assert {"I->L", "I->IVAL", "IVAL", "Monolith", "I->Monolith"} <= set(paths)
+    assert paths["I->IVAL"] == [("I", ("I",)), ("IVAL", ("L",))]
+    assert "L->I" not in paths and "G" not in paths
+    # Only the allowed executors: the E/P/D baseline has exactly one path for image requests.
+    assert list(INTERNVL3.paths(("E", "P", "D"), allowed=["E", "P", "D"])) == ["E->P->D"]
+
+
+def test_tile_and_token_counts_follow_the_models():
+    assert internvl_tiles(1920, 1080) == 9 and internvl_tiles(1680, 1050) == 7 and internvl_tiles(448, 448) == 1
+    assert qwen_image_tokens(280, 56) == 20
+
+
+def test_planner_profiles_are_what_a_sim_replica_sustains():
+    # Identical requests: a replica at full batch serves speed / work of its components per second.
+    specs = [RequestSpec(0.0, 1000, 300, images=((1920, 1080),))] * 10
+    spec = INTERNVL3.planner_spec(specs)
+    work = INTERNVL3.costs.work(specs[0])
+    throughput = {e.name: e.throughput for e in spec.executors}
+    assert throughput["E"] == pytest.approx(1.13)  # 000 Table 1 at the Standard workload
+    assert throughput["PD"] == pytest.approx(1.8 / (work["P"] + work["D"]))
+    assert 1 / throughput["PD"] * 1.8 == pytest.approx(1 / 0.28)  # the LLM's Table 1 time per request
+    epd = INTERNVL3.executor("EPD")
+    assert throughput["EPD"] == pytest.approx(1.8 / (work["E"] + work["P"] + work["D"] * epd.factors["D"]))
+    assert [t.name for t in spec.request_types] == ["image+text"]
+
+
+def test_plans_deploy_on_the_apps_unit_tasks_and_baselines_use_only_their_executors():
+    workload = controlled(1.0, (1920, 1080), 1.0, 100, 100, count=500, seed=0)
+    spec = INTERNVL3.planner_spec(workload)
+    app = load_app_source(app_source(INTERNVL3.name), INTERNVL3.name)
+    names = set(app.named_unit_tasks())
+    for executors in INTERNVL3_BASELINES.values():
+        plan = plan_for_budget(INTERNVL3.restricted(spec, executors), 16, max_exponent=4)
+        used = {n for cell in plan.cells for n, r in cell.replicas.items() if r}
+        assert used <= set(executors)
+        deployment = INTERNVL3.deployment_plan(plan, speedup=4)
+        assert {n for cell in deployment.cells for n in cell.replicas} <= names
+        assert set(deployment.profiles) == {DEPLOYMENT_PREFIX + e.name for e in INTERNVL3.executors}
+        assert deployment.throughput == pytest.approx(plan.throughput * 4)
+    best = plan_for_budget(spec, 16, max_exponent=4)
+    monolith = plan_for_budget(INTERNVL3.restricted(spec, ["EPD"]), 16, max_exponent=4)
+    assert best.throughput >= monolith.throughput > 0
+
+
+def test_requests_follow_the_routed_path_with_the_work_of_each_role():
+    task = EmulatedTask(spec=QWEN25_OMNI)
+    calls: list[tuple[str, float]] = []
+
+    async def sim(stage, stage_input):
+        calls.append((stage.executor, stage_input.sim_work))
+        return StageOutput(payload=[0.0])
+
+    request = ChatRequest.of("what is this", images=[jpeg((684 // 18 * 28, 18 * 28))], audio_out=True, max_tokens=129)
+    task.apply_routing({request.request_type: {"I->IVAL->G": 1.0}})
+
+    async def run():
+        with use_dispatcher(LocalDispatcher({"sim": sim})):
+            return await task(request)
+
+    asyncio.run(run())
+    assert [name for name, _ in calls] == ["I", "IVAL", "G"]
+    work = QWEN25_OMNI.costs.work(request_spec(request))
+    assert calls[1][1] == pytest.approx(work["L"]) and work["L"] == pytest.approx(1 / 1.09)
+    assert calls[2][1] == pytest.approx(1 / 0.28)  # the audio generator at 129 output tokens
+
+
+def test_request_spec_reads_sizes_from_the_request():
+    request = ChatRequest.of("a b c", images=[jpeg((64, 32))], audios=[b"RIFF"], videos=[b"clip"], max_tokens=9)
+    spec = request_spec(request)
+    assert spec.images == ((64, 32),) and spec.audios == 1 and spec.videos == 1 and spec.output_tokens == 9
+    assert spec.text_tokens == 3 and spec.request_type == request.request_type == "audio+image+text+video"

@@ -1,0 +1,52 @@
+"""The sim backend: per-input work scales service time; continuous batching shares the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from prismserve.executors.sim import SimExecutor, SimProfile
+from prismserve.task import TaskInput, TaskOutput, UnitTask
+
+
+class WorkInput(TaskInput):
+    sim_work: float = 1.0
+
+
+class Done(TaskOutput):
+    ok: bool = True
+
+
+class Timed(UnitTask[WorkInput, Done]):
+    executor_kind = "sim"
+
+
+async def finish_times(profile: SimProfile, works: list[float]) -> list[float]:
+    executor = SimExecutor(Timed(), profile)
+    start = time.perf_counter()
+
+    async def one(work: float) -> float:
+        await executor.run(WorkInput(sim_work=work))
+        return time.perf_counter() - start
+
+    return await asyncio.gather(*(one(w) for w in works))
+
+
+def test_a_batch_takes_the_mean_work_of_its_inputs():
+    profile = SimProfile(latency_s=0.1, batch_growth=0.5, max_batch=2)
+    times = asyncio.run(finish_times(profile, [1.0, 3.0]))
+    # One batch of 2, mean work 2: 0.1 * 2 * (1 + 0.5) = 0.3 s, both done together.
+    assert times[0] == pytest.approx(0.3, abs=0.08) and times[1] == pytest.approx(times[0], abs=0.02)
+
+
+def test_continuous_batching_lets_short_requests_leave_early():
+    profile = SimProfile(latency_s=0.1, batch_growth=1.0, max_batch=2, continuous=True)
+    short, long_, queued = asyncio.run(finish_times(profile, [1.0, 3.0, 1.0]))
+    # Two share the engine at half speed each: the short one needs 0.1 s alone, so 0.2 s.
+    assert short == pytest.approx(0.2, abs=0.06)
+    # Then the queued one joins: both at half speed; it needs 0.1 s alone -> done at 0.4 s.
+    assert queued == pytest.approx(0.4, abs=0.08)
+    # The long one: 0.1 s of its 0.3 s by 0.2, 0.1 more by 0.4, the last 0.1 alone: 0.5 s.
+    assert long_ == pytest.approx(0.5, abs=0.08)
