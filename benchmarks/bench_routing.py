@@ -3,7 +3,7 @@
 Deployment: the toy MLLM with encoder fission on declared GPUs, `sim` executors with service times
 (encoder 20 ms, LLM 30 ms prefill + 16 tokens x 4 ms, batching up to 8), 2 encoder and 3 LLM replicas.
 Closed loop: `--clients` clients send requests back to back (half with one image) for `--seconds`.
-  static   path and replica from the plan, no executor is asked anything (round-robin within a step)
+  static   path from the plan, replica by the dispatcher's own in-flight counts: no executor is asked anything
   dynamic  before every invocation the dispatcher asks each replica of that step for its queue depth
 Run: python benchmarks/bench_routing.py [--clients 48] [--seconds 20] [--out result.json]
 """

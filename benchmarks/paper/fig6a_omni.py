@@ -6,7 +6,7 @@ needs). The planner is given the run's own requests as its representative datase
 output lengths are heavy-tailed (p99 602 tokens, mean 129), so another sample of a few hundred
 requests has a mean work up to ~10 % off. Table 2 (latency per request type) comes from the
 16-GPU runs.
-Run: python benchmarks/paper/fig6a_omni.py [--requests 600] [--speedup 4]
+Run: python benchmarks/paper/fig6a_omni.py [--requests 2000] [--speedup 4]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def paper_name(request_type: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=800)
+    parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--speedup", type=float, default=4.0, help="sim time divisor (default 4)")
     parser.add_argument("--load", type=float, default=1.25, help="arrival rate / plan's predicted throughput")
     parser.add_argument("--gpus", type=int, nargs="+", default=[8, 16])

@@ -66,13 +66,20 @@ class Arrivals:
 
 
 def workloads_dir() -> Path:
-    """The shared workloads folder: $PRISMSERVE_WORKLOADS, else ../shared/workloads from here or the repo."""
-    candidates = [os.environ.get("PRISMSERVE_WORKLOADS")]
-    candidates += [str(Path.cwd().parent / "shared" / "workloads"), str(Path(__file__).resolve().parents[3] / "shared" / "workloads")]
-    for candidate in filter(None, candidates):
-        if (Path(candidate) / "README.md").exists():
-            return Path(candidate)
-    raise WorkloadError(f"no workloads folder found (tried {[c for c in candidates if c]}); set PRISMSERVE_WORKLOADS")
+    """The shared workloads folder: $PRISMSERVE_WORKLOADS, else `shared/workloads` beside the working
+    directory or the package, or beside one of their parents (a checkout next to ../shared)."""
+    override = os.environ.get("PRISMSERVE_WORKLOADS")
+    if override:
+        if not (Path(override) / "README.md").exists():
+            raise WorkloadError(f"PRISMSERVE_WORKLOADS={override} is not the shared workloads folder (no README.md there)")
+        return Path(override)
+    starts = [Path.cwd().resolve(), Path(__file__).resolve().parent]
+    for start in starts:
+        for folder in (start, *start.parents):
+            candidate = folder / "shared" / "workloads"
+            if (candidate / "README.md").exists():
+                return candidate
+    raise WorkloadError(f"no shared/workloads folder beside {[str(s) for s in starts]} or their parents; set PRISMSERVE_WORKLOADS")
 
 
 # --- arrival processes -------------------------------------------------------------------------

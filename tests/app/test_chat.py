@@ -32,7 +32,7 @@ def test_parts_are_told_apart_by_type_in_json():
     [
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "robot", "content": []}]}, "role"),
-        ({"messages": [{"role": "user", "content": [{"type": "video", "data": ""}]}]}, "content"),
+        ({"messages": [{"role": "user", "content": [{"type": "file", "data": ""}]}]}, "content"),
         ({"messages": [{"role": "user", "content": []}], "modalities": ["image"]}, "modalities"),
         ({"messages": [{"role": "user", "content": []}], "temperature": 3}, "temperature"),
     ],

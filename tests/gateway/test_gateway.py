@@ -106,7 +106,8 @@ def test_invoke_takes_media_as_base64_and_streams_audio_as_base64(gateway):
         ("omni", {"type": "image", "data": "%%%"}, 400, "image #0 (messages.0.content.0.data) is not valid base64"),
         ("omni", {"type": "audio", "data": b64(b"RIFF....")}, 400, "audio #0 could not be decoded as WAV"),
         ("answer", {"type": "audio", "data": b64(wav())}, 400, "app 'answer' does not accept audio input"),
-        ("omni", {"type": "video", "data": "AAAA"}, 422, "does not match any of the expected tags"),
+        ("omni", {"type": "file", "data": "AAAA"}, 422, "does not match any of the expected tags"),
+        ("omni", {"type": "video", "data": "AAAA"}, 400, "app 'omni' does not accept video input"),
     ],
 )
 def test_invoke_checks_chat_media_like_the_openai_api(gateway, app, part, status, message):
