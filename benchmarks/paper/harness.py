@@ -16,6 +16,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +61,6 @@ class Server:
             if "serving app" in line:
                 self.url = line.rsplit(" at ", 1)[1].strip()
                 # Keep reading the server's output so its pipe never fills up.
-                import threading
-
                 threading.Thread(target=self._process.stdout.read, daemon=True).start()
                 return self
         self.__exit__(None, None, None)
