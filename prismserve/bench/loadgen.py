@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from prismserve.bench.payloads import encoded_body
-from prismserve.bench.workloads import RequestSpec
+from prismserve.bench.workloads import RequestSpec, workloads_dir
 
 
 @dataclass
@@ -105,6 +105,7 @@ async def run_load(
     media_root: Path | None = None,
 ) -> list[RequestResult]:
     """Send every request of `specs` at its arrival time (open loop); one result per request, in order."""
+    media_root = media_root or workloads_dir()  # found once, not per request
     bodies = [encoded_body(spec, model, stream, media_root) for spec in specs]  # built before the clock starts
     results = [RequestResult(spec.request_type, spec.arrival_s) for spec in specs]
     headers = {"content-type": "application/json"}
