@@ -53,7 +53,7 @@ def _serve(app) -> Iterator[str]:
         thread.join(timeout=60)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def serve_gateway():
     """Start a FastAPI app on a free 127.0.0.1 port in a thread: `with serve_gateway(app) as url:`."""
     return _serve

@@ -14,16 +14,21 @@ from prismserve.task import UnitTask
 class ExecutorSpec(BaseModel):
     """How to build the executor of one deployment's replicas.
 
+    `model`: the real engine the unit task names in `executor` (encoder, vLLM, transformers …).
     `sim`: emulated service time from `profile`; output values from `values` (a function called as
     `values(task, input)`, as a LocalDispatcher executor) or synthesised from the output type.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    backend: Literal["sim"] = "sim"
+    backend: Literal["sim", "model"] = "sim"
     profile: SimProfile = Field(default_factory=SimProfile)
     values: Any = None
 
     def build(self, task: UnitTask[Any, Any]) -> Executor:
         """A fresh executor for `task`."""
+        if self.backend == "model":
+            from prismserve.executors.loading import executor_class
+
+            return executor_class(type(task))(task)
         return SimExecutor(task, self.profile, self.values)

@@ -22,7 +22,7 @@ from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import state
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
-from prismserve.task import DispatchError, TaskError, use_dispatcher
+from prismserve.task import DispatchError, InvalidInputError, TaskError, use_dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,21 @@ def request_type(request: BaseModel) -> str:
     return request.request_type if isinstance(request, ChatRequest) else "default"
 
 
+def rejected_input(error: BaseException | None) -> InvalidInputError | None:
+    """The InvalidInputError behind `error` (itself or a cause), if a unit task rejected the request's content."""
+    while error is not None:
+        if isinstance(error, InvalidInputError):
+            return error
+        error = error.__cause__
+    return None
+
+
 def failure(app: App, error: Exception) -> HTTPError:
     """The HTTP error for an exception raised while serving."""
     if isinstance(error, HTTPError):
         return error
+    if rejected_input(error) is not None:
+        return HTTPError(400, f"app {app.name!r}: {rejected_input(error)}", "invalid_input")
     if isinstance(error, DispatchError):
         return HTTPError(502, f"app {app.name!r}: {error}", "executor_error")
     if isinstance(error, TaskError):

@@ -6,16 +6,13 @@ from prismserve.runtime.base import LocalRuntime, Runtime
 from prismserve.runtime.plan import CellSpec, DeploymentPlan
 
 
-def create_runtime(
-    *, address: str | None = None, fake_gpus: int | None = None, policy: str = "static", backend: str = "sim"
-) -> Runtime:
-    """The runtime `prismserve serve` uses: the Ray runtime with `sim` executors.
+def create_runtime(*, address: str | None = None, fake_gpus: int | None = None, policy: str = "static") -> Runtime:
+    """The runtime `prismserve serve` uses: the Ray runtime.
 
     `address` joins a Ray cluster (default: start a local one); `fake_gpus` declares GPUs on a
-    CPU-only machine. Toy tasks compute their outputs with the toy executors.
+    CPU-only machine. Unit tasks that name a real executor (the task library's encoders, LLMs,
+    generators) run on it; toy tasks compute their outputs with the toy executors on `sim` replicas.
     """
-    if backend != "sim":
-        raise ValueError(f"unknown executor backend {backend!r}: this version ships 'sim'")
     if policy not in ("static", "dynamic"):
         raise ValueError(f"unknown routing policy {policy!r}: use 'static' or 'dynamic'")
     from prismserve.runtime.ray_runtime import RayRuntime

@@ -22,7 +22,7 @@ from opentelemetry import trace as otel_trace
 
 from prismserve.runtime.replica import Call, localize
 from prismserve.runtime.task_manager import NoReplicaError, Replica, TaskManager
-from prismserve.task import DispatchError, TaskGraph
+from prismserve.task import DispatchError, InvalidInputError, TaskError, TaskGraph
 
 log = logging.getLogger(__name__)
 _tracer = otel_trace.get_tracer("prismserve.dispatcher")
@@ -113,7 +113,7 @@ class RayDispatcher:
         finally:
             replica.in_flight -= 1
 
-    def _failure(self, index: int, manager: TaskManager, replica: Replica, error: BaseException) -> DispatchError:
+    def _failure(self, index: int, manager: TaskManager, replica: Replica, error: BaseException) -> TaskError:
         from ray.exceptions import RayActorError, RayTaskError
 
         if isinstance(error, RayActorError):
@@ -122,6 +122,8 @@ class RayDispatcher:
         cause = error.cause if isinstance(error, RayTaskError) and error.cause is not None else error
         if isinstance(cause, RayActorError):
             return ReplicaDied(f"call #{index} ({manager.name}) failed: an input's replica died")
+        if isinstance(cause, InvalidInputError):  # the request's fault, not the replica's
+            return InvalidInputError(f"call #{index} ({manager.name}) rejected its input: {cause}")
         return DispatchError(f"call #{index} ({manager.name}) failed: {type(cause).__name__}: {cause}")
 
     def _track(self, request: str, replicas: list[Replica]) -> None:

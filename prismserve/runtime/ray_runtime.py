@@ -27,8 +27,10 @@ DEFAULT_SLAB_BYTES = 64 << 20
 class RayRuntime(Runtime):
     """Task managers per deployment, cells on the cluster, and a dispatcher over their replicas.
 
-    `values` maps a unit-task class to the function that computes its `sim` outputs (for example
-    the toy executors); other tasks get outputs synthesised from their output type.
+    Unit tasks that name an `executor` run on it (real models); the others, and deployments a plan
+    gives a `sim` profile, run on `sim` executors. `values` maps a unit-task class to the function
+    that computes its `sim` outputs (for example the toy executors); other tasks get outputs
+    synthesised from their output type.
     """
 
     def __init__(
@@ -141,6 +143,9 @@ class RayRuntime(Runtime):
             _apply_routing(task, plan.routing)
 
     def _spec(self, task: UnitTask[Any, Any], profile: SimProfile | None) -> ExecutorSpec:
+        # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
+        if profile is None and type(task).executor:
+            return ExecutorSpec(backend="model")
         return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(type(task)))
 
     def _deployment_status(self, key: str) -> dict[str, Any]:

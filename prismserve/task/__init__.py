@@ -5,6 +5,7 @@ from prismserve.task.data import DataHandle, Stream
 from prismserve.task.dispatch import Dispatcher, current_dispatcher, use_dispatcher
 from prismserve.task.errors import (
     DispatchError,
+    InvalidInputError,
     RecordError,
     ReplayDivergenceError,
     TaskDefinitionError,
@@ -20,6 +21,7 @@ __all__ = [
     "DispatchError",
     "Dispatcher",
     "Edge",
+    "InvalidInputError",
     "Invocation",
     "LocalDispatcher",
     "RecordError",

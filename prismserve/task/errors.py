@@ -23,3 +23,8 @@ class ReplayDivergenceError(TaskError, RuntimeError):
 
 class DispatchError(TaskError, RuntimeError):
     """A unit-task invocation of a graph could not be executed."""
+
+
+class InvalidInputError(TaskError, ValueError):
+    """A request's content cannot be served (undecodable media, a modality the model lacks): the
+    client's fault, reported as a 4xx, not as a failed executor."""

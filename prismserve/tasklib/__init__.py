@@ -1,5 +1,18 @@
-"""Built-in tasks: composites every app can use (more with the model executors)."""
+"""Built-in tasks: unit tasks of real models and the composites every app can use."""
 
+from prismserve.tasklib.mllm import MLLMTask, TextOutput, conversation
 from prismserve.tasklib.router import Router
+from prismserve.tasklib.units import EncodedMedia, EncoderOutput, EncoderTask, LLMInput, LLMTask, MediaItem
 
-__all__ = ["Router"]
+__all__ = [
+    "EncodedMedia",
+    "EncoderOutput",
+    "EncoderTask",
+    "LLMInput",
+    "LLMTask",
+    "MLLMTask",
+    "MediaItem",
+    "Router",
+    "TextOutput",
+    "conversation",
+]

@@ -1,0 +1,25 @@
+"""Qwen2.5-VL with its vision encoder fissioned from the LLM, streaming text (OpenAI chat API).
+
+MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
+qwen2.5-vl` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment.
+"""
+
+import os
+from collections.abc import AsyncIterator
+
+from prismserve.app import AppConfig
+from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.tasklib import MLLMTask
+
+MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
+vl = MLLMTask(model=MODEL, modalities=("image",), encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1")
+
+
+class Config(AppConfig):
+    tasks = {"vl": vl}
+    input_modalities = frozenset({"text", "image"})
+
+
+async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
+    async for text in (await vl(request)).text:
+        yield ChatChunk(text=text)

@@ -1,0 +1,54 @@
+"""EncoderExecutor: a checkpoint's multimodal encoder alone, batching concurrent items (transformers)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prismserve.executors.base import Batcher, Executor
+from prismserve.models import Encoded, MediaError, adapter_for
+from prismserve.task import InvalidInputError
+from prismserve.tasklib.units import EncoderOutput, EncoderTask, MediaItem
+
+
+class EncoderExecutor(Executor):
+    """Encodes media items of one modality; concurrent calls share one encoder forward pass."""
+
+    task: EncoderTask
+
+    async def load(self) -> None:
+        self.adapter = adapter_for(self.task.model)
+        if self.task.modality not in self.adapter.encoder_modalities:
+            raise ValueError(
+                f"{self.task.model} ({self.adapter.family}) has no {self.task.modality} encoder; "
+                f"it has {list(self.adapter.encoder_modalities)}"
+            )
+        await asyncio.to_thread(self.adapter.load_encoder)
+        self.batcher: Batcher[MediaItem, Encoded | Exception] = Batcher(self._encode, self.task.max_batch)
+
+    async def _encode(self, items: list[MediaItem]) -> list[Encoded | Exception]:
+        try:
+            return await asyncio.to_thread(self.adapter.encode, self.task.modality, [i.data for i in items])
+        except Exception:  # noqa: BLE001 - find the bad items: only their callers fail
+            if len(items) == 1:
+                raise
+            return [await self._one(item) for item in items]
+
+    async def _one(self, item: MediaItem) -> Encoded | Exception:
+        try:
+            (encoded,) = await asyncio.to_thread(self.adapter.encode, self.task.modality, [item.data])
+            return encoded
+        except Exception as exc:  # noqa: BLE001 - returned to this item's caller
+            return exc
+
+    async def run(self, task_input: Any) -> EncoderOutput:
+        item = MediaItem.model_validate(task_input)
+        if item.modality != self.task.modality:
+            raise InvalidInputError(f"the {self.task.modality} encoder of {self.task.model} got a {item.modality} item")
+        try:
+            result = await self.batcher.submit(item)
+            if isinstance(result, Exception):
+                raise result
+        except MediaError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        return EncoderOutput(embeddings=result.embeddings, meta=result.meta)

@@ -1,0 +1,92 @@
+"""HFLLMExecutor: an LLM on transformers, streaming text; with the encoders too it is the monolith.
+
+The transformers backend covers what vLLM cannot run (and the paper's monolithic baseline, 000 §7.1):
+one generation at a time, in a worker thread, tokens handed to the event loop as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from prismserve.executors.base import Executor
+from prismserve.models import Encoded, MediaError, MediaInput, adapter_for
+from prismserve.task import InvalidInputError
+from prismserve.tasklib.units import LLMInput, LLMTask
+
+_END = object()
+
+
+class HFLLMExecutor(Executor):
+    """Streams the text an LLM generates for a conversation with precomputed embeddings or raw media."""
+
+    task: LLMTask
+
+    async def load(self) -> None:
+        self.adapter = adapter_for(self.task.model)
+        await asyncio.to_thread(self.adapter.load_llm, self.task.with_encoders)
+
+    async def stream(self, task_input: Any) -> AsyncIterator[str]:
+        request = LLMInput.model_validate(task_input)
+        if request.media and not self.task.with_encoders:
+            raise InvalidInputError(f"this deployment of {self.task.model} has no encoders: send embeddings, not raw media")
+        encoded = [Encoded(e.modality, e.embeddings.value, e.meta.value) for e in request.encoded]
+        media = [MediaInput(m.modality, m.data) for m in request.media]
+        try:
+            inputs = await asyncio.to_thread(self.adapter.llm_inputs, request.conversation, encoded, media)
+        except MediaError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+        generation = loop.run_in_executor(
+            None,
+            lambda: self.adapter.generate(
+                inputs,
+                request.max_tokens,
+                temperature=request.temperature,
+                seed=request.seed,
+                on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
+                should_stop=stop.is_set,
+            ),
+        )
+        generation.add_done_callback(lambda _: tokens.put_nowait(_END))
+        decoder = TextDecoder(self.adapter.tokenizer, self.adapter.eos_token_ids())
+        try:
+            while (token := await tokens.get()) is not _END:
+                if text := decoder.push(token):
+                    yield text
+            await generation  # raises what generation raised
+            if text := decoder.flush():
+                yield text
+        finally:
+            stop.set()  # a consumer that went away frees the engine at the next token
+
+
+class TextDecoder:
+    """Token ids in, text deltas out; holds back incomplete UTF-8 sequences and end tokens."""
+
+    def __init__(self, tokenizer: Any, end_ids: set[int]) -> None:
+        self.tokenizer = tokenizer
+        self.end_ids = end_ids
+        self.ids: list[int] = []
+        self.sent = ""
+
+    def push(self, token: int) -> str:
+        """The new text after `token` ('' while a character is incomplete)."""
+        if token in self.end_ids:
+            return ""
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd") or len(text) <= len(self.sent):
+            return ""
+        delta, self.sent = text[len(self.sent) :], text
+        return delta
+
+    def flush(self) -> str:
+        """Text held back at the end (an incomplete character decodes as U+FFFD)."""
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        delta, self.sent = text[len(self.sent) :], text
+        return delta

@@ -1,0 +1,43 @@
+"""Per-model-family adapters: how to load, split and reassemble a checkpoint (see `base.Adapter`)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+from prismserve.models.base import Adapter, Encoded, Generated, MediaError, MediaInput
+
+# config.json `model_type` -> the adapter class, imported only when a replica needs it.
+ADAPTERS: dict[str, str] = {
+    "qwen2_5_vl": "prismserve.models.qwen2_5_vl:Qwen25VL",
+}
+
+
+class UnknownModelError(ValueError):
+    """A checkpoint whose family no adapter handles, or that cannot be found."""
+
+
+def model_type(path: str) -> str:
+    """The checkpoint's `model_type`, from its config.json (a local directory or a cached hub id)."""
+    config_file = Path(path) / "config.json"
+    if config_file.is_file():
+        return json.loads(config_file.read_text())["model_type"]
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(path).model_type
+    except OSError as exc:
+        raise UnknownModelError(f"cannot find a checkpoint at {path!r} (a local directory or a cached hub id): {exc}") from None
+
+
+def adapter_for(path: str, device: str | None = None) -> Adapter:
+    """The adapter of the checkpoint at `path`."""
+    kind = model_type(path)
+    if kind not in ADAPTERS:
+        raise UnknownModelError(f"{path}: no adapter for model_type {kind!r}; supported: {sorted(ADAPTERS)}")
+    module, _, name = ADAPTERS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)(path, device)
+
+
+__all__ = ["ADAPTERS", "Adapter", "Encoded", "Generated", "MediaError", "MediaInput", "UnknownModelError", "adapter_for", "model_type"]

@@ -1,0 +1,165 @@
+"""Model-family adapters: how to load a checkpoint's parts, and what crosses each boundary.
+
+An adapter wraps one checkpoint directory (or hub id) and loads only the part a replica runs: the
+multimodal encoders (`load_encoder`), the LLM fed with precomputed embeddings (`load_llm(False)`),
+or the whole model taking raw media (`load_llm(True)`, the monolith). Everything is loaded through
+the real `from_pretrained` path; parts a replica does not run are dropped right after loading.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from prismserve.offline import disable_telemetry
+
+
+class MediaError(ValueError):
+    """Media a model cannot take: undecodable bytes, or a modality the checkpoint has no encoder for."""
+
+
+@dataclass
+class Encoded:
+    """One media item's encoder output: embeddings `[tokens, hidden]` and what the LLM needs to place them."""
+
+    modality: str
+    embeddings: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Generated:
+    """Generated token ids and, when asked for, the logits of every step (`[steps, vocab]`)."""
+
+    token_ids: list[int]
+    logits: np.ndarray | None = None
+
+
+@dataclass
+class MediaInput:
+    """A raw media item of a conversation, in conversation order."""
+
+    modality: str
+    data: bytes
+
+
+def default_device() -> str:
+    """`cuda` when a GPU is visible to torch, else `cpu`."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Adapter(ABC):
+    """One model family: which parts a checkpoint has, how to run each, what crosses between them."""
+
+    family: ClassVar[str]
+    model_types: ClassVar[tuple[str, ...]]  # config.json `model_type` values this adapter loads
+    encoder_modalities: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, path: str, device: str | None = None) -> None:
+        disable_telemetry()
+        self.path = path
+        self.device = device or default_device()
+        self.model: Any = None
+        # transformers models are not safe to run from several threads at once.
+        self.lock = threading.Lock()
+
+    # --- encoders -------------------------------------------------------------------------------
+    @abstractmethod
+    def load_encoder(self) -> None:
+        """Load only the multimodal encoders."""
+
+    @abstractmethod
+    def encode(self, modality: str, items: list[bytes]) -> list[Encoded]:
+        """Encode a batch of media items of one modality; one result per item, in order."""
+
+    # --- LLM ------------------------------------------------------------------------------------
+    @abstractmethod
+    def load_llm(self, with_encoders: bool) -> None:
+        """Load the LLM; `with_encoders` keeps the encoders too (the monolith takes raw media)."""
+
+    @abstractmethod
+    def llm_inputs(
+        self,
+        conversation: list[dict[str, Any]],
+        encoded: list[Encoded] | None = None,
+        media: list[MediaInput] | None = None,
+    ) -> dict[str, Any]:
+        """Model inputs for a chat-template conversation whose media parts are `{"type": modality}`.
+
+        Either `encoded` (precomputed embeddings, fissioned) or `media` (raw, monolith), in the
+        conversation's media order.
+        """
+
+    def generate(
+        self,
+        inputs: dict[str, Any],
+        max_tokens: int,
+        *,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        on_token: Callable[[int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        with_logits: bool = False,
+    ) -> Generated:
+        """Generate up to `max_tokens` (greedy at temperature 0); `on_token` sees each id as it comes,
+        `should_stop` ends generation early (the consumer went away)."""
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers.generation.streamers import BaseStreamer
+
+        class _Stop(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                return torch.full((input_ids.shape[0],), should_stop(), dtype=torch.bool, device=input_ids.device)
+
+        class _Streamer(BaseStreamer):
+            prompt_seen = False
+
+            def put(self, value: Any) -> None:
+                if not self.prompt_seen:  # generate() hands the prompt over first
+                    self.prompt_seen = True
+                    return
+                for token in value.reshape(-1).tolist():
+                    on_token(token)
+
+            def end(self) -> None:
+                pass
+
+        sampling = {"do_sample": False} if temperature <= 0 else {"do_sample": True, "temperature": temperature}
+        with self.lock, torch.inference_mode():
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.model.generate(
+                **inputs,
+                max_new_tokens=max_tokens,
+                streamer=_Streamer() if on_token is not None else None,
+                stopping_criteria=StoppingCriteriaList([_Stop()] if should_stop is not None else []),
+                output_logits=with_logits,
+                return_dict_in_generate=True,
+                **sampling,
+            )
+        prompt_length = inputs["input_ids"].shape[1]
+        tokens = out.sequences[0, prompt_length:].tolist()
+        logits = torch.cat(out.logits).float().cpu().numpy() if with_logits else None
+        return Generated(tokens, logits)
+
+    @property
+    @abstractmethod
+    def tokenizer(self) -> Any:
+        """The checkpoint's tokenizer."""
+
+    def eos_token_ids(self) -> set[int]:
+        """Ids that end generation."""
+        ids = self.model.generation_config.eos_token_id
+        return set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+
+
+def as_numpy(tensor: Any) -> np.ndarray:
+    """A CPU float32 numpy copy of a torch tensor (numpy has no bfloat16; the data plane moves numpy)."""
+    return tensor.detach().float().cpu().numpy()

@@ -1,0 +1,69 @@
+"""MLLMTask: encoders + LLM, with the encoders fissioned into their own deployments or not (000 §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prismserve.app.chat import AudioPart, ChatRequest, ImagePart, TextPart, VideoPart
+from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
+from prismserve.tasklib.units import EncodedMedia, EncoderTask, LLMInput, LLMTask, MediaItem
+
+
+class TextOutput(TaskOutput):
+    """Streamed text."""
+
+    text: Stream[str]
+
+
+def conversation(request: ChatRequest) -> tuple[list[dict[str, Any]], list[MediaItem]]:
+    """The request as a chat-template conversation with media placeholders, and its media in that order."""
+    messages, media = [], []
+    for message in request.messages:
+        content: list[dict[str, Any]] = []
+        for part in message.content:
+            if isinstance(part, TextPart):
+                content.append({"type": "text", "text": part.text})
+            else:
+                modality = {ImagePart: "image", AudioPart: "audio", VideoPart: "video"}[type(part)]
+                content.append({"type": modality})
+                media.append(MediaItem(modality=modality, data=part.data))
+        messages.append({"role": message.role, "content": content})
+    return messages, media
+
+
+class MLLMTask(Task[ChatRequest, TextOutput]):
+    """A multimodal LLM. With `encoder_fission` each media item goes to its modality's encoder
+    deployment and the LLM gets embeddings; without, one deployment takes raw media.
+
+    `encoder_model` lets LLMs of different checkpoints share one encoder deployment (002 Listing 2);
+    `modalities` are the encoders the model has.
+    """
+
+    model: str
+    encoder_model: str | None = None
+    modalities: tuple[str, ...] = ("image",)
+    encoder_fission: bool = True
+
+    def post_init(self) -> None:
+        if self.encoder_fission:
+            source = self.encoder_model or self.model
+            self.encoders = {m: EncoderTask(model=source, modality=m) for m in self.modalities}
+        self.llm = LLMTask(model=self.model, with_encoders=not self.encoder_fission)
+
+    def llm_input(self, request: ChatRequest) -> LLMInput:
+        """The LLM's input; with fission, the encoder calls it needs are made here."""
+        messages, media = conversation(request)
+        unsupported = sorted({m.modality for m in media} - set(self.modalities))
+        if unsupported:
+            raise InvalidInputError(f"{self.model} takes {', '.join(self.modalities)} input, not {', '.join(unsupported)}")
+        sampling = {"max_tokens": request.max_tokens, "temperature": request.temperature, "seed": request.seed}
+        if not self.encoder_fission:
+            return LLMInput(conversation=messages, media=media, **sampling)
+        encoded = []
+        for item in media:
+            out = self.encoders[item.modality].invoke(item)
+            encoded.append(EncodedMedia(modality=item.modality, embeddings=out.embeddings, meta=out.meta))
+        return LLMInput(conversation=messages, encoded=encoded, **sampling)
+
+    def invoke(self, request: ChatRequest) -> TextOutput:
+        return TextOutput(text=self.llm.invoke(self.llm_input(request)))

@@ -1,0 +1,1 @@
+"""Testing helpers: tiny random-weight checkpoints of every supported family (`tiny.build`)."""

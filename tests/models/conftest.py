@@ -1,0 +1,36 @@
+"""Tiny checkpoints (built once into the tiny-model cache) and the shared media."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+import prismserve  # noqa: F401  (telemetry off)
+from prismserve.bench.workloads import workloads_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_vl() -> str:
+    from prismserve.testing import tiny
+
+    return str(tiny.build("qwen2.5-vl"))
+
+
+@pytest.fixture(scope="session")
+def cars_jpg() -> bytes:
+    return (workloads_dir() / "media" / "cars.jpg").read_bytes()
+
+
+@pytest.fixture(scope="session")
+def small_png() -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (90, 60), (200, 30, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def media_path(name: str) -> Path:
+    return workloads_dir() / "media" / name
