@@ -63,6 +63,13 @@ def _build_parser() -> argparse.ArgumentParser:
             client.add_argument("request", help="the request as JSON, or @FILE")
         client.set_defaults(func=_client)
 
+    tiny = sub.add_parser(
+        "tiny", help="build tiny random-weight checkpoints (offline) and print their directories"
+    )
+    tiny.add_argument("families", nargs="*", metavar="FAMILY", help="families to build (default: all)")
+    tiny.add_argument("--dir", help="cache directory (default: $PRISMSERVE_TINY_CACHE or ~/.cache/prismserve/tiny)")
+    tiny.set_defaults(func=_tiny)
+
     from prismserve.bench.cli import add_bench_command
     from prismserve.planner.cli import add_plan_command
 
@@ -97,6 +104,23 @@ def _check(args: argparse.Namespace) -> int:
     print(f"{len(units)} unit-task deployments (equivalent unit tasks shared):")
     for key, task in units.items():
         print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus_per_replica}")
+    return 0
+
+
+def _tiny(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    try:
+        from prismserve.testing import tiny
+    except ImportError as exc:
+        print(f"error: tiny checkpoints need the models extra (pip install 'prismserve[models]'): {exc}", file=sys.stderr)
+        return 2
+    unknown = sorted(set(args.families) - set(tiny.BUILDERS))
+    if unknown:
+        print(f"error: no tiny builder for {unknown}; families: {sorted(tiny.BUILDERS)}", file=sys.stderr)
+        return 2
+    for family in args.families or sorted(tiny.BUILDERS):
+        print(f"{family}\t{tiny.build(family, Path(args.dir) if args.dir else None)}", flush=True)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Building the real executor of a unit task (`UnitTask.executor`), on a replica or in this process."""
+"""Building the real executor of a unit task (`UnitTask.executor_class`), on a replica or in this process."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from prismserve.task import UnitTask
 from prismserve.task.local import LocalExecutor
 
 
-def executor_class(task_class: type[UnitTask[Any, Any]]) -> type[Executor]:
-    """The Executor class a unit task names in `executor`."""
-    path = task_class.executor
+def load_executor_class(task_class: type[UnitTask[Any, Any]]) -> type[Executor]:
+    """The Executor class a unit task names in `executor_class`."""
+    path = task_class.executor_class
     if not path:
         raise ValueError(f"{task_class.__qualname__} names no executor: only `sim` executors can run it")
     module, _, name = path.partition(":")
     cls = getattr(importlib.import_module(module), name, None)
     if not (isinstance(cls, type) and issubclass(cls, Executor)):
-        raise ValueError(f"{task_class.__qualname__}.executor = {path!r} is not an Executor class")
+        raise ValueError(f"{task_class.__qualname__}.executor_class = {path!r} is not an Executor class")
     return cls
 
 
@@ -39,7 +39,7 @@ class InProcessExecutors:
 
     @staticmethod
     async def _load(task: UnitTask[Any, Any]) -> Executor:
-        executor = executor_class(type(task))(task)
+        executor = load_executor_class(type(task))(task)
         await executor.load()
         return executor
 

@@ -14,7 +14,7 @@ from prismserve.task import UnitTask
 class ExecutorSpec(BaseModel):
     """How to build the executor of one deployment's replicas.
 
-    `model`: the real engine the unit task names in `executor` (encoder, vLLM, transformers …).
+    `model`: the real engine the unit task names in `executor_class` (encoder, vLLM, transformers …).
     `sim`: emulated service time from `profile`; output values from `values` (a function called as
     `values(task, input)`, as a LocalDispatcher executor) or synthesised from the output type.
     """
@@ -28,7 +28,7 @@ class ExecutorSpec(BaseModel):
     def build(self, task: UnitTask[Any, Any]) -> Executor:
         """A fresh executor for `task`."""
         if self.backend == "model":
-            from prismserve.executors.loading import executor_class
+            from prismserve.executors.loading import load_executor_class
 
-            return executor_class(type(task))(task)
+            return load_executor_class(type(task))(task)
         return SimExecutor(task, self.profile, self.values)

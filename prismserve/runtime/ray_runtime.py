@@ -27,7 +27,7 @@ DEFAULT_SLAB_BYTES = 64 << 20
 class RayRuntime(Runtime):
     """Task managers per deployment, cells on the cluster, and a dispatcher over their replicas.
 
-    Unit tasks that name an `executor` run on it (real models); the others, and deployments a plan
+    Unit tasks that name an `executor_class` run on it (real models); the others, and deployments a plan
     gives a `sim` profile, run on `sim` executors. `values` maps a unit-task class to the function
     that computes its `sim` outputs (for example the toy executors); other tasks get outputs
     synthesised from their output type.
@@ -144,7 +144,7 @@ class RayRuntime(Runtime):
 
     def _spec(self, task: UnitTask[Any, Any], profile: SimProfile | None) -> ExecutorSpec:
         # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
-        if profile is None and type(task).executor:
+        if profile is None and type(task).executor_class:
             return ExecutorSpec(backend="model")
         return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(type(task)))
 

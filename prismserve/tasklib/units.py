@@ -1,6 +1,6 @@
 """Unit tasks of real models: a multimodal encoder and an LLM, each its own deployment.
 
-Each names the executor that runs it for real (`executor`); `model` is a checkpoint directory or
+Each names the executor that runs it for real (`executor_class`); `model` is a checkpoint directory or
 hub id, whose family adapter (`prismserve.models`) knows where the checkpoint splits.
 """
 
@@ -33,7 +33,7 @@ class EncoderTask(UnitTask[MediaItem, EncoderOutput]):
     """The multimodal encoder of `model` for one modality; concurrent calls are batched."""
 
     executor_kind = "mm-encoder"
-    executor = "prismserve.executors.encoder:EncoderExecutor"
+    executor_class = "prismserve.executors.encoder:EncoderExecutor"
     model: str
     modality: MediaModality
     max_batch: int = Field(default=8, ge=1)
@@ -64,6 +64,6 @@ class LLMTask(UnitTask[LLMInput, Stream[str]]):
     raw media: the whole model in one deployment (the monolith)."""
 
     executor_kind = "mm-llm"
-    executor = "prismserve.executors.hf_llm:HFLLMExecutor"
+    executor_class = "prismserve.executors.hf_llm:HFLLMExecutor"
     model: str
     with_encoders: bool = False
