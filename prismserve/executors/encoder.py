@@ -18,12 +18,7 @@ class EncoderExecutor(Executor):
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
-        if self.task.modality not in self.adapter.encoder_modalities:
-            raise ValueError(
-                f"{self.task.model} ({self.adapter.family}) has no {self.task.modality} encoder; "
-                f"it has {list(self.adapter.encoder_modalities)}"
-            )
-        await asyncio.to_thread(self.adapter.load_encoder)
+        await asyncio.to_thread(self.adapter.load_encoder, self.task.modality)
         self.batcher: Batcher[MediaItem, Encoded | Exception] = Batcher(self._encode, self.task.max_batch)
 
     async def _encode(self, items: list[MediaItem]) -> list[Encoded | Exception]:

@@ -1,4 +1,5 @@
-"""HFLLMExecutor: an LLM on transformers, streaming text; with the encoders too it is the monolith.
+"""LLMs on transformers: `HFLLMExecutor` streams text (with the encoders too it is the monolith);
+`ThinkerExecutor` also hands an Omni talker its conditioning.
 
 The transformers backend covers what vLLM cannot run (and the paper's monolithic baseline, 000 §7.1):
 one generation at a time, in a worker thread, tokens handed to the event loop as they come.
@@ -12,9 +13,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from prismserve.executors.base import Executor
-from prismserve.models import Encoded, MediaError, MediaInput, adapter_for
-from prismserve.task import InvalidInputError
-from prismserve.tasklib.units import LLMInput, LLMTask
+from prismserve.models import Encoded, Generated, MediaError, MediaInput, adapter_for
+from prismserve.task import InvalidInputError, Stream
+from prismserve.tasklib.units import LLMInput, ThinkerOutput
 
 _END = object()
 
@@ -22,22 +23,29 @@ _END = object()
 class HFLLMExecutor(Executor):
     """Streams the text an LLM generates for a conversation with precomputed embeddings or raw media."""
 
-    task: LLMTask
-
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
         await asyncio.to_thread(self.adapter.load_llm, self.task.with_encoders)
 
-    async def stream(self, task_input: Any) -> AsyncIterator[str]:
+    @property
+    def takes_media(self) -> bool:
+        """Whether this deployment holds the encoders (takes raw media)."""
+        return self.task.with_encoders
+
+    async def inputs(self, task_input: Any) -> tuple[LLMInput, dict[str, Any]]:
+        """The request and the model inputs built from it; bad media is an InvalidInputError."""
         request = LLMInput.model_validate(task_input)
-        if request.media and not self.task.with_encoders:
+        if request.media and not self.takes_media:
             raise InvalidInputError(f"this deployment of {self.task.model} has no encoders: send embeddings, not raw media")
         encoded = [Encoded(e.modality, e.embeddings.value, e.meta.value) for e in request.encoded]
         media = [MediaInput(m.modality, m.data) for m in request.media]
         try:
-            inputs = await asyncio.to_thread(self.adapter.llm_inputs, request.conversation, encoded, media)
+            return request, await asyncio.to_thread(self.adapter.llm_inputs, request.conversation, encoded, media)
         except MediaError as exc:
             raise InvalidInputError(str(exc)) from exc
+
+    async def texts(self, request: LLMInput, inputs: dict[str, Any], result: list[Generated]) -> AsyncIterator[str]:
+        """Text deltas as they are generated; the whole generation is appended to `result` at the end."""
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
@@ -50,19 +58,65 @@ class HFLLMExecutor(Executor):
                 seed=request.seed,
                 on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
                 should_stop=stop.is_set,
+                with_hidden=request.speech,
             ),
         )
-        generation.add_done_callback(lambda _: tokens.put_nowait(_END))
+        generation.add_done_callback(lambda _: loop.call_soon_threadsafe(tokens.put_nowait, _END))
         decoder = TextDecoder(self.adapter.tokenizer, self.adapter.eos_token_ids())
         try:
             while (token := await tokens.get()) is not _END:
                 if text := decoder.push(token):
                     yield text
-            await generation  # raises what generation raised
+            result.append(await generation)  # raises what generation raised
             if text := decoder.flush():
                 yield text
         finally:
             stop.set()  # a consumer that went away frees the engine at the next token
+
+    async def stream(self, task_input: Any) -> AsyncIterator[str]:
+        request, inputs = await self.inputs(task_input)
+        async for text in self.texts(request, inputs, []):
+            yield text
+
+
+class ThinkerExecutor(HFLLMExecutor):
+    """An Omni thinker: streams text, then (when speech is asked for) the talker's conditioning."""
+
+    async def load(self) -> None:
+        await super().load()
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def run(self, task_input: Any) -> ThinkerOutput:
+        request, inputs = await self.inputs(task_input)  # bad input fails the call itself
+        if request.speech:
+            try:
+                speaker = self.adapter.speaker(request.speaker)
+            except MediaError as exc:
+                raise InvalidInputError(str(exc)) from exc
+        text: Stream[str] = Stream("text")
+        talker: Stream[Any] = Stream("talker")
+
+        async def think() -> None:
+            result: list[Generated] = []
+            try:
+                async for delta in self.texts(request, inputs, result):
+                    text.put(delta)
+            except Exception as exc:  # noqa: BLE001 - both consumers get the thinker's error
+                text.fail(exc)
+                talker.fail(exc)
+                return
+            text.close()
+            try:
+                if request.speech:
+                    talker.put(await asyncio.to_thread(self.adapter.talker_inputs, inputs, result[0], speaker))
+                talker.close()
+            except Exception as exc:  # noqa: BLE001 - the talker's consumer gets the error
+                talker.fail(exc)
+
+        running = asyncio.get_running_loop().create_task(think())
+        self._running.add(running)  # the loop keeps only weak references to tasks
+        running.add_done_callback(self._running.discard)
+        return ThinkerOutput(text=text, talker=talker)
 
 
 class TextDecoder:

@@ -11,6 +11,7 @@ from prismserve.models.base import Adapter, Encoded, Generated, MediaError, Medi
 # config.json `model_type` -> the adapter class, imported only when a replica needs it.
 ADAPTERS: dict[str, str] = {
     "qwen2_5_vl": "prismserve.models.qwen2_5_vl:Qwen25VL",
+    "qwen2_5_omni": "prismserve.models.qwen2_5_omni:Qwen25Omni",
 }
 
 

@@ -38,6 +38,7 @@ class Generated:
 
     token_ids: list[int]
     logits: np.ndarray | None = None
+    hidden_states: Any = None  # transformers' per-step hidden states, when asked for
 
 
 @dataclass
@@ -72,8 +73,13 @@ class Adapter(ABC):
 
     # --- encoders -------------------------------------------------------------------------------
     @abstractmethod
-    def load_encoder(self) -> None:
-        """Load only the multimodal encoders."""
+    def load_encoder(self, modality: str) -> None:
+        """Load only the encoder of `modality`."""
+
+    def check_modality(self, modality: str) -> None:
+        """Raise MediaError unless the checkpoint has an encoder for `modality`."""
+        if modality not in self.encoder_modalities:
+            raise MediaError(f"{self.family} has no {modality} encoder; it encodes {', '.join(self.encoder_modalities)}")
 
     @abstractmethod
     def encode(self, modality: str, items: list[bytes]) -> list[Encoded]:
@@ -107,47 +113,39 @@ class Adapter(ABC):
         on_token: Callable[[int], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         with_logits: bool = False,
+        with_hidden: bool = False,
     ) -> Generated:
         """Generate up to `max_tokens` (greedy at temperature 0); `on_token` sees each id as it comes,
         `should_stop` ends generation early (the consumer went away)."""
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
-        from transformers.generation.streamers import BaseStreamer
 
         class _Stop(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
                 return torch.full((input_ids.shape[0],), should_stop(), dtype=torch.bool, device=input_ids.device)
 
-        class _Streamer(BaseStreamer):
-            prompt_seen = False
-
-            def put(self, value: Any) -> None:
-                if not self.prompt_seen:  # generate() hands the prompt over first
-                    self.prompt_seen = True
-                    return
-                for token in value.reshape(-1).tolist():
-                    on_token(token)
-
-            def end(self) -> None:
-                pass
-
         sampling = {"do_sample": False} if temperature <= 0 else {"do_sample": True, "temperature": temperature}
         with self.lock, torch.inference_mode():
             if seed is not None:
                 torch.manual_seed(seed)
-            out = self.model.generate(
+            out = self.llm().generate(
                 **inputs,
                 max_new_tokens=max_tokens,
-                streamer=_Streamer() if on_token is not None else None,
+                streamer=token_streamer(on_token) if on_token is not None else None,
                 stopping_criteria=StoppingCriteriaList([_Stop()] if should_stop is not None else []),
                 output_logits=with_logits,
+                output_hidden_states=with_hidden,
                 return_dict_in_generate=True,
                 **sampling,
             )
         prompt_length = inputs["input_ids"].shape[1]
         tokens = out.sequences[0, prompt_length:].tolist()
         logits = torch.cat(out.logits).float().cpu().numpy() if with_logits else None
-        return Generated(tokens, logits)
+        return Generated(tokens, logits, out.hidden_states if with_hidden else None)
+
+    def llm(self) -> Any:
+        """The module whose `generate` produces text."""
+        return self.model
 
     @property
     @abstractmethod
@@ -156,8 +154,47 @@ class Adapter(ABC):
 
     def eos_token_ids(self) -> set[int]:
         """Ids that end generation."""
-        ids = self.model.generation_config.eos_token_id
+        ids = self.llm().generation_config.eos_token_id
         return set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+
+
+def token_streamer(on_token: Callable[[int], None]) -> Any:
+    """A transformers streamer that calls `on_token` with each generated id (not the prompt's)."""
+    from transformers.generation.streamers import BaseStreamer
+
+    class _Streamer(BaseStreamer):
+        prompt_seen = False
+
+        def put(self, value: Any) -> None:
+            if not self.prompt_seen:  # generate() hands the prompt over first
+                self.prompt_seen = True
+                return
+            for token in value.reshape(-1).tolist():
+                on_token(token)
+
+        def end(self) -> None:
+            pass
+
+    return _Streamer()
+
+
+def build_processor(processor_class: type, path: str, **parts: Any) -> Any:
+    """`processor_class` assembled from the checkpoint's tokenizer and image processor.
+
+    Assembled from parts because `AutoProcessor` insists on a video processor (torchvision-backed)
+    that image-only serving does not need.
+    """
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    class _Processor(processor_class):  # type: ignore[misc, valid-type]
+        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
+            if argument is None:  # a part this deployment does without
+                return None
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    defaults = {"image_processor": AutoImageProcessor.from_pretrained(path), "video_processor": None}
+    return _Processor(tokenizer=tokenizer, chat_template=tokenizer.chat_template, **{**defaults, **parts})
 
 
 def as_numpy(tensor: Any) -> np.ndarray:

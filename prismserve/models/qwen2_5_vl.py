@@ -7,42 +7,13 @@ places them at the image-pad tokens and derives its 3-D rotary positions from `g
 
 from __future__ import annotations
 
-import io
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import Adapter, Encoded, MediaError, MediaInput, as_numpy
-
-
-def load_image(data: bytes) -> Any:
-    """A PIL RGB image from encoded bytes (PNG, JPEG …)."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        return Image.open(io.BytesIO(data)).convert("RGB")
-    except (UnidentifiedImageError, OSError) as exc:
-        raise MediaError(f"not a decodable image ({len(data)} bytes): {exc}") from None
-
-
-def build_processor(processor_class: type, path: str, **parts: Any) -> Any:
-    """`processor_class` assembled from the checkpoint's tokenizer and image processor.
-
-    Assembled from parts because `AutoProcessor` insists on a video processor (torchvision-backed)
-    that image-only serving does not need.
-    """
-    from transformers import AutoImageProcessor, AutoTokenizer
-
-    class _Processor(processor_class):  # type: ignore[misc, valid-type]
-        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
-            if argument is None:  # a part this deployment does without
-                return None
-            return super().check_argument_for_proper_class(argument_name, argument)
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    defaults = {"image_processor": AutoImageProcessor.from_pretrained(path), "video_processor": None}
-    return _Processor(tokenizer=tokenizer, chat_template=tokenizer.chat_template, **{**defaults, **parts})
+from prismserve.models.base import Adapter, Encoded, MediaError, MediaInput, as_numpy, build_processor
+from prismserve.models.media import load_image
 
 
 class Qwen25VL(Adapter):
@@ -68,7 +39,8 @@ class Qwen25VL(Adapter):
         dtype = "auto" if self.device != "cpu" else None
         return Qwen2_5_VLForConditionalGeneration.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
 
-    def load_encoder(self) -> None:
+    def load_encoder(self, modality: str) -> None:
+        self.check_modality(modality)
         model = self._load()
         self.model = model.model.visual  # the LLM's weights are freed with `model`
         self.processor  # noqa: B018 - loaded now rather than on the first request
@@ -76,8 +48,7 @@ class Qwen25VL(Adapter):
     def encode(self, modality: str, items: list[bytes]) -> list[Encoded]:
         import torch
 
-        if modality != "image":
-            raise MediaError(f"{self.family} encodes images only, got {modality!r}")
+        self.check_modality(modality)
         pixels = self._pixels([load_image(d) for d in items])
         grids = pixels["image_grid_thw"]
         with self.lock, torch.inference_mode():

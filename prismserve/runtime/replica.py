@@ -169,8 +169,12 @@ class ExecutorReplica:
                 if size < 0 or size > INLINE_BYTES:
                     update[name] = DataHandle(data_id, ref=self._store(data_id, value.value))
             elif isinstance(value, Stream) and not value.is_placeholder:
-                renamed: Stream[Any] = value
+                # Held under the call's id, so that the request's release frees it.
+                renamed: Stream[Any] = Stream(data_id)
                 self._streams.add(renamed)
+                pump = asyncio.get_running_loop().create_task(renamed.drain(value))
+                self._pumps.add(pump)
+                pump.add_done_callback(self._pumps.discard)
                 update[name] = RemoteStreamRef(self._me, renamed.id)
         return output.model_copy(update=update) if update else output
 

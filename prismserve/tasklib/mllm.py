@@ -31,6 +31,24 @@ def conversation(request: ChatRequest) -> tuple[list[dict[str, Any]], list[Media
     return messages, media
 
 
+def llm_input(
+    request: ChatRequest, model: str, modalities: tuple[str, ...], encoders: dict[str, EncoderTask] | None, **extra: Any
+) -> LLMInput:
+    """An LLM's input for `request`: media encoded by `encoders` (invoked here), or raw without them."""
+    messages, media = conversation(request)
+    unsupported = sorted({m.modality for m in media} - set(modalities))
+    if unsupported:
+        raise InvalidInputError(f"{model} takes {', '.join(modalities)} input, not {', '.join(unsupported)}")
+    sampling = {"max_tokens": request.max_tokens, "temperature": request.temperature, "seed": request.seed, **extra}
+    if encoders is None:
+        return LLMInput(conversation=messages, media=media, **sampling)
+    encoded = []
+    for item in media:
+        out = encoders[item.modality].invoke(item)
+        encoded.append(EncodedMedia(modality=item.modality, embeddings=out.embeddings, meta=out.meta))
+    return LLMInput(conversation=messages, encoded=encoded, **sampling)
+
+
 class MLLMTask(Task[ChatRequest, TextOutput]):
     """A multimodal LLM. With `encoder_fission` each media item goes to its modality's encoder
     deployment and the LLM gets embeddings; without, one deployment takes raw media.
@@ -50,20 +68,6 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
             self.encoders = {m: EncoderTask(model=source, modality=m) for m in self.modalities}
         self.llm = LLMTask(model=self.model, with_encoders=not self.encoder_fission)
 
-    def llm_input(self, request: ChatRequest) -> LLMInput:
-        """The LLM's input; with fission, the encoder calls it needs are made here."""
-        messages, media = conversation(request)
-        unsupported = sorted({m.modality for m in media} - set(self.modalities))
-        if unsupported:
-            raise InvalidInputError(f"{self.model} takes {', '.join(self.modalities)} input, not {', '.join(unsupported)}")
-        sampling = {"max_tokens": request.max_tokens, "temperature": request.temperature, "seed": request.seed}
-        if not self.encoder_fission:
-            return LLMInput(conversation=messages, media=media, **sampling)
-        encoded = []
-        for item in media:
-            out = self.encoders[item.modality].invoke(item)
-            encoded.append(EncodedMedia(modality=item.modality, embeddings=out.embeddings, meta=out.meta))
-        return LLMInput(conversation=messages, encoded=encoded, **sampling)
-
     def invoke(self, request: ChatRequest) -> TextOutput:
-        return TextOutput(text=self.llm.invoke(self.llm_input(request)))
+        encoders = self.encoders if self.encoder_fission else None
+        return TextOutput(text=self.llm.invoke(llm_input(request, self.model, self.modalities, encoders)))

@@ -57,6 +57,9 @@ class LLMInput(TaskInput):
     max_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
     seed: int | None = None
+    # Speech asked for: a thinker also hands the talker its conditioning, a monolith also speaks.
+    speech: bool = False
+    speaker: str | None = None
 
 
 class LLMTask(UnitTask[LLMInput, Stream[str]]):
@@ -67,3 +70,73 @@ class LLMTask(UnitTask[LLMInput, Stream[str]]):
     executor_class = "prismserve.executors.hf_llm:HFLLMExecutor"
     model: str
     with_encoders: bool = False
+
+
+class ThinkerOutput(TaskOutput):
+    """A thinker's streamed text and, when speech is asked for, one item: the talker's conditioning."""
+
+    text: Stream[str]
+    talker: Stream[Any]
+
+
+class ThinkerTask(UnitTask[LLMInput, ThinkerOutput]):
+    """An Omni model's thinker LLM (`LLMTask` plus what the talker needs from it)."""
+
+    executor_kind = "mm-thinker"
+    executor_class = "prismserve.executors.hf_llm:ThinkerExecutor"
+    model: str
+    with_encoders: bool = False
+
+
+class TalkerInput(TaskInput):
+    """The thinker's conditioning stream, and how many codec ids at most to generate."""
+
+    thinker: Stream[Any]
+    max_codes: int = Field(default=600, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+
+
+class TalkerOutput(TaskOutput):
+    """Speech codec ids."""
+
+    codes: DataHandle[list[int]]
+
+
+class TalkerTask(UnitTask[TalkerInput, TalkerOutput]):
+    """An Omni model's talker: thinker states in, codec ids out."""
+
+    executor_kind = "mm-talker"
+    executor_class = "prismserve.executors.speech:TalkerExecutor"
+    model: str
+
+
+class VocoderInput(TaskInput):
+    """Codec ids to turn into audio, the voice, and the seed of the vocoder's noise."""
+
+    codes: DataHandle[list[int]]
+    speaker: str | None = None
+    seed: int = 0
+
+
+class VocoderTask(UnitTask[VocoderInput, Stream[bytes]]):
+    """Codec ids to audio (token2wav / code2wav), streamed as 16-bit mono PCM chunks."""
+
+    executor_kind = "mm-vocoder"
+    executor_class = "prismserve.executors.speech:VocoderExecutor"
+    model: str
+
+
+class SpeechOutput(TaskOutput):
+    """Streamed text and 16-bit mono PCM audio (empty when speech was not asked for)."""
+
+    text: Stream[str]
+    audio: Stream[bytes]
+
+
+class OmniMonolithTask(UnitTask[LLMInput, SpeechOutput]):
+    """A whole Omni model in one deployment, run by transformers' own `generate` (the baseline)."""
+
+    executor_kind = "mm-omni"
+    executor_class = "prismserve.executors.speech:OmniMonolithExecutor"
+    model: str
+    max_codes: int = Field(default=600, ge=1)

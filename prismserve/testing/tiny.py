@@ -17,24 +17,35 @@ from typing import Any
 from prismserve.offline import disable_telemetry
 
 # Bump when what a builder writes changes: older cached checkpoints are then rebuilt.
-FORMAT = 1
+FORMAT = 3
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
     "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>",
     "<|audio_bos|>", "<|audio_eos|>", "<|AUDIO|>", "<|IMAGE|>", "<|VIDEO|>",
+    "<|tts_pad|>", "<|tts_text_bos|>", "<|tts_text_eod|>",
 ]  # fmt: skip
 
-# Qwen-style ChatML; media parts become the family's placeholder tokens.
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
-    "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif c['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif c['type'] == 'audio' %}<|audio_bos|><|AUDIO|><|audio_eos|>"
-    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+# What Qwen-Omni processors look up on the tokenizer.
+OMNI_TOKENS = {
+    "image_token": "<|IMAGE|>", "audio_token": "<|AUDIO|>", "video_token": "<|VIDEO|>",
+    "vision_bos_token": "<|vision_start|>", "vision_eos_token": "<|vision_end|>",
+    "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>",
+}  # fmt: skip
+
+
+def chat_template(image: str = "<|image_pad|>", video: str = "<|video_pad|>", audio: str = "<|AUDIO|>") -> str:
+    """Qwen-style ChatML; media parts become the family's placeholder tokens."""
+    return (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+        f"{{% if c['type'] == 'image' %}}<|vision_start|>{image}<|vision_end|>"
+        f"{{% elif c['type'] == 'video' %}}<|vision_start|>{video}<|vision_end|>"
+        f"{{% elif c['type'] == 'audio' %}}<|audio_bos|>{audio}<|audio_eos|>"
+        "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
 
 _CORPUS = """prismserve serves any-to-any multimodal models: encoders for images, video and audio, one
 or more language models, and generators of speech and images. Requests with different input and
@@ -48,8 +59,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PRISMSERVE_TINY_CACHE") or Path.home() / ".cache" / "prismserve" / "tiny")
 
 
-def tokenizer() -> Any:
-    """A byte-level BPE tokenizer (about 600 tokens) with the Qwen special tokens and chat template."""
+def tokenizer(template: str | None = None, extra_special_tokens: dict[str, str] | None = None) -> Any:
+    """A byte-level BPE tokenizer (about 600 tokens) with the Qwen special tokens and a chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -63,42 +74,56 @@ def tokenizer() -> Any:
         show_progress=False,
     )
     bpe.train_from_iterator([_CORPUS] * 4, trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.chat_template = CHAT_TEMPLATE
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens=extra_special_tokens or {},
+    )
+    tok.chat_template = template or chat_template()
     return tok
+
+
+def _text_config(tok: Any, ids: dict[str, int], **rope: Any) -> dict[str, Any]:
+    """A 2-layer, 64-wide Qwen2 LLM over `tok`'s vocabulary, with M-RoPE (sections 2+3+3 of 8)."""
+    return {
+        "vocab_size": len(tok),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"],
+        **rope,
+    }
+
+
+_VISION = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
+           "fullatt_block_indexes": [1], "window_size": 56}  # fmt: skip
+
+
+def _image_processor() -> Any:
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    # Small images (at most 8x8 patches of 14 px) keep the encoder fast on a CPU.
+    return Qwen2VLImageProcessorPil(size={"shortest_edge": 56 * 56, "longest_edge": 112 * 112})
 
 
 def _qwen2_5_vl(out: Path) -> None:
     import torch
     from transformers import AutoImageProcessor, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tok = tokenizer()
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     config = Qwen2_5_VLConfig(
         text_config={
-            "vocab_size": len(tok),
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "max_position_embeddings": 4096,
-            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
-            "bos_token_id": ids["<|endoftext|>"],
-            "eos_token_id": ids["<|im_end|>"],
-            "pad_token_id": ids["<|endoftext|>"],
+            **_text_config(tok, ids, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
             "tie_word_embeddings": False,
         },
-        vision_config={
-            "depth": 2,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_heads": 2,
-            "out_hidden_size": 64,
-            "fullatt_block_indexes": [1],
-            "window_size": 56,
-        },
+        vision_config=_VISION,
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -110,13 +135,81 @@ def _qwen2_5_vl(out: Path) -> None:
     torch.manual_seed(0)
     Qwen2_5_VLForConditionalGeneration(config).save_pretrained(out)
     tok.save_pretrained(out)
-    # Small images (at most 8x8 patches of 14 px) keep the encoder fast on a CPU.
-    Qwen2VLImageProcessorPil(size={"shortest_edge": 56 * 56, "longest_edge": 112 * 112}).save_pretrained(out)
+    _image_processor().save_pretrained(out)
     AutoImageProcessor.from_pretrained(out)  # fails now, not in a replica, if the files do not load
+
+
+CODEC_VOCAB = 64
+"""Tiny talkers' codec vocabulary; its top ids are the control tokens (pad, start, end, mask)."""
+
+
+def _qwen2_5_omni(out: Path) -> None:
+    import json
+
+    import torch
+    from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration, WhisperFeatureExtractor
+
+    tok = tokenizer(chat_template(image="<|IMAGE|>", video="<|VIDEO|>"), OMNI_TOKENS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    rope = {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6}}
+    media_ids = {
+        "audio_token_index": ids["<|AUDIO|>"],
+        "image_token_index": ids["<|IMAGE|>"],
+        "video_token_index": ids["<|VIDEO|>"],
+        "audio_start_token_id": ids["<|audio_bos|>"],
+        "audio_end_token_id": ids["<|audio_eos|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+    }
+    thinker = {
+        "text_config": _text_config(tok, ids, **rope),
+        "audio_config": {"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2,
+                         "encoder_ffn_dim": 64, "d_model": 32, "output_dim": 64},
+        "vision_config": _VISION,
+        "user_token_id": ids["<|im_start|>"],
+        **media_ids,
+    }  # fmt: skip
+    talker = {
+        "vocab_size": CODEC_VOCAB, "embedding_size": 64, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+        "max_position_embeddings": 4096, "spatial_merge_size": 2,
+        "tts_text_start_token_id": ids["<|tts_text_bos|>"], "tts_text_end_token_id": ids["<|tts_text_eod|>"],
+        "tts_text_pad_token_id": ids["<|tts_pad|>"],
+        "tts_codec_pad_token_id": CODEC_VOCAB - 5, "tts_codec_start_token_id": CODEC_VOCAB - 4,
+        "tts_codec_end_token_id": CODEC_VOCAB - 3, "tts_codec_mask_token_id": CODEC_VOCAB - 2,
+        "vision_end_token_id": ids["<|vision_end|>"],
+        **rope, **media_ids,
+    }  # fmt: skip
+    token2wav = {
+        "dit_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 16,
+                       "emb_dim": 16, "num_embeds": CODEC_VOCAB, "enc_emb_dim": 16, "enc_dim": 16,
+                       "enc_channels": [16, 16, 16, 16, 48], "enc_attention_channels": 8, "enc_se_channels": 8,
+                       "look_ahead_layers": [1], "look_backward_layers": [0]},
+        # The real upsampling (5*3*2*2*2*2 = 240 samples per mel frame): 24 kHz audio.
+        "bigvgan_config": {"upsample_initial_channel": 128, "resblock_kernel_sizes": [3],
+                           "resblock_dilation_sizes": [[1, 3, 5]]},
+    }  # fmt: skip
+    config = Qwen2_5OmniConfig(
+        thinker_config=thinker, talker_config=talker, token2wav_config=token2wav, enable_audio_output=True
+    )
+    torch.manual_seed(0)
+    model = Qwen2_5OmniForConditionalGeneration(config)
+    speaker = {"bos_token": ids["<|tts_text_bos|>"], "cond": torch.randn(1, 16), "ref_mel": torch.randn(1, 30, 80)}
+    # Random weights give a near-silent vocoder (peaks ~1e-8): scale its last layer to peak near 0.5,
+    # so that audio comparisons and 16-bit PCM carry signal.
+    with torch.no_grad():
+        wav = model.token2wav(torch.arange(20)[None], conditioning=speaker["cond"], reference_mel=speaker["ref_mel"])
+        model.token2wav.code2wav_bigvgan_model.conv_post.weight *= 0.5 / float(wav.abs().max())
+    model.save_pretrained(out)
+    torch.save({"Chelsie": speaker}, out / "spk_dict.pt")
+    tok.save_pretrained(out)
+    # One preprocessor_config.json holds the image processor's and the feature extractor's fields.
+    merged = {**WhisperFeatureExtractor(feature_size=128).to_dict(), **_image_processor().to_dict()}
+    (out / "preprocessor_config.json").write_text(json.dumps(merged, indent=2))
 
 
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen2.5-vl": _qwen2_5_vl,
+    "qwen2.5-omni": _qwen2_5_omni,
 }
 """Family name -> function writing a tiny checkpoint into an empty directory."""
 

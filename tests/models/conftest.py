@@ -34,3 +34,15 @@ def small_png() -> bytes:
 
 def media_path(name: str) -> Path:
     return workloads_dir() / "media" / name
+
+
+@pytest.fixture(scope="session")
+def tiny_omni() -> str:
+    from prismserve.testing import tiny
+
+    return str(tiny.build("qwen2.5-omni"))
+
+
+@pytest.fixture(scope="session")
+def query_wav() -> bytes:
+    return (workloads_dir() / "media" / "query_to_cars.wav").read_bytes()

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.fixture(scope="module")
 def parts(tiny_vl):
     encoder, llm, monolith = (adapter_for(tiny_vl) for _ in range(3))
-    encoder.load_encoder()
+    encoder.load_encoder("image")
     llm.load_llm(with_encoders=False)
     monolith.load_llm(with_encoders=True)
     return encoder, llm, monolith

@@ -1,0 +1,120 @@
+"""Speech executors of Omni models: the talker (thinker states -> codec ids), the vocoder (codec ids
+-> audio), and the whole model run by transformers' own `generate` (the monolithic baseline)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+
+from prismserve.executors.base import Executor
+from prismserve.executors.hf_llm import HFLLMExecutor, TextDecoder
+from prismserve.models import MediaError, adapter_for
+from prismserve.task import InvalidInputError, Stream
+from prismserve.tasklib.units import SpeechOutput, TalkerInput, TalkerOutput, VocoderInput
+
+CHUNK_SAMPLES = 12000  # half a second at 24 kHz per streamed audio chunk
+
+
+def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
+    """16-bit little-endian mono PCM of float samples in [-1, 1], in chunks of CHUNK_SAMPLES."""
+    pcm = (np.clip(wav, -1.0, 1.0) * 32767).astype("<i2")
+    return [pcm[i : i + CHUNK_SAMPLES].tobytes() for i in range(0, len(pcm), CHUNK_SAMPLES)]
+
+
+class TalkerExecutor(Executor):
+    """Generates codec ids from the conditioning a thinker streams."""
+
+    async def load(self) -> None:
+        self.adapter = adapter_for(self.task.model)
+        await asyncio.to_thread(self.adapter.load_talker)
+
+    async def run(self, task_input: Any) -> TalkerOutput:
+        request = TalkerInput.model_validate(task_input)
+        items = await request.thinker.collect()
+        if len(items) != 1:
+            raise ValueError(f"the thinker sent {len(items)} conditioning items (was speech asked of it?)")
+        codes = await asyncio.to_thread(self.adapter.talk, items[0], request.max_codes, temperature=request.temperature)
+        return TalkerOutput(codes=codes)
+
+
+class VocoderExecutor(Executor):
+    """Turns codec ids into 24 kHz audio, streamed in half-second chunks."""
+
+    async def load(self) -> None:
+        self.adapter = adapter_for(self.task.model)
+        await asyncio.to_thread(self.adapter.load_vocoder)
+
+    async def stream(self, task_input: Any) -> AsyncIterator[bytes]:
+        request = VocoderInput.model_validate(task_input)
+        try:
+            speaker = self.adapter.speaker(request.speaker)
+        except MediaError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        codes = request.codes.value
+        if not codes:
+            return
+        wav = await asyncio.to_thread(self.adapter.vocode, codes, speaker, request.seed)
+        for chunk in pcm16_chunks(wav):
+            yield chunk
+
+
+class OmniMonolithExecutor(HFLLMExecutor):
+    """The whole Omni model in one process, run by transformers' `generate`: text streams as the
+    thinker generates it, audio follows once the talker and token2wav are done."""
+
+    async def load(self) -> None:
+        self.adapter = adapter_for(self.task.model)
+        await asyncio.to_thread(self.adapter.load_monolith)
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def run(self, task_input: Any) -> SpeechOutput:
+        request, inputs = await self.inputs(task_input)
+        try:
+            speaker = self.adapter.speaker(request.speaker)
+        except MediaError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        text: Stream[str] = Stream("text")
+        audio: Stream[bytes] = Stream("audio")
+        loop = asyncio.get_running_loop()
+        decoder = TextDecoder(self.adapter.tokenizer, self.adapter.eos_token_ids())
+
+        def on_token(token: int) -> None:
+            if delta := decoder.push(token):
+                loop.call_soon_threadsafe(text.put, delta)
+
+        async def speak() -> None:
+            try:
+                _, wav = await asyncio.to_thread(self._generate, inputs, request, speaker, on_token)
+            except Exception as exc:  # noqa: BLE001 - every consumer gets the model's error
+                text.fail(exc)
+                audio.fail(exc)
+                return
+            if tail := decoder.flush():
+                text.put(tail)
+            text.close()
+            for chunk in pcm16_chunks(wav) if wav is not None else []:
+                audio.put(chunk)
+            audio.close()
+
+        running = loop.create_task(speak())
+        self._running.add(running)
+        running.add_done_callback(self._running.discard)
+        return SpeechOutput(text=text, audio=audio)
+
+    @property
+    def takes_media(self) -> bool:
+        return True
+
+    def _generate(self, inputs: dict[str, Any], request: Any, speaker: str, on_token: Callable[[int], None]) -> Any:
+        return self.adapter.generate_all(
+            inputs,
+            request.max_tokens,
+            self.task.max_codes,
+            speaker,
+            seed=request.seed or 0,
+            audio=request.speech,
+            on_token=on_token,
+        )

@@ -1,0 +1,50 @@
+"""Decoding media bytes for encoders: images with PIL, WAV audio with the standard library."""
+
+from __future__ import annotations
+
+import io
+import wave
+from typing import Any
+
+import numpy as np
+
+from prismserve.models.base import MediaError
+
+
+def load_image(data: bytes) -> Any:
+    """A PIL RGB image from encoded bytes (PNG, JPEG …)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        return Image.open(io.BytesIO(data)).convert("RGB")
+    except (UnidentifiedImageError, OSError) as exc:
+        raise MediaError(f"not a decodable image ({len(data)} bytes): {exc}") from None
+
+
+def load_audio(data: bytes, sample_rate: int) -> np.ndarray:
+    """Mono float32 samples in [-1, 1] at `sample_rate` from a PCM WAV file (channels averaged)."""
+    try:
+        with wave.open(io.BytesIO(data)) as clip:
+            width, channels, rate = clip.getsampwidth(), clip.getnchannels(), clip.getframerate()
+            frames = clip.readframes(clip.getnframes())
+    except (wave.Error, EOFError) as exc:
+        raise MediaError(f"not a decodable WAV file ({len(data)} bytes): {exc}") from None
+    if width not in (1, 2, 4) or not frames:
+        raise MediaError(f"WAV with {width}-byte samples and {len(frames)} bytes of audio cannot be read; send 8/16/32-bit PCM")
+    dtype = {1: np.uint8, 2: np.int16, 4: np.int32}[width]
+    samples = np.frombuffer(frames[: len(frames) // (width * channels) * width * channels], dtype).astype(np.float32)
+    if width == 1:
+        samples -= 128.0  # 8-bit WAV is unsigned
+    samples = samples.reshape(-1, channels).mean(axis=1) / float(2 ** (8 * width - 1))
+    return resample(samples, rate, sample_rate)
+
+
+def resample(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """`samples` at `target` Hz: box-filtered then linearly interpolated (enough for speech features)."""
+    if rate == target:
+        return samples
+    if rate > target:  # low-pass before decimating, so that no energy above target/2 folds back
+        width = int(round(rate / target))
+        samples = np.convolve(samples, np.full(width, 1.0 / width, np.float32), mode="same")
+    times = np.arange(int(len(samples) * target / rate)) * (rate / target)
+    return np.interp(times, np.arange(len(samples)), samples).astype(np.float32)

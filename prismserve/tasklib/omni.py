@@ -1,0 +1,63 @@
+"""OmniTask: encoders, thinker, talker and vocoder of an any-to-any model (Qwen-Omni), split or whole."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from prismserve.app.chat import ChatRequest
+from prismserve.task import Stream, Task, TaskOutput
+from prismserve.tasklib.mllm import llm_input
+from prismserve.tasklib.units import (
+    EncoderTask,
+    OmniMonolithTask,
+    TalkerInput,
+    TalkerTask,
+    ThinkerTask,
+    VocoderInput,
+    VocoderTask,
+)
+
+
+class OmniOutput(TaskOutput):
+    """Streamed text, and streamed 16-bit mono PCM audio (24 kHz) when speech was asked for."""
+
+    text: Stream[str]
+    audio: Stream[bytes] | None = None
+
+
+class OmniTask(Task[ChatRequest, OmniOutput]):
+    """An Omni model. `monolith`: one deployment runs everything with transformers' `generate` (the
+    paper's baseline). Otherwise thinker, talker and vocoder are deployments of their own, the talker
+    and vocoder invoked only when audio is asked for; `encoder_fission` also splits the encoders out.
+    """
+
+    model: str
+    modalities: tuple[str, ...] = ("image", "audio")
+    encoder_fission: bool = True
+    monolith: bool = False
+    speaker: str | None = None
+    max_codes: int = Field(default=600, ge=1)
+
+    def post_init(self) -> None:
+        if self.monolith:
+            self.whole = OmniMonolithTask(model=self.model, max_codes=self.max_codes)
+            return
+        if self.encoder_fission:
+            self.encoders = {m: EncoderTask(model=self.model, modality=m) for m in self.modalities}
+        self.thinker = ThinkerTask(model=self.model, with_encoders=not self.encoder_fission)
+        self.talker = TalkerTask(model=self.model)
+        self.vocoder = VocoderTask(model=self.model)
+
+    def invoke(self, request: ChatRequest) -> OmniOutput:
+        speech = {"speech": request.wants_audio, "speaker": self.speaker}
+        if self.monolith:
+            out = self.whole.invoke(llm_input(request, self.model, self.modalities, None, **speech))
+            return OmniOutput(text=out.text, audio=out.audio if request.wants_audio else None)
+        encoders = self.encoders if self.encoder_fission else None
+        thought = self.thinker.invoke(llm_input(request, self.model, self.modalities, encoders, **speech))
+        if not request.wants_audio:
+            return OmniOutput(text=thought.text)
+        talk = TalkerInput(thinker=thought.talker, max_codes=self.max_codes, temperature=request.temperature)
+        codes = self.talker.invoke(talk).codes
+        seed = request.seed or 0
+        return OmniOutput(text=thought.text, audio=self.vocoder.invoke(VocoderInput(codes=codes, speaker=self.speaker, seed=seed)))

@@ -1,0 +1,116 @@
+"""Qwen2.5-Omni split into encoders, thinker, talker and vocoder computes what transformers' own
+end-to-end `generate` computes (the monolith): the same text, codec ids and audio."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from prismserve.app.chat import ChatRequest
+from prismserve.executors.loading import InProcessExecutors
+from prismserve.models import MediaError, MediaInput, adapter_for
+from prismserve.task import DispatchError, InvalidInputError, LocalDispatcher, use_dispatcher
+from prismserve.tasklib import conversation
+from prismserve.tasklib.omni import OmniTask
+from prismserve.tasklib.units import EncoderTask, OmniMonolithTask, TalkerTask, ThinkerTask, VocoderTask
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+CLASSES = {EncoderTask, ThinkerTask, TalkerTask, VocoderTask, OmniMonolithTask}
+
+
+@pytest.fixture(scope="module")
+def parts(tiny_omni):
+    adapters = {name: adapter_for(tiny_omni) for name in ("image", "audio", "thinker", "talker", "vocoder", "monolith")}
+    adapters["image"].load_encoder("image")
+    adapters["audio"].load_encoder("audio")
+    adapters["thinker"].load_llm(with_encoders=False)
+    adapters["talker"].load_talker()
+    adapters["vocoder"].load_vocoder()
+    adapters["monolith"].load_monolith()
+    return adapters
+
+
+def test_split_model_equals_transformers_generate(parts, cars_jpg, query_wav):
+    request = ChatRequest.of("Answer the question about the picture.", images=[cars_jpg], audios=[query_wav])
+    messages, media = conversation(request)
+    monolith = parts["monolith"]
+    raw = monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media])
+    speaker = monolith.speaker(None)
+    whole_tokens, whole_wav = monolith.generate_all(raw, 10, 60, speaker, seed=7)
+    whole_logits = monolith.generate(raw, 10, with_logits=True).logits
+
+    encoded = [parts[m.modality].encode(m.modality, [m.data])[0] for m in media]
+    thinker = parts["thinker"]
+    inputs = thinker.llm_inputs(messages, encoded=encoded)
+    thought = thinker.generate(inputs, 10, with_logits=True, with_hidden=True)
+    assert thought.token_ids == whole_tokens
+    np.testing.assert_allclose(thought.logits, whole_logits, atol=1e-4, rtol=0)
+    codes = parts["talker"].talk(thinker.talker_inputs(inputs, thought, speaker), 60)
+    wav = parts["vocoder"].vocode(codes, speaker, seed=7)
+    assert wav.shape == whole_wav.shape and len(wav) == 480 * len(codes)  # 2 mel frames of 240 samples per code
+    peak = np.abs(whole_wav).max()
+    assert peak > 0.05  # audible: the comparison below is not between silences
+    np.testing.assert_allclose(wav, whole_wav, atol=1e-4 * peak, rtol=0)
+    # The vocoder's noise is what the seed fixes: another seed, other audio.
+    assert np.abs(parts["vocoder"].vocode(codes, speaker, seed=8) - wav).max() > 1e-2 * peak
+
+
+def test_audio_batches_equal_single_clips(parts, query_wav, cars_jpg):
+    import io
+    import wave
+
+    with wave.open(io.BytesIO(query_wav)) as clip:  # the first second, as its own WAV
+        params, frames = clip.getparams(), clip.readframes(clip.getframerate())
+    short = io.BytesIO()
+    with wave.open(short, "wb") as out:
+        out.setparams(params)
+        out.writeframes(frames)
+    encoder = parts["audio"]
+    batched = encoder.encode("audio", [query_wav, short.getvalue()])
+    alone = encoder.encode("audio", [short.getvalue()])[0]
+    assert batched[1].meta == alone.meta and batched[0].meta["feature_length"] > alone.meta["feature_length"]
+    np.testing.assert_allclose(batched[1].embeddings, alone.embeddings, atol=1e-5)
+    with pytest.raises(MediaError, match="no video encoder"):
+        encoder.encode("video", [cars_jpg])
+    with pytest.raises(MediaError, match="not a decodable WAV"):
+        encoder.encode("audio", [b"RIFF nonsense"])
+
+
+def _serve(executors: InProcessExecutors, task: OmniTask, request: ChatRequest) -> tuple[str, bytes, list]:
+    graphs = []
+
+    async def go() -> tuple[str, bytes]:
+        with use_dispatcher(LocalDispatcher(executors.callables(CLASSES), on_graph=graphs.append)):
+            out = await task(request)
+            text = "".join(await out.text.collect())
+            audio = b"".join(await out.audio.collect()) if out.audio is not None else b""
+            return text, audio
+
+    return (*asyncio.run(go()), graphs)
+
+
+def test_omni_task_split_and_monolithic_answer_alike(tiny_omni, cars_jpg, query_wav):
+    executors = InProcessExecutors()
+    request = ChatRequest.of("Describe.", images=[cars_jpg], audios=[query_wav], audio_out=True, max_tokens=8, seed=3)
+    split = OmniTask(model=tiny_omni, max_codes=40)
+    text, audio, graphs = _serve(executors, split, request)
+    whole_text, whole_audio, whole_graphs = _serve(executors, OmniTask(model=tiny_omni, max_codes=40, monolith=True), request)
+    assert text == whole_text and text
+    kinds = [n.executor_kind for n in graphs[0].nodes]
+    assert kinds == ["mm-encoder", "mm-encoder", "mm-thinker", "mm-talker", "mm-vocoder"]
+    assert [n.executor_kind for n in whole_graphs[0].nodes] == ["mm-omni"]
+    pcm, whole_pcm = np.frombuffer(audio, "<i2"), np.frombuffer(whole_audio, "<i2")
+    assert len(pcm) == len(whole_pcm) > 0 and np.abs(whole_pcm).max() > 1000
+    assert np.abs(pcm.astype(int) - whole_pcm).max() <= 2  # float noise, then 16-bit rounding
+    # Text only: no talker, no vocoder.
+    text_only, audio, graphs = _serve(executors, split, ChatRequest.of("Hello", max_tokens=4))
+    assert text_only and audio == b"" and [n.executor_kind for n in graphs[0].nodes] == ["mm-thinker"]
+
+
+def test_bad_audio_is_rejected_by_the_encoder(tiny_omni):
+    executors = InProcessExecutors()
+    with pytest.raises(DispatchError) as failed:
+        _serve(executors, OmniTask(model=tiny_omni), ChatRequest.of("hear", audios=[b"RIFF....WAVEfmt broken"]))
+    assert isinstance(failed.value.__cause__, InvalidInputError)
