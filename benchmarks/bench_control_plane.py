@@ -19,7 +19,7 @@ import time
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
-from prismserve.toy.demo import MLLM_APP_PATH
+from prismserve.toy import MLLM_APP_PATH
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import LocalDispatcher, use_dispatcher
 from prismserve.toy.executors import EXECUTORS, VALUES

@@ -17,7 +17,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="serve the toy Omni app (Ray runtime, declared GPUs, sim executors) and send it chat requests",
+        help="serve a tiny random-weight Qwen2.5-Omni (Ray runtime, declared GPUs) and send it chat requests",
     )
     demo.add_argument("--in-process", action="store_true", help="record & replay in this process only: no Ray, no HTTP")
     demo.add_argument("--json", action="store_true", help="with --in-process: print each recorded graph as JSON")
@@ -85,7 +85,7 @@ def _version() -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from prismserve.toy.demo import run_demo
+    from prismserve.demo import run_demo
 
     return run_demo(as_json=args.json, in_process=args.in_process, fake_gpus=args.fake_gpus)
 

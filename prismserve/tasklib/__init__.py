@@ -1,6 +1,7 @@
 """Built-in tasks: unit tasks of real models and the composites every app can use."""
 
 from prismserve.tasklib.mllm import MLLMTask, TextOutput, conversation
+from prismserve.tasklib.omni import OmniOutput, OmniTask, chat_chunks
 from prismserve.tasklib.router import Router
 from prismserve.tasklib.units import EncodedMedia, EncoderOutput, EncoderTask, LLMInput, LLMTask, MediaItem
 
@@ -12,7 +13,10 @@ __all__ = [
     "LLMTask",
     "MLLMTask",
     "MediaItem",
+    "OmniOutput",
+    "OmniTask",
     "Router",
     "TextOutput",
+    "chat_chunks",
     "conversation",
 ]

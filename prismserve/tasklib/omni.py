@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from pydantic import Field
 
-from prismserve.app.chat import ChatRequest
+from prismserve.app.chat import ChatChunk, ChatRequest
 from prismserve.task import Stream, Task, TaskOutput
 from prismserve.tasklib.mllm import llm_input
 from prismserve.tasklib.units import (
@@ -61,3 +63,12 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         codes = self.talker.invoke(talk).codes
         seed = request.seed or 0
         return OmniOutput(text=thought.text, audio=self.vocoder.invoke(VocoderInput(codes=codes, speaker=self.speaker, seed=seed)))
+
+
+async def chat_chunks(output: OmniOutput) -> AsyncIterator[ChatChunk]:
+    """An Omni output as the chat API streams it: text deltas, then audio chunks (24 kHz PCM)."""
+    async for text in output.text:
+        yield ChatChunk(text=text)
+    if output.audio is not None:
+        async for chunk in output.audio:
+            yield ChatChunk(audio=chunk)

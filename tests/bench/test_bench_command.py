@@ -9,7 +9,7 @@ import pytest
 from prismserve.cli import main
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
-from prismserve.toy.demo import APP_PATH
+from prismserve.toy import APP_PATH
 from prismserve.toy.executors import EXECUTORS
 
 TOKEN = "bench-token"

@@ -14,7 +14,7 @@ from prismserve.cli import main
 
 def prismserve(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.run([sys.executable, "-m", "prismserve", *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([sys.executable, "-m", "prismserve", *args], capture_output=True, text=True, env=env, timeout=280)
 
 
 def test_help_lists_the_commands(capsys):
@@ -34,28 +34,28 @@ def test_in_process_demo_prints_each_recorded_graph_and_response():
     result = prismserve("demo", "--in-process")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "deployments (equivalent unit tasks shared): 5" in out
-    # Text-only: the encoder is skipped. Two images: two encoder calls feeding the LLM.
+    assert "tiny Qwen2.5-Omni (random weights) at " in out and "deployments: 5" in out
+    # Text only: the thinker alone. An image: the image encoder feeds the thinker.
     assert "recorded graph of OmniTask: 1 unit-task invocations" in out
-    assert "#2 LLMTask      executor=llm      inputs: 0.embedding from #0, 1.embedding from #1" in out
-    # Audio out: talker reads the LLM's token stream, vocoder the talker's codes.
-    assert "#2 TalkerTask   executor=talker   inputs: 1 from #1" in out
-    assert "#3 VocoderTask  executor=vocoder  inputs: 2.codes from #2" in out
-    assert "response: text='[0 media, 0.000] user: What is prismserve?'" in out
-    assert ", 9 audio chunks" in out
+    assert "#1 ThinkerTask  executor=mm-thinker inputs: 0.embeddings from #0, 0.meta from #0" in out
+    # Speech out: the talker reads the thinker's conditioning, the vocoder the talker's codes.
+    assert "#2 TalkerTask   executor=mm-talker  inputs: 1.talker from #1" in out
+    assert "#3 VocoderTask  executor=mm-vocoder inputs: 2.codes from #2" in out
+    assert out.count("response: text='") == 3 and "samples at 24000 Hz" in out
 
 
 def test_server_demo_answers_chat_requests_over_http():
-    """The README's main job: the toy Omni app on the Ray runtime with declared GPUs, via the gateway."""
+    """The README's main job: a tiny Qwen2.5-Omni on the Ray runtime with declared GPUs, via the gateway."""
     result = prismserve("demo", "--fake-gpus", "6")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "Ray runtime with 6 declared GPUs" in out
-    assert out.count(": 1 GPU on node ") == 5  # one single-replica cell per deployment
-    assert "response: '[0 media, 0.000] user: What is prismserve?'" in out
-    assert "POST /v1/chat/completions  (image+text)" in out and "response: '[2 media, " in out
+    assert out.count(": 1 GPU on node ") == 5  # one single-replica cell per component
+    for kind in ("mm-encoder", "mm-thinker", "mm-talker", "mm-vocoder"):
+        assert f": {kind}" in out
+    assert "POST /v1/chat/completions  (image+text)" in out
     assert "POST /v1/chat/completions  (audio+text->audio)" in out
-    assert "#3 VocoderTask" in out and "samples at 24000 Hz" in out
+    assert out.count("response: '") == 3 and "samples at 24000 Hz" in out
 
 
 def test_demo_json_prints_graphs_that_parse():
@@ -71,11 +71,11 @@ def test_demo_json_prints_graphs_that_parse():
         doc, end = decoder.raw_decode(text, index)
         docs.append(doc)
         index = text.find('{\n  "version"', end)
-    assert [len(d["nodes"]) for d in docs] == [1, 3, 4]
+    assert [len(d["nodes"]) for d in docs] == [1, 2, 4]
 
 
 def test_check_lists_deployments_of_a_valid_app():
-    from prismserve.toy.demo import APP_PATH
+    from prismserve.toy import APP_PATH
 
     result = prismserve("check", str(APP_PATH))
     assert result.returncode == 0, result.stderr

@@ -7,7 +7,7 @@ import io
 import wave
 from pathlib import Path
 
-from prismserve.toy.demo import APP_PATH
+from prismserve.toy import APP_PATH
 from prismserve.toy.executors import EXECUTORS
 
 TOKEN = "test-token"

@@ -19,7 +19,7 @@ from gateway_apps import ANSWER, TOKEN, chat_body
 from prismserve.cli import main
 from prismserve.gateway.launch import ServeOptions, prepare_server, run_server
 from prismserve.runtime import LocalRuntime
-from prismserve.toy.demo import APP_PATH
+from prismserve.toy import APP_PATH
 from prismserve.toy.executors import EXECUTORS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from PIL import Image
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.toy.demo import APP_PATH
+from prismserve.toy import APP_PATH
 from prismserve.toy.executors import VALUES
 
 TOKEN = "ray-test-token"

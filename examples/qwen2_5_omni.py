@@ -1,0 +1,28 @@
+"""Qwen2.5-Omni: image and audio encoders, thinker, talker and vocoder as separate deployments;
+text and speech out (OpenAI chat API: `modalities: ["text", "audio"]`).
+
+MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
+qwen2.5-omni` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment,
+run by transformers' own `generate` (the paper's baseline).
+"""
+
+import os
+from collections.abc import AsyncIterator
+
+from prismserve.app import AppConfig
+from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.tasklib import OmniTask, chat_chunks
+
+MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen2.5-Omni-7B")
+omni = OmniTask(model=MODEL, monolith=os.environ.get("PRISMSERVE_MONOLITH") == "1")
+
+
+class Config(AppConfig):
+    tasks = {"omni": omni}
+    input_modalities = frozenset({"text", "image", "audio"})
+    output_modalities = frozenset({"text", "audio"})
+
+
+async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
+    async for chunk in chat_chunks(await omni(request)):
+        yield chunk
