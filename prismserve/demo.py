@@ -31,7 +31,7 @@ from prismserve.app import AppConfig
 from prismserve.app.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import OmniTask, chat_chunks
 
-omni = OmniTask(model={model!r}, max_codes=50)
+omni = OmniTask(model={model!r}, max_codes=50, monolith={monolith})
 
 class Config(AppConfig):
     tasks = {{"omni": omni}}
@@ -116,7 +116,7 @@ async def _in_process(as_json: bool) -> None:
     from prismserve.gateway.openai_api import OpenAIChatRequest, to_chat_request
 
     registry = AppRegistry()
-    app = load_app_source(APP_SOURCE.format(model=_tiny_model()), "omni", "<demo app>")
+    app = load_app_source(APP_SOURCE.format(model=_tiny_model(), monolith=False), "omni", "<demo app>")
     registry.register(app)
     print(f"app {app.name!r}: request {app.request_type.__name__}, streams {app.response_type.__name__}")
     print(f"deployments: {len(registry.deployments)}")
@@ -151,7 +151,7 @@ async def _server(fake_gpus: int) -> None:
     from prismserve.gateway.openai_api import OpenAIChatRequest, to_chat_request
     from prismserve.runtime import create_runtime
 
-    source = APP_SOURCE.format(model=_tiny_model())
+    source = APP_SOURCE.format(model=_tiny_model(), monolith=False)
     runtime = create_runtime(fake_gpus=fake_gpus)
     await runtime.start()
     token = secrets.token_urlsafe(16)

@@ -1,0 +1,120 @@
+"""Tiny Qwen2.5-Omni on this machine: prismserve's split deployment vs the transformers monolith.
+
+The model: the tiny random-weight Qwen2.5-Omni of `prismserve tiny` (real transformers code, CPU).
+Deployments on the Ray runtime with declared GPUs, measured one after the other in the same run:
+  split      image encoder, audio encoder, thinker, talker, vocoder: one replica each (5 GPUs)
+  monolith   transformers' own end-to-end `generate` in one deployment, 1 replica (1 GPU)
+  monolith5  the same with 5 replicas (the split deployment's 5 GPUs)
+Closed loop: `--clients` clients send requests back to back, cycling through text -> text,
+image+text -> text and audio+text -> text+speech (cars.jpg and query_to_cars.wav of the shared
+workloads), `--requests` per deployment after a warm-up round. Reported: throughput (requests/s),
+end-to-end latency P50/P99 and time to first text P50, per deployment, and split / monolith ratios.
+Run: python benchmarks/bench_omni.py [--clients 8] [--requests 96] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+
+import prismserve  # noqa: F401  (telemetry off)
+from prismserve.app.chat import ChatRequest
+from prismserve.demo import APP_SOURCE, media
+from prismserve.runtime import DeploymentPlan
+from prismserve.runtime.ray_runtime import RayRuntime
+from prismserve.task import use_dispatcher
+from prismserve.testing import tiny
+
+def requests(image: bytes, audio: bytes, max_tokens: int) -> list[ChatRequest]:
+    """The cycle of request types every client sends."""
+    return [
+        ChatRequest.of("What is prismserve?", max_tokens=max_tokens),
+        ChatRequest.of("What is in the picture?", images=[image], max_tokens=max_tokens),
+        ChatRequest.of("Answer aloud.", audios=[audio], audio_out=True, max_tokens=max_tokens),
+    ]
+
+
+async def one(app, request: ChatRequest, runtime) -> tuple[float, float]:
+    """End-to-end latency and time to the first text of one request, served as the gateway serves it."""
+    start = time.perf_counter()
+    first = None
+    async with runtime.request_scope():
+        async for chunk in await app.serve(request):
+            if chunk.text and first is None:
+                first = time.perf_counter() - start
+    return time.perf_counter() - start, first or time.perf_counter() - start
+
+
+async def load(runtime, app, cycle: list[ChatRequest], clients: int, total: int) -> dict[str, float]:
+    """`total` requests from `clients` closed-loop clients; throughput and latency percentiles."""
+    latencies, ttfts = [], []
+    issued = iter(range(total))
+
+    async def client(offset: int) -> None:
+        with use_dispatcher(runtime.dispatcher):
+            for n in issued:
+                latency, ttft = await one(app, cycle[(n + offset) % len(cycle)], runtime)
+                latencies.append(latency)
+                ttfts.append(ttft)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    elapsed = time.perf_counter() - start
+    ordered = sorted(latencies)
+    return {
+        "requests": total,
+        "req_per_s": total / elapsed,
+        "p50_s": statistics.median(ordered),
+        "p99_s": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "ttft_p50_s": statistics.median(ttfts),
+    }
+
+
+async def measure(clients: int, total: int, max_tokens: int) -> dict[str, dict[str, float]]:
+    model = str(tiny.build("qwen2.5-omni"))
+    image, audio, _ = media()
+    cycle = requests(image, audio, max_tokens)
+    runtime = RayRuntime(fake_gpus=10)
+    await runtime.start()
+    results = {}
+    try:
+        split = await runtime.register_app(APP_SOURCE.format(model=model, monolith=False), "split")
+        whole = await runtime.register_app(APP_SOURCE.format(model=model, monolith=True), "whole")
+        for name, app, replicas in (("split", split, None), ("monolith", whole, 1), ("monolith5", whole, 5)):
+            if replicas is not None:
+                plan = {"cells": [{"gpus": 1, "count": replicas, "replicas": {"omni.whole": 1}}]}
+                await runtime.deploy("whole", DeploymentPlan.model_validate(plan))
+            await load(runtime, app, cycle, clients, clients)  # warm-up: one request per client
+            results[name] = await load(runtime, app, cycle, clients, total)
+            print(f"{name:<10} {results[name]['req_per_s']:6.2f} req/s  p50 {results[name]['p50_s']:.2f} s  "
+                  f"p99 {results[name]['p99_s']:.2f} s  ttft p50 {results[name]['ttft_p50_s']:.2f} s", flush=True)
+    finally:
+        await runtime.close()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=96, help="per deployment, after the warm-up")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    results = asyncio.run(measure(args.clients, args.requests, args.max_tokens))
+    split = results["split"]
+    print(f"\ntiny Qwen2.5-Omni, {args.clients} clients, {args.requests} requests each  req/s   p50 s   p99 s  ttft p50 s")
+    for name, row in results.items():
+        print(f"{name:<48} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p99_s']:7.2f} {row['ttft_p50_s']:9.2f}")
+    for base in ("monolith", "monolith5"):
+        ratio = split["req_per_s"] / results[base]["req_per_s"]
+        print(f"split / {base}: throughput {ratio:.2f}x, p50 latency {split['p50_s'] / results[base]['p50_s']:.2f}x")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
