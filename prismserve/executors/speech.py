@@ -13,7 +13,7 @@ from prismserve.executors.base import Executor
 from prismserve.executors.hf_llm import HFLLMExecutor, TextDecoder
 from prismserve.models import MediaError, adapter_for
 from prismserve.task import InvalidInputError, Stream
-from prismserve.tasklib.units import SpeechOutput, TalkerInput, TalkerOutput, VocoderInput
+from prismserve.tasklib.units import SpeechOutput, TalkerInput, VocoderInput
 
 CHUNK_SAMPLES = 12000  # half a second at 24 kHz per streamed audio chunk
 
@@ -25,19 +25,42 @@ def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
 
 
 class TalkerExecutor(Executor):
-    """Generates codec ids from the conditioning a thinker streams."""
+    """Generates codec ids from the conditioning a thinker streams, streaming them in chunks."""
+
+    chunk_codes = 25  # half a second of speech per chunk
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
         await asyncio.to_thread(self.adapter.load_talker)
 
-    async def run(self, task_input: Any) -> TalkerOutput:
+    async def stream(self, task_input: Any) -> AsyncIterator[list[int]]:
         request = TalkerInput.model_validate(task_input)
         items = await request.thinker.collect()
         if len(items) != 1:
             raise ValueError(f"the thinker sent {len(items)} conditioning items (was speech asked of it?)")
-        codes = await asyncio.to_thread(self.adapter.talk, items[0], request.max_codes, temperature=request.temperature)
-        return TalkerOutput(codes=codes)
+        loop = asyncio.get_running_loop()
+        codes: asyncio.Queue[Any] = asyncio.Queue()
+        talking = loop.run_in_executor(
+            None,
+            lambda: self.adapter.talk(
+                items[0],
+                request.max_codes,
+                temperature=request.temperature,
+                on_code=lambda c: loop.call_soon_threadsafe(codes.put_nowait, c),
+            ),
+        )
+        talking.add_done_callback(lambda _: loop.call_soon_threadsafe(codes.put_nowait, None))
+        generated: list[int] = []
+        sent = 0
+        while (code := await codes.get()) is not None:
+            generated.append(code)
+            spoken = self.adapter.until_end(generated)
+            if len(spoken) - sent >= self.chunk_codes:
+                yield spoken[sent:]
+                sent = len(spoken)
+        spoken = await talking  # raises what the talker raised
+        if len(spoken) > sent:
+            yield spoken[sent:]
 
 
 class VocoderExecutor(Executor):
@@ -53,7 +76,8 @@ class VocoderExecutor(Executor):
             speaker = self.adapter.speaker(request.speaker)
         except MediaError as exc:
             raise InvalidInputError(str(exc)) from exc
-        codes = request.codes.value
+        # token2wav sees the whole utterance, as in the monolith (chunked synthesis would differ).
+        codes = [code for chunk in await request.codes.collect() for code in chunk]
         if not codes:
             return
         wav = await asyncio.to_thread(self.adapter.vocode, codes, speaker, request.seed)

@@ -226,8 +226,16 @@ class Qwen25Omni(Adapter):
         del model.thinker, model.token2wav
         self.model = model
 
-    def talk(self, conditioning: dict[str, np.ndarray], max_codes: int, *, temperature: float = 0.0) -> list[int]:
-        """The talker's codec ids for the thinker's output (greedy at temperature 0)."""
+    def talk(
+        self,
+        conditioning: dict[str, np.ndarray],
+        max_codes: int,
+        *,
+        temperature: float = 0.0,
+        on_code: Callable[[int], None] | None = None,
+    ) -> list[int]:
+        """The talker's codec ids for the thinker's output (greedy at temperature 0); `on_code` sees
+        each id as it is generated (the end token included)."""
         import torch
 
         talker = self.model.talker
@@ -259,14 +267,16 @@ class Qwen25Omni(Adapter):
                 pad_token_id=talker.codec_pad_token,
                 repetition_penalty=1.05,
                 max_new_tokens=max_codes,
+                streamer=token_streamer(on_code) if on_code is not None else None,
                 **sampling,
                 **extra,
             )
-        codes = out[0, codec_prompt.shape[1] :].tolist()
-        for end in (talker.codec_pad_token, talker.codec_eos_token):
-            if end in codes:
-                codes = codes[: codes.index(end)]
-        return codes
+        return self.until_end(out[0, codec_prompt.shape[1] :].tolist())
+
+    def until_end(self, codes: list[int]) -> list[int]:
+        """`codes` up to the talker's first end token."""
+        ends = {self.model.talker.codec_pad_token, self.model.talker.codec_eos_token}
+        return next((codes[:i] for i, code in enumerate(codes) if code in ends), codes)
 
     def load_vocoder(self) -> None:
         """Load token2wav alone (it runs in float32, as transformers runs it)."""

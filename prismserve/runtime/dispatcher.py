@@ -12,7 +12,7 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Literal
@@ -22,7 +22,8 @@ from opentelemetry import trace as otel_trace
 
 from prismserve.runtime.replica import Call, localize
 from prismserve.runtime.task_manager import NoReplicaError, Replica, TaskManager
-from prismserve.task import DispatchError, InvalidInputError, TaskError, TaskGraph
+from prismserve.task import DispatchError, InvalidInputError, Stream, TaskError, TaskGraph
+from prismserve.task.graph import Invocation, data_id
 
 log = logging.getLogger(__name__)
 _tracer = otel_trace.get_tracer("prismserve.dispatcher")
@@ -37,6 +38,10 @@ _scope: ContextVar[list[tuple[str, list[Replica], RayDispatcher]] | None] = Cont
 
 class ReplicaDied(DispatchError):
     """A replica died while holding an invocation."""
+
+
+class InputLost(ReplicaDied):
+    """An invocation's input was lost with the replica that produced it."""
 
 
 class RayDispatcher:
@@ -58,6 +63,7 @@ class RayDispatcher:
         self._id_prefix = f"{os.getpid():x}{uuid.uuid4().hex[:6]}-"
         self._request_ids = itertools.count()
         self._flush: asyncio.TimerHandle | None = None
+        self._feeding: set[asyncio.Task[None]] = set()
 
     async def execute(self, graph: TaskGraph) -> list[Any]:
         """Run the graph; a graph that lost a replica is run once more on healthy replicas."""
@@ -100,11 +106,71 @@ class RayDispatcher:
             for i, ref in zip(group, [result] if len(group) == 1 else result):
                 refs[i] = ref
         self._track(request, [replica for _, replica in picked])
-        results = await asyncio.gather(*(self._result(ref, replica) for ref, (_, replica) in zip(refs, picked)), return_exceptions=True)
-        for node, result, (manager, replica) in zip(nodes, results, picked):
+        # Outputs that are only streams are handed back at once and fill as the replicas produce;
+        # the others (data handles) are awaited: replay needs them to exist.
+        outputs: list[Any] = [None] * len(nodes)
+        awaited = []
+        for node, ref, (manager, replica) in zip(nodes, refs, picked):
+            if _streams_only(node):
+                call = Call(request, node.index, node.input, node.producers, carrier)
+                resend = self._sender(call, [refs[p] for p in node.producers])
+                outputs[node.index] = self._streaming(node, ref, manager, replica, resend)
+            else:
+                awaited.append(node)
+        results = await asyncio.gather(*(self._result(refs[n.index], picked[n.index][1]) for n in awaited), return_exceptions=True)
+        for node, result in zip(awaited, results):
             if isinstance(result, BaseException):
+                manager, replica = picked[node.index]
                 raise self._failure(node.index, manager, replica, result) from result
-        return [localize(r) for r in results]
+            outputs[node.index] = localize(result)
+        return outputs
+
+    @staticmethod
+    def _sender(call: Call, produced: list[Any]) -> Callable[[Replica], Any]:
+        """Sends `call` again, alone, to another replica (its producers' results are still held)."""
+        return lambda replica: replica.handle.invoke.remote([call], call.producers, *produced)
+
+    async def _answer(self, node: Invocation, ref: Any, manager: TaskManager, replica: Replica, resend: Callable[[Replica], Any]) -> Any:
+        """The invocation's result; a call whose replica died is sent once more to a healthy one."""
+        try:
+            return await self._result(ref, replica)
+        except BaseException as exc:  # noqa: BLE001 - classified below
+            error = self._failure(node.index, manager, replica, exc)
+            if not isinstance(error, ReplicaDied) or isinstance(error, InputLost):
+                raise error from exc
+            log.warning("resending call #%d after its replica died: %s", node.index, error)
+        await manager.wait_healthy(self.restart_wait_s)
+        replica = manager.pick_static() if self.policy == "static" else await manager.pick_least_loaded()
+        replica.in_flight += 1
+        try:
+            return await self._result(resend(replica), replica)
+        except BaseException as exc:  # noqa: BLE001 - the second failure is final
+            raise self._failure(node.index, manager, replica, exc) from exc
+
+    def _streaming(self, node: Invocation, ref: Any, manager: TaskManager, replica: Replica, resend: Callable[[Replica], Any]) -> Any:
+        """Local streams standing for a streaming invocation's output, fed once its replica answers."""
+        task_class = type(node.task)
+        if task_class._output_fields is None:
+            streams = {None: Stream(data_id(node.index))}
+            output: Any = streams[None]
+        else:
+            streams = {name: Stream(data_id(node.index, name)) for name, _ in task_class._output_fields}
+            output = task_class.output_type.model_validate(streams)
+
+        async def feed() -> None:
+            try:
+                result = localize(await self._answer(node, ref, manager, replica, resend))
+            except BaseException as exc:  # noqa: BLE001 - the streams' readers get the failure
+                for stream in streams.values():
+                    stream.fail(exc)
+                return
+            sources = {None: result} if None in streams else result.__dict__
+            await asyncio.gather(*(_fill(stream, sources[name]) for name, stream in streams.items()))
+
+        feeding = asyncio.get_running_loop().create_task(feed())
+        self._feeding.add(feeding)  # the loop keeps only weak references to tasks
+        feeding.add_done_callback(self._feeding.discard)
+        return output
 
     @staticmethod
     async def _result(ref: Any, replica: Replica) -> Any:
@@ -121,7 +187,7 @@ class RayDispatcher:
             return ReplicaDied(f"call #{index} ({manager.name}) failed: its replica {replica.id} died")
         cause = error.cause if isinstance(error, RayTaskError) and error.cause is not None else error
         if isinstance(cause, RayActorError):
-            return ReplicaDied(f"call #{index} ({manager.name}) failed: an input's replica died")
+            return InputLost(f"call #{index} ({manager.name}) failed: an input's replica died")
         if isinstance(cause, InvalidInputError):  # the request's fault, not the replica's
             return InvalidInputError(f"call #{index} ({manager.name}) rejected its input: {cause}")
         return DispatchError(f"call #{index} ({manager.name}) failed: {type(cause).__name__}: {cause}")
@@ -148,6 +214,20 @@ class RayDispatcher:
                 handle.release.remote(requests)
             except Exception:  # noqa: BLE001 - a dead replica has nothing left to release
                 pass
+
+
+def _streams_only(node: Invocation) -> bool:
+    """Whether an invocation's output is a stream, or a TaskOutput made of streams only."""
+    fields = type(node.task)._output_fields
+    return fields is None or all(is_stream for _, is_stream in fields)
+
+
+async def _fill(stream: Stream[Any], source: Any) -> None:
+    """Feed `stream` from a producer's stream (None: the producer has no such stream)."""
+    if source is None:
+        stream.close()
+    else:
+        await stream.drain(source)
 
 
 def _groups(graph: TaskGraph, replicas: list[Replica]) -> list[list[int]]:

@@ -60,7 +60,7 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         if not request.wants_audio:
             return OmniOutput(text=thought.text)
         talk = TalkerInput(thinker=thought.talker, max_codes=self.max_codes, temperature=request.temperature)
-        codes = self.talker.invoke(talk).codes
+        codes = self.talker.invoke(talk)
         seed = request.seed or 0
         return OmniOutput(text=thought.text, audio=self.vocoder.invoke(VocoderInput(codes=codes, speaker=self.speaker, seed=seed)))
 

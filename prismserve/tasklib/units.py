@@ -96,14 +96,8 @@ class TalkerInput(TaskInput):
     temperature: float = Field(default=0.0, ge=0.0)
 
 
-class TalkerOutput(TaskOutput):
-    """Speech codec ids."""
-
-    codes: DataHandle[list[int]]
-
-
-class TalkerTask(UnitTask[TalkerInput, TalkerOutput]):
-    """An Omni model's talker: thinker states in, codec ids out."""
+class TalkerTask(UnitTask[TalkerInput, Stream[list[int]]]):
+    """An Omni model's talker: thinker states in, codec ids streamed out in chunks."""
 
     executor_kind = "mm-talker"
     executor_class = "prismserve.executors.speech:TalkerExecutor"
@@ -111,9 +105,9 @@ class TalkerTask(UnitTask[TalkerInput, TalkerOutput]):
 
 
 class VocoderInput(TaskInput):
-    """Codec ids to turn into audio, the voice, and the seed of the vocoder's noise."""
+    """Codec ids (streamed in chunks) to turn into audio, the voice, and the seed of the vocoder's noise."""
 
-    codes: DataHandle[list[int]]
+    codes: Stream[list[int]]
     speaker: str | None = None
     seed: int = 0
 

@@ -40,7 +40,7 @@ def test_in_process_demo_prints_each_recorded_graph_and_response():
     assert "#1 ThinkerTask  executor=mm-thinker inputs: 0.embeddings from #0, 0.meta from #0" in out
     # Speech out: the talker reads the thinker's conditioning, the vocoder the talker's codes.
     assert "#2 TalkerTask   executor=mm-talker  inputs: 1.talker from #1" in out
-    assert "#3 VocoderTask  executor=mm-vocoder inputs: 2.codes from #2" in out
+    assert "#3 VocoderTask  executor=mm-vocoder inputs: 2 from #2" in out
     assert out.count("response: text='") == 3 and "samples at 24000 Hz" in out
 
 
