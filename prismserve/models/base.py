@@ -49,6 +49,14 @@ class MediaInput:
     data: bytes
 
 
+def quiet_transformers() -> None:
+    """Keep replicas' logs readable: no weight-loading progress bars, no per-config warnings."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
 def default_device() -> str:
     """`cuda` when a GPU is visible to torch, else `cpu`."""
     import torch
@@ -65,6 +73,7 @@ class Adapter(ABC):
 
     def __init__(self, path: str, device: str | None = None) -> None:
         disable_telemetry()
+        quiet_transformers()
         self.path = path
         self.device = device or default_device()
         self.model: Any = None

@@ -150,7 +150,7 @@ class Qwen25Omni(Adapter):
             embeds = thinker.get_input_embeddings()(ids)
         inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         for modality, token_id in (("image", thinker.config.image_token_index), ("audio", thinker.config.audio_token_index)):
-            items = [torch.from_numpy(np.asarray(e.embeddings)) for e in encoded if e.modality == modality]
+            items = [torch.tensor(np.asarray(e.embeddings)) for e in encoded if e.modality == modality]
             if items:
                 mask = (ids == token_id).unsqueeze(-1)
                 embeds = embeds.masked_scatter(mask, torch.cat(items).to(self.device, embeds.dtype))
@@ -241,7 +241,7 @@ class Qwen25Omni(Adapter):
         talker = self.model.talker
 
         def tensor(name: str) -> Any:
-            return torch.from_numpy(np.asarray(conditioning[name])).to(self.device)
+            return torch.tensor(np.asarray(conditioning[name]), device=self.device)  # a copy: inputs may be read-only views
 
         ids = tensor("input_ids")[None]
         codec_prompt = torch.cat(

@@ -101,6 +101,7 @@ class Qwen25VL(Adapter):
         inputs["mm_token_type_ids"] = torch.tensor(type_ids, device=self.device)
         inputs["image_grid_thw"] = torch.tensor([e.meta["grid_thw"] for e in encoded], device=self.device)
         dtype = self.model.dtype
-        embeddings = tuple(torch.from_numpy(np.asarray(e.embeddings)).to(self.device, dtype) for e in encoded)
+        # torch.tensor copies: the embeddings may be read-only views into another replica's slab.
+        embeddings = tuple(torch.tensor(np.asarray(e.embeddings)).to(self.device, dtype) for e in encoded)
         inputs["mm_encoder_outputs"] = {"image": BaseModelOutputWithPooling(pooler_output=embeddings)}
         return inputs
