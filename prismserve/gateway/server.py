@@ -12,7 +12,7 @@ from opentelemetry.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prismserve import __version__
-from prismserve.gateway import admin, inference, openai_api
+from prismserve.gateway import admin, images_api, inference, openai_api
 from prismserve.gateway.errors import HTTPError, error_response, validation_message
 from prismserve.gateway.http import GatewayState, state
 from prismserve.gateway.metrics import GatewayMetrics
@@ -47,6 +47,7 @@ def create_gateway(
     app.include_router(admin.router)
     app.include_router(inference.router)
     app.include_router(openai_api.router)
+    app.include_router(images_api.router)
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:

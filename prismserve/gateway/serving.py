@@ -16,7 +16,6 @@ from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
 
 from prismserve.app import App, AppRegistryError
-from prismserve.app.chat import ChatRequest
 from prismserve.gateway.chat import parse_chat_json, speaks_chat
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import state
@@ -59,8 +58,10 @@ def parse_request(app: App, body: bytes) -> BaseModel:
 
 
 def request_type(request: BaseModel) -> str:
-    """The metrics label of a request's type: chat requests by modality (`image+text->audio`), others `default`."""
-    return request.request_type if isinstance(request, ChatRequest) else "default"
+    """The metrics label of a request's type: the request's own `request_type` (chat requests by
+    modality, `image+text->audio`; image requests `text->image`), else `default`."""
+    kind = getattr(request, "request_type", None)
+    return kind if isinstance(kind, str) else "default"
 
 
 def rejected_input(error: BaseException | None) -> InvalidInputError | None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
+from typing import Any
 
 from prismserve.models.base import Adapter, Encoded, Generated, MediaError, MediaInput
 
-# config.json `model_type` -> the adapter class, imported only when a replica needs it.
+# config.json `model_type` (diffusers: the pipeline class) -> the adapter class, imported when a replica needs it.
 ADAPTERS: dict[str, str] = {
     "qwen2_5_vl": "prismserve.models.qwen2_5_vl:Qwen25VL",
     "qwen2_5_omni": "prismserve.models.qwen2_5_omni:Qwen25Omni",
+    "QwenImagePipeline": "prismserve.models.qwen_image:QwenImage",
 }
 
 
@@ -20,10 +22,11 @@ class UnknownModelError(ValueError):
 
 
 def model_type(path: str) -> str:
-    """The checkpoint's `model_type`, from its config.json (a local directory or a cached hub id)."""
-    config_file = Path(path) / "config.json"
-    if config_file.is_file():
-        return json.loads(config_file.read_text())["model_type"]
+    """The checkpoint's `model_type` from its config.json, or a diffusers pipeline's class name from
+    its model_index.json (a local directory or a cached hub id)."""
+    for name, key in (("model_index.json", "_class_name"), ("config.json", "model_type")):
+        if (Path(path) / name).is_file():
+            return json.loads((Path(path) / name).read_text())[key]
     try:
         from transformers import AutoConfig
 
@@ -32,8 +35,9 @@ def model_type(path: str) -> str:
         raise UnknownModelError(f"cannot find a checkpoint at {path!r} (a local directory or a cached hub id): {exc}") from None
 
 
-def adapter_for(path: str, device: str | None = None) -> Adapter:
-    """The adapter of the checkpoint at `path`."""
+def adapter_for(path: str, device: str | None = None) -> Any:
+    """The adapter of the checkpoint at `path` (an `Adapter` for multimodal LLM families, `QwenImage`
+    for the image pipeline)."""
     kind = model_type(path)
     if kind not in ADAPTERS:
         raise UnknownModelError(f"{path}: no adapter for model_type {kind!r}; supported: {sorted(ADAPTERS)}")

@@ -134,3 +134,53 @@ class OmniMonolithTask(UnitTask[LLMInput, SpeechOutput]):
     executor_class = "prismserve.executors.speech:OmniMonolithExecutor"
     model: str
     max_codes: int = Field(default=600, ge=1)
+
+
+class PromptInput(TaskInput):
+    """A text prompt to condition an image generator on."""
+
+    prompt: str
+
+
+class PromptEmbeddings(TaskOutput):
+    """The prompt's conditioning `[tokens, hidden]` (a numpy array)."""
+
+    embeds: DataHandle[Any]
+
+
+class TextEncoderTask(UnitTask[PromptInput, PromptEmbeddings]):
+    """An image model's text encoder (Qwen-Image: a Qwen2.5-VL LLM's last hidden states)."""
+
+    executor_kind = "mm-text-encoder"
+    executor_class = "prismserve.executors.image:TextEncoderExecutor"
+    model: str
+
+
+class ImageGenInput(TaskInput):
+    """One image to generate: from the prompt's conditioning (split) or the prompt itself (whole)."""
+
+    embeds: DataHandle[Any] | None = None
+    negative: DataHandle[Any] | None = None
+    prompt: str | None = None
+    negative_prompt: str | None = None
+    width: int
+    height: int
+    steps: int
+    guidance: float
+    seed: int
+
+
+class ImageOutput(TaskOutput):
+    """A PNG image."""
+
+    image: DataHandle[bytes]
+
+
+class ImageGeneratorTask(UnitTask[ImageGenInput, ImageOutput]):
+    """An image model's generator (DiT + VAE). With `with_text_encoder` it takes the prompt itself:
+    the whole pipeline in one deployment (the monolith)."""
+
+    executor_kind = "mm-image"
+    executor_class = "prismserve.executors.image:ImageGeneratorExecutor"
+    model: str
+    with_text_encoder: bool = False

@@ -207,9 +207,44 @@ def _qwen2_5_omni(out: Path) -> None:
     (out / "preprocessor_config.json").write_text(json.dumps(merged, indent=2))
 
 
+def _qwen_image(out: Path) -> None:
+    import torch
+    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tok = tokenizer()
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    text_encoder = Qwen2_5_VLConfig(
+        text_config=_text_config(tok, ids, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=_VISION,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    latent = 4  # latent channels; the DiT sees 2x2 patches of them
+    torch.manual_seed(0)
+    QwenImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(
+            shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096
+        ),
+        vae=AutoencoderKLQwenImage(
+            base_dim=16, z_dim=latent, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+            latents_mean=[0.0] * latent, latents_std=[1.0] * latent,
+        ),  # fmt: skip
+        text_encoder=Qwen2_5_VLForConditionalGeneration(text_encoder),
+        tokenizer=tok,
+        transformer=QwenImageTransformer2DModel(
+            in_channels=4 * latent, out_channels=latent, num_layers=2, attention_head_dim=16,
+            num_attention_heads=2, joint_attention_dim=64, axes_dims_rope=(4, 6, 6),
+        ),  # fmt: skip
+    ).save_pretrained(out)
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen2.5-vl": _qwen2_5_vl,
     "qwen2.5-omni": _qwen2_5_omni,
+    "qwen-image": _qwen_image,
 }
 """Family name -> function writing a tiny checkpoint into an empty directory."""
 
@@ -221,7 +256,7 @@ def build(family: str, root: Path | None = None) -> Path:
     disable_telemetry()
     root = root or cache_dir()
     target = root / f"{family}-v{FORMAT}"
-    if (target / "config.json").is_file():
+    if target.is_dir():  # moved into place whole, so complete
         return target
     root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{family}-", dir=root))
@@ -230,7 +265,7 @@ def build(family: str, root: Path | None = None) -> Path:
         try:
             scratch.rename(target)  # atomic: a reader sees a whole checkpoint or none
         except OSError:
-            if not (target / "config.json").is_file():  # not just another process that finished first
+            if not target.is_dir():  # not just another process that finished first
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -46,3 +46,10 @@ def tiny_omni() -> str:
 @pytest.fixture(scope="session")
 def query_wav() -> bytes:
     return (workloads_dir() / "media" / "query_to_cars.wav").read_bytes()
+
+
+@pytest.fixture(scope="session")
+def tiny_image() -> str:
+    from prismserve.testing import tiny
+
+    return str(tiny.build("qwen-image"))

@@ -1,11 +1,14 @@
-"""A real (tiny) Qwen2.5-VL served over Ray: encoder and LLM replicas, driven by the `openai` client."""
+"""Real (tiny) models served over Ray, one replica per component, driven by the `openai` client:
+image+text -> text, audio+text -> text+speech, text -> image, each equal to its monolith."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import wave
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,47 +19,45 @@ from PIL import Image
 from runtime_apps import started_with_gateway
 
 from prismserve.app.chat import ChatRequest
+from prismserve.app.images import ImageRequest
 from prismserve.bench.workloads import workloads_dir
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.gateway import create_gateway
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import LocalDispatcher, use_dispatcher
 from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, OmniTask
-from prismserve.tasklib.units import OmniMonolithTask
+from prismserve.tasklib.imagegen import ImageGenTask
+from prismserve.tasklib.units import ImageGeneratorTask, OmniMonolithTask
 
 TOKEN = "models-on-ray"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
-def tiny_vl() -> str:
-    from prismserve.testing import tiny
-
-    return str(tiny.build("qwen2.5-vl"))
-
-
-@pytest.fixture(scope="module")
-def tiny_omni() -> str:
-    from prismserve.testing import tiny
-
-    return str(tiny.build("qwen2.5-omni"))
-
-
-@pytest.fixture(scope="module")
-def server(ray_cluster, serve_gateway, tiny_vl, tiny_omni):
-    """The two example apps on one gateway: Qwen2.5-VL (2 replicas) and Qwen2.5-Omni (5)."""
+def gateway(ray_cluster, serve_gateway):
+    """A gateway on the Ray runtime; each test class registers the example app it serves."""
     runtime = RayRuntime()
     with serve_gateway(create_gateway(runtime, admin_token=TOKEN, lifespan=started_with_gateway(runtime))) as url:
         with httpx.Client(base_url=url, timeout=300, headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
-            for name, model in (("vl", tiny_vl), ("omni", tiny_omni)):
-                with pytest.MonkeyPatch.context() as env:
-                    env.setenv("PRISMSERVE_MODEL", model)  # read by the example app when it is registered
-                    source = (EXAMPLES / f"qwen2_5_{name}.py").read_text()
-                    registered = admin.post("/admin/apps", json={"name": name, "source": source})
-                assert registered.status_code == 201, registered.text
             yield url, admin
-            for name in ("vl", "omni"):
-                admin.delete(f"/admin/apps/{name}")
+
+
+@contextlib.contextmanager
+def example(gateway, family: str, example_file: str) -> Iterator[tuple[str, httpx.Client, str]]:
+    """The example app `example_file` (named after it) on `family`'s tiny checkpoint, unregistered after."""
+    from prismserve.testing import tiny
+
+    url, admin = gateway
+    model = str(tiny.build(family))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PRISMSERVE_MODEL", model)  # read by the example app when it is registered
+        name = Path(example_file).stem
+        registered = admin.post("/admin/apps", json={"name": name, "source": (EXAMPLES / example_file).read_text()})
+    assert registered.status_code == 201, registered.text
+    try:
+        yield url, admin, model
+    finally:
+        admin.delete(f"/admin/apps/{name}")
 
 
 def chat_request(content: list[dict], **fields) -> ChatRequest:
@@ -73,48 +74,58 @@ def monolith_text(model: str, request: ChatRequest) -> str:
     return asyncio.run(go())
 
 
-def test_image_and_text_to_text_equals_the_monolith(server, tiny_vl):
-    url, admin = server
-    jpg = (workloads_dir() / "media" / "cars.jpg").read_bytes()
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-    image = {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(jpg).decode()}}
-    messages = [{"role": "user", "content": [image, {"type": "text", "text": "What is in the picture?"}]}]
-    completion = client.chat.completions.create(model="vl", messages=messages, max_tokens=12)
-    image_part = {"type": "image", "data": base64.b64encode(jpg).decode(), "mime_type": "image/jpeg"}
-    request = chat_request([image_part, {"type": "text", "text": "What is in the picture?"}], max_tokens=12)
-    expected = monolith_text(tiny_vl, request)
-    assert completion.choices[0].message.content == expected and expected
-    # The encoder and the LLM ran on their own replicas, with the real executors.
-    deployments = admin.get("/admin/status").json()["deployments"]
-    vl = [d for d in deployments.values() if "vl" in d["apps"]]
-    assert sorted(d["executor_kind"] for d in vl) == ["mm-encoder", "mm-llm"]
-    assert all(len(d["replicas"]) == 1 and d["replicas"][0]["healthy"] for d in vl)
+class TestQwenVL:
+    """Qwen2.5-VL: image encoder and LLM replicas."""
+
+    @pytest.fixture(scope="class")
+    def vl(self, gateway):
+        with example(gateway, "qwen2.5-vl", "qwen2_5_vl.py") as served:
+            yield served
+
+    def test_image_and_text_to_text_equals_the_monolith(self, vl):
+        url, admin, tiny_vl = vl
+        jpg = (workloads_dir() / "media" / "cars.jpg").read_bytes()
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        image = {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(jpg).decode()}}
+        messages = [{"role": "user", "content": [image, {"type": "text", "text": "What is in the picture?"}]}]
+        completion = client.chat.completions.create(model="qwen2_5_vl", messages=messages, max_tokens=12)
+        image_part = {"type": "image", "data": base64.b64encode(jpg).decode(), "mime_type": "image/jpeg"}
+        request = chat_request([image_part, {"type": "text", "text": "What is in the picture?"}], max_tokens=12)
+        expected = monolith_text(tiny_vl, request)
+        assert completion.choices[0].message.content == expected and expected
+        # The encoder and the LLM ran on their own replicas, with the real executors.
+        deployments = admin.get("/admin/status").json()["deployments"]
+        assert sorted(d["executor_kind"] for d in deployments.values()) == ["mm-encoder", "mm-llm"]
+        assert all(len(d["replicas"]) == 1 and d["replicas"][0]["healthy"] for d in deployments.values())
+
+    def test_undecodable_image_is_a_400_and_serving_goes_on(self, vl):
+        url, _, _ = vl
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        broken = base64.b64encode(b"\x89PNG broken").decode()
+        part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + broken}}
+        with pytest.raises(openai.BadRequestError, match="could not be decoded"):  # the gateway's own check
+            client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": [part]}], max_tokens=4)
+        # An image that decodes but that the vision tower cannot take: the encoder replica rejects it.
+        sliver = io.BytesIO()
+        Image.new("RGB", (1200, 4)).save(sliver, format="PNG")
+        part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(sliver.getvalue()).decode()}}
+        with pytest.raises(openai.BadRequestError, match="image cannot be processed: .*aspect ratio"):
+            client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": [part]}], max_tokens=4)
+        stream = client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": "hello"}], max_tokens=4, stream=True)
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in stream)
 
 
-def test_undecodable_image_is_a_400_and_serving_goes_on(server):
-    url, _ = server
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-    broken = base64.b64encode(b"\x89PNG broken").decode()
-    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + broken}}
-    with pytest.raises(openai.BadRequestError, match="could not be decoded"):  # the gateway's own check
-        client.chat.completions.create(model="vl", messages=[{"role": "user", "content": [part]}], max_tokens=4)
-    # An image that decodes but that the vision tower cannot take: the encoder replica rejects it.
-    sliver = io.BytesIO()
-    Image.new("RGB", (1200, 4)).save(sliver, format="PNG")
-    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(sliver.getvalue()).decode()}}
-    with pytest.raises(openai.BadRequestError, match="image cannot be processed: .*aspect ratio"):
-        client.chat.completions.create(model="vl", messages=[{"role": "user", "content": [part]}], max_tokens=4)
-    stream = client.chat.completions.create(model="vl", messages=[{"role": "user", "content": "hello"}], max_tokens=4, stream=True)
-    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+def test_audio_and_text_to_text_and_speech_equals_the_monolith(gateway):
+    with example(gateway, "qwen2.5-omni", "qwen2_5_omni.py") as (url, admin, tiny_omni):
+        check_speech(url, admin, tiny_omni)
 
 
-def test_audio_and_text_to_text_and_speech_equals_the_monolith(server, tiny_omni):
-    url, admin = server
+def check_speech(url: str, admin: httpx.Client, tiny_omni: str) -> None:
     wav = (workloads_dir() / "media" / "query_to_cars.wav").read_bytes()
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
     spoken = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
     completion = client.chat.completions.create(
-        model="omni", modalities=["text", "audio"], max_tokens=8, seed=5,
+        model="qwen2_5_omni", modalities=["text", "audio"], max_tokens=8, seed=5,
         messages=[{"role": "user", "content": [spoken, {"type": "text", "text": "Answer aloud."}]}],
     )  # fmt: skip
     message = completion.choices[0].message
@@ -127,7 +138,7 @@ def test_audio_and_text_to_text_and_speech_equals_the_monolith(server, tiny_omni
     assert message.content == text and text
     whole = np.frombuffer(audio, "<i2")
     assert len(pcm) == len(whole) > 0 and np.abs(pcm.astype(int) - whole).max() <= 2
-    omni = [d for d in admin.get("/admin/status").json()["deployments"].values() if "omni" in d["apps"]]
+    omni = [d for d in admin.get("/admin/status").json()["deployments"].values() if "qwen2_5_omni" in d["apps"]]
     assert sorted(d["executor_kind"] for d in omni) == ["mm-encoder", "mm-encoder", "mm-talker", "mm-thinker", "mm-vocoder"]
 
 
@@ -141,3 +152,20 @@ def omni_monolith(model: str, request: ChatRequest) -> tuple[str, bytes]:
             return "".join(await out.text.collect()), b"".join(await out.audio.collect())
 
     return asyncio.run(go())
+
+
+def test_text_to_image_over_ray_equals_the_whole_pipeline(gateway):
+    with example(gateway, "qwen-image", "qwen_image.py") as (url, admin, model):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        result = client.images.generate(model="qwen_image", prompt="cars", size="32x32", extra_body={"seed": 9, "num_inference_steps": 3})
+        png = base64.b64decode(result.data[0].b64_json)
+        kinds = sorted(d["executor_kind"] for d in admin.get("/admin/status").json()["deployments"].values())
+    assert kinds == ["mm-image", "mm-text-encoder"]
+
+    async def whole() -> bytes:
+        executors = InProcessExecutors()
+        with use_dispatcher(LocalDispatcher(executors.callables({ImageGeneratorTask}))):
+            request = ImageRequest(prompt="cars", width=32, height=32, steps=3, seed=9)
+            return await (await ImageGenTask(model=model, text_encoder_fission=False)(request)).images[0].fetch()
+
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png))), np.asarray(Image.open(io.BytesIO(asyncio.run(whole())))))

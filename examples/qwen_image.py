@@ -1,0 +1,22 @@
+"""Qwen-Image: the text encoder fissioned from the DiT + VAE generator (`/v1/images/generations`).
+
+MODEL: a diffusers checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve
+tiny qwen-image` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole pipeline in one deployment.
+"""
+
+import os
+
+from prismserve.app import AppConfig
+from prismserve.app.images import ImageRequest, ImageResponse
+from prismserve.tasklib.imagegen import ImageGenTask, image_response
+
+MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen-Image")
+image = ImageGenTask(model=MODEL, text_encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1")
+
+
+class Config(AppConfig):
+    tasks = {"image": image}
+
+
+async def serve(request: ImageRequest) -> ImageResponse:
+    return await image_response(await image(request))
