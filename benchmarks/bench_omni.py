@@ -7,9 +7,11 @@ Deployments on the Ray runtime with declared GPUs, measured one after the other 
   monolith5  the same with 5 replicas (the split deployment's 5 GPUs)
 Closed loop: `--clients` clients send requests back to back, cycling through text -> text,
 image+text -> text and audio+text -> text+speech (cars.jpg and query_to_cars.wav of the shared
-workloads), `--requests` per deployment after a warm-up round. Reported: throughput (requests/s),
-end-to-end latency P50/P99 and time to first text P50, per deployment, and split / monolith ratios.
-Run: python benchmarks/bench_omni.py [--clients 8] [--requests 96] [--out result.json]
+workloads). Two phases (monolith with 1 replica, then 5), each `--rounds` rounds in which the split
+deployment and the monolith take turns, `--requests` per deployment and phase in all, after a
+warm-up. Reported per deployment, medians over its rounds: throughput (requests/s), end-to-end
+latency P50/P99, time to first text P50; and split / monolith ratios.
+Run: python benchmarks/bench_omni.py [--clients 8] [--requests 96] [--rounds 3] [--out result.json]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import json
 import statistics
 import time
+from typing import Any
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
@@ -73,44 +76,61 @@ async def load(runtime, app, cycle: list[ChatRequest], clients: int, total: int)
     }
 
 
-async def measure(clients: int, total: int, max_tokens: int) -> dict[str, dict[str, float]]:
+async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dict[str, Any]:
+    """Per deployment, the median over `rounds` rounds of `total / rounds` requests; the split
+    deployment alternates round by round with the monolith it is compared with, so that the
+    machine's drift touches both alike."""
     model = str(tiny.build("qwen2.5-omni"))
     image, audio, _ = media()
     cycle = requests(image, audio, max_tokens)
     runtime = RayRuntime(fake_gpus=10)
     await runtime.start()
-    results = {}
+    rows: dict[str, list[dict[str, float]]] = {"split": [], "monolith": [], "monolith5": []}
+    pairs: dict[str, list[tuple[dict[str, float], dict[str, float]]]] = {"monolith": [], "monolith5": []}
     try:
         split = await runtime.register_app(APP_SOURCE.format(model=model, monolith=False), "split")
         whole = await runtime.register_app(APP_SOURCE.format(model=model, monolith=True), "whole")
-        for name, app, replicas in (("split", split, None), ("monolith", whole, 1), ("monolith5", whole, 5)):
-            if replicas is not None:
-                plan = {"cells": [{"gpus": 1, "count": replicas, "replicas": {"omni.whole": 1}}]}
-                await runtime.deploy("whole", DeploymentPlan.model_validate(plan))
-            await load(runtime, app, cycle, clients, clients)  # warm-up: one request per client
-            results[name] = await load(runtime, app, cycle, clients, total)
-            print(f"{name:<10} {results[name]['req_per_s']:6.2f} req/s  p50 {results[name]['p50_s']:.2f} s  "
-                  f"p99 {results[name]['p99_s']:.2f} s  ttft p50 {results[name]['ttft_p50_s']:.2f} s", flush=True)
+        await load(runtime, split, cycle, clients, clients)  # warm-up: one request per client
+        for name, replicas in (("monolith", 1), ("monolith5", 5)):
+            plan = {"cells": [{"gpus": 1, "count": replicas, "replicas": {"omni.whole": 1}}]}
+            await runtime.deploy("whole", DeploymentPlan.model_validate(plan))
+            await load(runtime, whole, cycle, clients, clients)
+            for _ in range(rounds):
+                pair = []
+                for label, app in (("split", split), (name, whole)):
+                    row = await load(runtime, app, cycle, clients, total // rounds)
+                    rows[label].append(row)
+                    pair.append(row)
+                    print(f"{label:<10} {row['req_per_s']:6.2f} req/s  p50 {row['p50_s']:.2f} s  "
+                          f"p99 {row['p99_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s", flush=True)
+                pairs[name].append((pair[0], pair[1]))
     finally:
         await runtime.close()
+    results: dict[str, Any] = {name: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for name, runs in rows.items()}
+    # Ratios round by round (split and the monolith ran back to back), then their median.
+    results["split_over"] = {
+        name: {key: statistics.median(a[key] / b[key] for a, b in runs) for key in ("req_per_s", "p50_s", "p99_s", "ttft_p50_s")}
+        for name, runs in pairs.items()
+    }
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=96, help="per deployment, after the warm-up")
+    parser.add_argument("--requests", type=int, default=96, help="per deployment and phase, after the warm-up")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per phase (medians are reported)")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
-    results = asyncio.run(measure(args.clients, args.requests, args.max_tokens))
-    split = results["split"]
-    print(f"\ntiny Qwen2.5-Omni, {args.clients} clients, {args.requests} requests each  req/s   p50 s   p99 s  ttft p50 s")
-    for name, row in results.items():
+    results = asyncio.run(measure(args.clients, args.requests, args.rounds, args.max_tokens))
+    print(f"\ntiny Qwen2.5-Omni, {args.clients} clients, medians of rounds      req/s   p50 s   p99 s  ttft p50 s")
+    for name in ("split", "monolith", "monolith5"):
+        row = results[name]
         print(f"{name:<48} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p99_s']:7.2f} {row['ttft_p50_s']:9.2f}")
-    for base in ("monolith", "monolith5"):
-        ratio = split["req_per_s"] / results[base]["req_per_s"]
-        print(f"split / {base}: throughput {ratio:.2f}x, p50 latency {split['p50_s'] / results[base]['p50_s']:.2f}x")
+    for base, ratio in results["split_over"].items():
+        print(f"split / {base} (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
+              f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
