@@ -14,6 +14,7 @@ ADAPTERS: dict[str, str] = {
     "qwen2_5_vl": "prismserve.models.qwen2_5_vl:Qwen25VL",
     "qwen2_5_omni": "prismserve.models.qwen2_5_omni:Qwen25Omni",
     "QwenImagePipeline": "prismserve.models.qwen_image:QwenImage",
+    "internvl": "prismserve.models.internvl:InternVL",
 }
 
 

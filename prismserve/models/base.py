@@ -19,6 +19,11 @@ import numpy as np
 from prismserve.offline import disable_telemetry
 
 
+# transformers' from_pretrained builds models under a process-wide meta-device context: two loads in
+# threads of one process (in-process executors) corrupt each other. Replicas are processes of their own.
+LOADING = threading.Lock()
+
+
 class MediaError(ValueError):
     """Media a model cannot take: undecodable bytes, or a modality the checkpoint has no encoder for."""
 
@@ -203,7 +208,26 @@ def build_processor(processor_class: type, path: str, **parts: Any) -> Any:
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     defaults = {"image_processor": AutoImageProcessor.from_pretrained(path), "video_processor": None}
-    return _Processor(tokenizer=tokenizer, chat_template=tokenizer.chat_template, **{**defaults, **parts})
+    return _Processor(tokenizer=tokenizer, chat_template=tokenizer.chat_template, **{**defaults, **_settings(processor_class, path), **parts})
+
+
+def _settings(processor_class: type, path: str) -> dict[str, Any]:
+    """The processor's own settings from the checkpoint's processor_config.json (`image_seq_length` …)."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    from transformers.utils import cached_file
+
+    found = Path(path, "processor_config.json") if Path(path, "processor_config.json").is_file() else None
+    if found is None:
+        cached = cached_file(path, "processor_config.json", _raise_exceptions_for_missing_entries=False)
+        found = Path(cached) if cached else None
+    if found is None:
+        return {}
+    accepted = set(inspect.signature(processor_class.__init__).parameters) - {"self", "tokenizer", "image_processor",
+                                                                             "video_processor", "feature_extractor", "chat_template"}  # fmt: skip
+    return {k: v for k, v in json.loads(found.read_text()).items() if k in accepted}
 
 
 def as_numpy(tensor: Any) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import Adapter, Encoded, MediaError, MediaInput, as_numpy, build_processor, token_streamer
+from prismserve.models.base import LOADING, Adapter, Encoded, MediaError, MediaInput, as_numpy, build_processor, token_streamer
 from prismserve.models.media import load_audio, load_image
 
 SAMPLE_RATE_IN = 16000
@@ -49,7 +49,8 @@ class Qwen25Omni(Adapter):
         from transformers import Qwen2_5OmniForConditionalGeneration
 
         dtype = "auto" if self.device != "cpu" else None
-        model = Qwen2_5OmniForConditionalGeneration.from_pretrained(self.path, dtype=dtype)
+        with LOADING:
+            model = Qwen2_5OmniForConditionalGeneration.from_pretrained(self.path, dtype=dtype)
         if not with_talker:
             model.disable_talker()
         return model.to(self.device).eval()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import as_numpy, default_device, quiet_transformers
+from prismserve.models.base import LOADING, as_numpy, default_device, quiet_transformers
 from prismserve.offline import disable_telemetry
 
 
@@ -38,7 +38,8 @@ class QwenImage:
 
         logging.disable_progress_bar()
         dtype = {"torch_dtype": "auto"} if self.device != "cpu" else {}
-        self.pipeline = QwenImagePipeline.from_pretrained(self.path, **without, **dtype).to(self.device)
+        with LOADING:
+            self.pipeline = QwenImagePipeline.from_pretrained(self.path, **without, **dtype).to(self.device)
         self.pipeline.set_progress_bar_config(disable=True)
         self.lock = threading.Lock()  # a pipeline runs one call at a time
 

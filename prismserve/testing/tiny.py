@@ -241,10 +241,54 @@ def _qwen_image(out: Path) -> None:
     ).save_pretrained(out)
 
 
+def _internvl3(out: Path) -> None:
+    import json
+
+    import torch
+    from transformers import InternVLConfig, InternVLForConditionalGeneration
+    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
+
+    markers = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+               "video_token": "<|video_pad|>"}  # fmt: skip
+    tok = tokenizer(chat_template(image="<IMG_CONTEXT>"), markers)
+    tok.add_special_tokens({"additional_special_tokens": ["<img>", "</img>", "<IMG_CONTEXT>"]})
+    ids = {t: tok.convert_tokens_to_ids(t) for t in [*SPECIAL_TOKENS, "<IMG_CONTEXT>"]}
+    # 56-px tiles of 14-px patches: 16 patches, pixel-shuffled 2x2 into 4 tokens per tile.
+    config = InternVLConfig(
+        vision_config={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+                       "image_size": [56, 56], "patch_size": [14, 14]},
+        text_config={"model_type": "qwen2", **_text_config(tok, ids)},
+        image_token_id=ids["<IMG_CONTEXT>"],
+        image_seq_length=4,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    InternVLForConditionalGeneration(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    GotOcr2ImageProcessorPil(size={"height": 56, "width": 56}, crop_to_patches=True, max_patches=4).save_pretrained(out)
+    (out / "processor_config.json").write_text(json.dumps({"image_seq_length": 4, "processor_class": "InternVLProcessor"}))
+
+
+def _internvl3_tuned(out: Path) -> None:
+    """A fine-tune of the tiny InternVL3: the same vision tower and projector, another LLM."""
+    import torch
+    from transformers import InternVLForConditionalGeneration
+
+    base = build("internvl3", out.parent)
+    model = InternVLForConditionalGeneration.from_pretrained(base)
+    torch.manual_seed(1)
+    for parameter in model.model.language_model.parameters():
+        parameter.data.normal_(0.0, 0.02)
+    model.save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json", "processor_config.json"):
+        shutil.copy(base / name, out / name)
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen2.5-vl": _qwen2_5_vl,
     "qwen2.5-omni": _qwen2_5_omni,
     "qwen-image": _qwen_image,
+    "internvl3": _internvl3,
+    "internvl3-tuned": _internvl3_tuned,
 }
 """Family name -> function writing a tiny checkpoint into an empty directory."""
 

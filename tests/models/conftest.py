@@ -53,3 +53,10 @@ def tiny_image() -> str:
     from prismserve.testing import tiny
 
     return str(tiny.build("qwen-image"))
+
+
+@pytest.fixture(scope="session")
+def tiny_internvl() -> str:
+    from prismserve.testing import tiny
+
+    return str(tiny.build("internvl3"))

@@ -1,0 +1,121 @@
+"""VisionLLM: the shape shared by image+text LLM families (an image encoder, an LLM fed through
+transformers' `mm_encoder_outputs`). A family names its classes and fills in four hooks."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+
+from prismserve.models.base import LOADING, Adapter, Encoded, MediaError, MediaInput, build_processor
+from prismserve.models.media import load_image
+
+
+class VisionLLM(Adapter):
+    """An image encoder and an LLM; the encoder's per-image output replaces the image's placeholder."""
+
+    encoder_modalities = ("image",)
+    model_class: ClassVar[str]  # transformers class of the whole model
+    processor_class: ClassVar[str]  # transformers processor class (assembled from the checkpoint's parts)
+
+    @cached_property
+    def processor(self) -> Any:
+        import transformers
+
+        return build_processor(getattr(transformers, self.processor_class), self.path)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.processor.tokenizer
+
+    def _load(self) -> Any:
+        import transformers
+
+        dtype = "auto" if self.device != "cpu" else None
+        with LOADING:
+            model = getattr(transformers, self.model_class).from_pretrained(self.path, dtype=dtype)
+        return model.to(self.device).eval()
+
+    # --- hooks ----------------------------------------------------------------------------------
+    def keep_encoder(self, model: Any) -> Any:
+        """The module that encodes images (the rest of `model` is freed)."""
+        raise NotImplementedError
+
+    def drop_encoder(self, model: Any) -> None:
+        """Remove the image encoder from the whole model (the LLM replica gets embeddings)."""
+        raise NotImplementedError
+
+    def run_encoder(self, pixels: Any) -> list[Encoded]:
+        """One Encoded per image of the image processor's output `pixels`."""
+        raise NotImplementedError
+
+    def placeholder(self, encoded: Encoded) -> str:
+        """The text that stands for one encoded image in the expanded prompt."""
+        return self.processor.image_token * len(encoded.embeddings)
+
+    def llm_extras(self, inputs: dict[str, Any], encoded: list[Encoded]) -> dict[str, Any]:
+        """Inputs the LLM needs besides tokens and embeddings (positions, grids …)."""
+        return {}
+
+    def encoder_outputs(self, embeddings: list[Any]) -> Any:
+        """`mm_encoder_outputs["image"].pooler_output` from the images' embeddings, in order."""
+        return tuple(embeddings)
+
+    # --- the Adapter API ------------------------------------------------------------------------
+    def load_encoder(self, modality: str) -> None:
+        self.check_modality(modality)
+        self.model = self.keep_encoder(self._load())
+        self.processor  # noqa: B018 - loaded now rather than on the first request
+
+    def encode(self, modality: str, items: list[bytes]) -> list[Encoded]:
+        import torch
+
+        self.check_modality(modality)
+        pixels = self.pixels([load_image(d) for d in items])
+        with self.lock, torch.inference_mode():
+            return self.run_encoder(pixels)
+
+    def pixels(self, images: list[Any], text: list[str] | None = None) -> Any:
+        """The processor's tensors for `images` (and `text`); images it cannot take are a MediaError."""
+        try:
+            if text is None:
+                return self.processor.image_processor(images=images, return_tensors="pt")
+            return self.processor(text=text, images=images, return_tensors="pt")
+        except ValueError as exc:  # e.g. an aspect ratio beyond what the vision tower takes
+            raise MediaError(f"image cannot be processed: {exc}") from None
+
+    def load_llm(self, with_encoders: bool) -> None:
+        self.model = self._load()
+        if not with_encoders:
+            self.drop_encoder(self.model)  # embeddings arrive precomputed
+        self.processor  # noqa: B018
+
+    def llm_inputs(
+        self,
+        conversation: list[dict[str, Any]],
+        encoded: list[Encoded] | None = None,
+        media: list[MediaInput] | None = None,
+    ) -> dict[str, Any]:
+        import torch
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        text = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+        if media:
+            unsupported = sorted({m.modality for m in media} - {"image"})
+            if unsupported:
+                raise MediaError(f"{self.family} takes images only, got {unsupported}")
+            return dict(self.pixels([load_image(m.data) for m in media], [text]).to(self.device))
+        if not encoded:
+            return dict(self.processor(text=[text], return_tensors="pt").to(self.device))
+        # The processor would expand each image's placeholder from the image; the size came with its embeddings.
+        pieces = text.split(self.processor.image_token)
+        if len(pieces) - 1 != len(encoded):
+            raise MediaError(f"the conversation has {len(pieces) - 1} images but {len(encoded)} embeddings arrived")
+        expanded = pieces[0] + "".join(self.placeholder(e) + rest for e, rest in zip(encoded, pieces[1:], strict=True))
+        inputs = {k: v.to(self.device) for k, v in self.tokenizer([expanded], return_tensors="pt").items()}
+        inputs.update(self.llm_extras(inputs, encoded))
+        # torch.tensor copies: the embeddings may be read-only views into another replica's slab.
+        embeddings = [torch.tensor(np.asarray(e.embeddings)).to(self.device, self.model.dtype) for e in encoded]
+        inputs["mm_encoder_outputs"] = {"image": BaseModelOutputWithPooling(pooler_output=self.encoder_outputs(embeddings))}
+        return inputs
