@@ -15,6 +15,7 @@ ADAPTERS: dict[str, str] = {
     "qwen2_5_omni": "prismserve.models.qwen2_5_omni:Qwen25Omni",
     "QwenImagePipeline": "prismserve.models.qwen_image:QwenImage",
     "internvl": "prismserve.models.internvl:InternVL",
+    "gemma3": "prismserve.models.gemma3:Gemma3",
 }
 
 

@@ -206,8 +206,12 @@ def build_processor(processor_class: type, path: str, **parts: Any) -> Any:
                 return None
             return super().check_argument_for_proper_class(argument_name, argument)
 
+    import inspect
+
     tokenizer = AutoTokenizer.from_pretrained(path)
     defaults = {"image_processor": AutoImageProcessor.from_pretrained(path), "video_processor": None}
+    accepted = inspect.signature(processor_class.__init__).parameters
+    defaults = {k: v for k, v in defaults.items() if k in accepted}
     return _Processor(tokenizer=tokenizer, chat_template=tokenizer.chat_template, **{**defaults, **_settings(processor_class, path), **parts})
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from prismserve.offline import disable_telemetry
 
 # Bump when what a builder writes changes: older cached checkpoints are then rebuilt.
-FORMAT = 3
+FORMAT = 4
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -268,6 +268,38 @@ def _internvl3(out: Path) -> None:
     (out / "processor_config.json").write_text(json.dumps({"image_seq_length": 4, "processor_class": "InternVLProcessor"}))
 
 
+def _gemma3(out: Path) -> None:
+    import json
+
+    import torch
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    markers = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+    tok = tokenizer(chat_template(image="<start_of_image>"), markers)
+    tok.add_special_tokens({"additional_special_tokens": list(markers.values())})
+    ids = {t: tok.convert_tokens_to_ids(t) for t in [*SPECIAL_TOKENS, *markers.values()]}
+    text = _text_config(tok, ids)
+    # 56-px images of 14-px patches (4x4), average-pooled to 2x2: 4 soft tokens per image.
+    config = Gemma3Config(
+        text_config={**text, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 64},
+        vision_config={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+                       "image_size": 56, "patch_size": 14},
+        mm_tokens_per_image=4,
+        boi_token_index=ids["<start_of_image>"],
+        eoi_token_index=ids["<end_of_image>"],
+        image_token_index=ids["<image_soft_token>"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Gemma3ForConditionalGeneration(config)
+    # transformers initialises the projector to zeros (images would carry no signal): give it weights.
+    model.model.multi_modal_projector.mm_input_projection_weight.data.normal_(0.0, 0.5)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    Gemma3ImageProcessorPil(size={"height": 56, "width": 56}).save_pretrained(out)
+    (out / "processor_config.json").write_text(json.dumps({"image_seq_length": 4, "processor_class": "Gemma3Processor"}))
+
+
 def _internvl3_tuned(out: Path) -> None:
     """A fine-tune of the tiny InternVL3: the same vision tower and projector, another LLM."""
     import torch
@@ -289,6 +321,7 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen-image": _qwen_image,
     "internvl3": _internvl3,
     "internvl3-tuned": _internvl3_tuned,
+    "gemma3": _gemma3,
 }
 """Family name -> function writing a tiny checkpoint into an empty directory."""
 

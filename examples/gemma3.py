@@ -1,0 +1,26 @@
+"""Gemma 3 with its vision encoder (SigLIP + pooling projector) fissioned from the LLM, streaming text.
+
+MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny
+one: `prismserve tiny gemma3` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in
+one deployment.
+"""
+
+import os
+from collections.abc import AsyncIterator
+
+from prismserve.app import AppConfig
+from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.tasklib import MLLMTask
+
+MODEL = os.environ.get("PRISMSERVE_MODEL", "google/gemma-3-4b-it")
+vl = MLLMTask(model=MODEL, encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1")
+
+
+class Config(AppConfig):
+    tasks = {"vl": vl}
+    input_modalities = frozenset({"text", "image"})
+
+
+async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
+    async for text in (await vl(request)).text:
+        yield ChatChunk(text=text)
