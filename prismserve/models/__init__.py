@@ -13,6 +13,7 @@ from prismserve.models.base import Adapter, Encoded, Generated, MediaError, Medi
 ADAPTERS: dict[str, str] = {
     "qwen2_5_vl": "prismserve.models.qwen2_5_vl:Qwen25VL",
     "qwen2_5_omni": "prismserve.models.qwen2_5_omni:Qwen25Omni",
+    "qwen3_omni_moe": "prismserve.models.qwen3_omni:Qwen3Omni",
     "QwenImagePipeline": "prismserve.models.qwen_image:QwenImage",
     "internvl": "prismserve.models.internvl:InternVL",
     "gemma3": "prismserve.models.gemma3:Gemma3",

@@ -33,25 +33,27 @@ class Qwen25Omni(Adapter):
     model_types = ("qwen2_5_omni",)
     encoder_modalities = ("image", "audio")
 
+    model_class = "Qwen2_5OmniForConditionalGeneration"
+    processor_class = "Qwen2_5OmniProcessor"
+
     @cached_property
     def processor(self) -> Any:
-        from transformers import Qwen2_5OmniProcessor, WhisperFeatureExtractor
+        import transformers
 
-        return build_processor(
-            Qwen2_5OmniProcessor, self.path, feature_extractor=WhisperFeatureExtractor.from_pretrained(self.path)
-        )
+        extractor = transformers.WhisperFeatureExtractor.from_pretrained(self.path)
+        return build_processor(getattr(transformers, self.processor_class), self.path, feature_extractor=extractor)
 
     @property
     def tokenizer(self) -> Any:
         return self.processor.tokenizer
 
     def _load(self, with_talker: bool) -> Any:
-        from transformers import Qwen2_5OmniForConditionalGeneration
+        import transformers
 
         dtype = "auto" if self.device != "cpu" else None
         with LOADING:
-            model = Qwen2_5OmniForConditionalGeneration.from_pretrained(self.path, dtype=dtype)
-        if not with_talker:
+            model = getattr(transformers, self.model_class).from_pretrained(self.path, dtype=dtype)
+        if not with_talker and model.has_talker:
             model.disable_talker()
         return model.to(self.device).eval()
 
@@ -76,10 +78,7 @@ class Qwen25Omni(Adapter):
 
         self.check_modality(modality)
         if modality == "image":
-            try:
-                pixels = self.processor.image_processor(images=[load_image(d) for d in items], return_tensors="pt")
-            except ValueError as exc:
-                raise MediaError(f"image cannot be processed: {exc}") from None
+            pixels = self.image_pixels([load_image(d) for d in items])
             grids = pixels["image_grid_thw"].to(self.device)
             with self.lock, torch.inference_mode():
                 parts = self.model.get_image_features(pixels["pixel_values"].to(self.device), grids).pooler_output
@@ -92,7 +91,7 @@ class Qwen25Omni(Adapter):
         with self.lock, torch.inference_mode():
             merged = self.model.get_audio_features(features["input_features"].to(self.device), mask).last_hidden_state
         lengths = mask.sum(-1)
-        sizes = self.model.audio_tower._get_feat_extract_output_lengths(lengths)[1].tolist()
+        sizes = self.audio_token_counts(lengths)
         parts = torch.split(merged, sizes)
         return [Encoded("audio", as_numpy(p), {"feature_length": int(n)}) for p, n in zip(parts, lengths, strict=True)]
 
@@ -144,17 +143,19 @@ class Qwen25Omni(Adapter):
             rest = rest[at + len(tokens[modality]) :]
         if order != [e.modality for e in encoded]:
             raise MediaError(f"the conversation's media are {order} but the embeddings are {[e.modality for e in encoded]}")
-        expanded = "".join(p + tokens[e.modality] * len(e.embeddings) for p, e in zip(pieces, encoded, strict=True)) + rest
+        expanded = "".join(p + tokens[e.modality] * self.token_count(e) for p, e in zip(pieces, encoded, strict=True)) + rest
         ids = self.tokenizer([expanded], return_tensors="pt")["input_ids"].to(self.device)
         thinker = self.model.thinker
         with torch.inference_mode():
             embeds = thinker.get_input_embeddings()(ids)
         inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        for modality, token_id in (("image", thinker.config.image_token_index), ("audio", thinker.config.audio_token_index)):
-            items = [torch.tensor(np.asarray(e.embeddings)) for e in encoded if e.modality == modality]
-            if items:
-                mask = (ids == token_id).unsqueeze(-1)
-                embeds = embeds.masked_scatter(mask, torch.cat(items).to(self.device, embeds.dtype))
+        images = [e for e in encoded if e.modality == "image"]
+        if images:
+            embeds = self.place_images(inputs, embeds, images)
+        clips = [torch.tensor(np.asarray(e.embeddings)) for e in encoded if e.modality == "audio"]  # copies: may be read-only views
+        if clips:
+            mask = (ids == self.processor.audio_token_id).unsqueeze(-1)
+            embeds = embeds.masked_scatter(mask, torch.cat(clips).to(self.device, embeds.dtype))
         grids = [e.meta["grid_thw"] for e in encoded if e.modality == "image"]
         if grids:
             inputs["image_grid_thw"] = torch.tensor(grids, device=self.device)
@@ -164,6 +165,29 @@ class Qwen25Omni(Adapter):
             inputs["feature_attention_mask"] = (frames < torch.tensor(lengths, device=self.device)[:, None]).long()
         inputs["inputs_embeds"] = embeds
         return inputs
+
+    def audio_token_counts(self, feature_lengths: Any) -> list[int]:
+        """Embeddings the audio encoder makes of clips with these mel-feature lengths."""
+        return self.model.audio_tower._get_feat_extract_output_lengths(feature_lengths)[1].tolist()
+
+    def image_pixels(self, images: list[Any]) -> Any:
+        """The image processor's tensors; images it cannot take are a MediaError."""
+        try:
+            return self.processor.image_processor(images=images, return_tensors="pt")
+        except ValueError as exc:
+            raise MediaError(f"image cannot be processed: {exc}") from None
+
+    def token_count(self, encoded: Encoded) -> int:
+        """How many placeholder tokens an encoded item takes in the thinker's prompt."""
+        return len(encoded.embeddings)
+
+    def place_images(self, inputs: dict[str, Any], embeds: Any, images: list[Encoded]) -> Any:
+        """`embeds` with the images' embeddings at their tokens (more inputs may be added to `inputs`)."""
+        import torch
+
+        mask = (inputs["input_ids"] == self.processor.image_token_id).unsqueeze(-1)
+        rows = torch.cat([torch.tensor(np.asarray(e.embeddings)) for e in images])  # copies: may be read-only views
+        return embeds.masked_scatter(mask, rows.to(self.device, embeds.dtype))
 
     def speaker(self, name: str | None) -> str:
         """A speaker the checkpoint has (`name`, or its first)."""

@@ -207,6 +207,36 @@ def _qwen2_5_omni(out: Path) -> None:
     (out / "preprocessor_config.json").write_text(json.dumps(merged, indent=2))
 
 
+def _qwen3_omni(out: Path) -> None:
+    """The thinker side of Qwen3-Omni (MoE LLM, DeepStack vision encoder, audio encoder); no talker."""
+    import json
+
+    import torch
+    from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration, WhisperFeatureExtractor
+
+    tok = tokenizer(chat_template(image="<|IMAGE|>", video="<|VIDEO|>"), OMNI_TOKENS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6, "mrope_interleaved": True}
+    thinker = {
+        "text_config": {**_text_config(tok, ids), "head_dim": 16, "moe_intermediate_size": 32, "num_experts": 4,
+                        "num_experts_per_tok": 2, "rope_parameters": rope},
+        "audio_config": {"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2, "encoder_ffn_dim": 64,
+                         "d_model": 32, "output_dim": 64, "downsample_hidden_size": 16},
+        "vision_config": {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
+                          "deepstack_visual_indexes": [0, 1], "patch_size": 16, "num_position_embeddings": 256},
+        "audio_token_id": ids["<|AUDIO|>"], "image_token_id": ids["<|IMAGE|>"], "video_token_id": ids["<|VIDEO|>"],
+        "audio_start_token_id": ids["<|audio_bos|>"], "user_token_id": ids["<|im_start|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+    }  # fmt: skip
+    torch.manual_seed(0)
+    Qwen3OmniMoeForConditionalGeneration(Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=False)).save_pretrained(out)
+    tok.save_pretrained(out)
+    images = _image_processor()
+    images.patch_size = 16  # Qwen3's vision patches
+    merged = {**WhisperFeatureExtractor(feature_size=128).to_dict(), **images.to_dict()}
+    (out / "preprocessor_config.json").write_text(json.dumps(merged, indent=2))
+
+
 def _qwen_image(out: Path) -> None:
     import torch
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel
@@ -318,6 +348,7 @@ def _internvl3_tuned(out: Path) -> None:
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen2.5-vl": _qwen2_5_vl,
     "qwen2.5-omni": _qwen2_5_omni,
+    "qwen3-omni": _qwen3_omni,
     "qwen-image": _qwen_image,
     "internvl3": _internvl3,
     "internvl3-tuned": _internvl3_tuned,

@@ -1,0 +1,56 @@
+"""Qwen3-Omni's thinker split from its image (DeepStack) and audio encoders computes the monolith's logits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from prismserve.app.chat import ChatRequest
+from prismserve.executors.loading import InProcessExecutors
+from prismserve.models import MediaInput, adapter_for
+from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3() -> str:
+    from prismserve.testing import tiny
+
+    return str(tiny.build("qwen3-omni"))
+
+
+def test_fissioned_thinker_logits_equal_the_monoliths(tiny_qwen3, cars_jpg, query_wav):
+    adapters = {name: adapter_for(tiny_qwen3) for name in ("image", "audio", "thinker", "monolith")}
+    adapters["image"].load_encoder("image")
+    adapters["audio"].load_encoder("audio")
+    adapters["thinker"].load_llm(with_encoders=False)
+    adapters["monolith"].load_llm(with_encoders=True)
+    messages, media = conversation(ChatRequest.of("Answer.", images=[cars_jpg], audios=[query_wav]))
+    encoded = [adapters[m.modality].encode(m.modality, [m.data])[0] for m in media]
+    image = encoded[0].embeddings
+    assert image.shape[0] == 3  # the embeddings and two DeepStack levels
+    thinker, monolith = adapters["thinker"], adapters["monolith"]
+    fissioned = thinker.generate(thinker.llm_inputs(messages, encoded=encoded), 10, with_logits=True)
+    raw = monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media])
+    whole = monolith.generate(raw, 10, with_logits=True)
+    assert fissioned.token_ids == whole.token_ids
+    np.testing.assert_allclose(fissioned.logits, whole.logits, atol=1e-4, rtol=0)
+    # The DeepStack rows reach the thinker: without them, other logits.
+    encoded[0].embeddings = np.concatenate([image[:1], np.zeros_like(image[1:])])
+    flat = thinker.generate(thinker.llm_inputs(messages, encoded=encoded), 1, with_logits=True)
+    assert np.abs(flat.logits[0] - whole.logits[0]).max() > 1e-4
+
+
+def test_mllm_task_serves_qwen3_omni_text(tiny_qwen3, cars_jpg, query_wav):
+    request = ChatRequest.of("Answer.", images=[cars_jpg], audios=[query_wav], max_tokens=6)
+
+    async def text(fission: bool) -> str:
+        with use_dispatcher(LocalDispatcher(InProcessExecutors().callables({EncoderTask, LLMTask}))):
+            task = MLLMTask(model=tiny_qwen3, modalities=("image", "audio"), encoder_fission=fission)
+            return "".join(await (await task(request)).text.collect())
+
+    assert asyncio.run(text(True)) == asyncio.run(text(False))
