@@ -9,7 +9,8 @@ from typing import Any
 
 from prismserve.models.base import Adapter, Encoded, Generated, MediaError, MediaInput
 
-# config.json `model_type` (diffusers: the pipeline class) -> the adapter class, imported when a replica needs it.
+# config.json `model_type` (diffusers: the pipeline class) -> the adapter class, imported when a replica
+# needs it. The one place that says which adapter loads which checkpoints.
 ADAPTERS: dict[str, str] = {
     "qwen2_5_vl": "prismserve.models.qwen2_5_vl:Qwen25VL",
     "qwen2_5_omni": "prismserve.models.qwen2_5_omni:Qwen25Omni",

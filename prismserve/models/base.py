@@ -30,7 +30,9 @@ class MediaError(ValueError):
 
 @dataclass
 class Encoded:
-    """One media item's encoder output: embeddings `[tokens, hidden]` and what the LLM needs to place them."""
+    """One media item's encoder output: its embeddings (`[tokens, hidden]`, or a layout the family
+    defines: InternVL3 `[tiles, tokens, hidden]`, Qwen3-Omni images `[1 + levels, tokens, hidden]`)
+    and what the LLM needs to place them (`meta`)."""
 
     modality: str
     embeddings: np.ndarray
@@ -73,7 +75,6 @@ class Adapter(ABC):
     """One model family: which parts a checkpoint has, how to run each, what crosses between them."""
 
     family: ClassVar[str]
-    model_types: ClassVar[tuple[str, ...]]  # config.json `model_type` values this adapter loads
     encoder_modalities: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, path: str, device: str | None = None) -> None:

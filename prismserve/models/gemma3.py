@@ -19,7 +19,6 @@ class Gemma3(VisionLLM):
     """Gemma 3 (`Gemma3ForConditionalGeneration`)."""
 
     family = "gemma3"
-    model_types = ("gemma3",)
     model_class = "Gemma3ForConditionalGeneration"
     processor_class = "Gemma3Processor"
 

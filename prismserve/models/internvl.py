@@ -17,7 +17,6 @@ class InternVL(VisionLLM):
     """InternVL3 in transformers' format (`InternVLForConditionalGeneration`, the `-hf` checkpoints)."""
 
     family = "internvl3"
-    model_types = ("internvl",)
     model_class = "InternVLForConditionalGeneration"
     processor_class = "InternVLProcessor"
 

@@ -30,7 +30,6 @@ class Qwen25Omni(Adapter):
     """Qwen2.5-Omni (`Qwen2_5OmniForConditionalGeneration`)."""
 
     family = "qwen2.5-omni"
-    model_types = ("qwen2_5_omni",)
     encoder_modalities = ("image", "audio")
 
     model_class = "Qwen2_5OmniForConditionalGeneration"

@@ -17,7 +17,6 @@ class Qwen25VL(VisionLLM):
     """Qwen2.5-VL (`Qwen2_5_VLForConditionalGeneration`)."""
 
     family = "qwen2.5-vl"
-    model_types = ("qwen2_5_vl",)
     model_class = "Qwen2_5_VLForConditionalGeneration"
     processor_class = "Qwen2_5_VLProcessor"
 

@@ -21,7 +21,6 @@ class Qwen3Omni(Qwen25Omni):
     """Qwen3-Omni (`Qwen3OmniMoeForConditionalGeneration`): encoders and thinker; text out."""
 
     family = "qwen3-omni"
-    model_types = ("qwen3_omni_moe",)
     model_class = "Qwen3OmniMoeForConditionalGeneration"
     processor_class = "Qwen3OmniMoeProcessor"
 

@@ -21,7 +21,6 @@ class QwenImage:
     """Qwen-Image: `encode_prompt` on the text encoder, `generate` on the DiT + VAE, or both (monolith)."""
 
     family = "qwen-image"
-    model_types = ("QwenImagePipeline",)
 
     def __init__(self, path: str, device: str | None = None) -> None:
         disable_telemetry()
