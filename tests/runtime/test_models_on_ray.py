@@ -74,13 +74,15 @@ def monolith_text(model: str, request: ChatRequest) -> str:
     return asyncio.run(go())
 
 
+@pytest.fixture(scope="class")
+def vl(gateway):
+    """Qwen2.5-VL registered for the tests of one class."""
+    with example(gateway, "qwen2.5-vl", "qwen2_5_vl.py") as served:
+        yield served
+
+
 class TestQwenVL:
     """Qwen2.5-VL: image encoder and LLM replicas."""
-
-    @pytest.fixture(scope="class")
-    def vl(self, gateway):
-        with example(gateway, "qwen2.5-vl", "qwen2_5_vl.py") as served:
-            yield served
 
     def test_image_and_text_to_text_equals_the_monolith(self, vl):
         url, admin, tiny_vl = vl
