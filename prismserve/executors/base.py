@@ -28,6 +28,13 @@ class Executor:
 
     def __init__(self, task: UnitTask[Any, Any]) -> None:
         self.task = task
+        self._background: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, work: Awaitable[Any]) -> None:
+        """Run `work` in the background: what fills the streams an output returned already holds."""
+        running = asyncio.ensure_future(work)
+        self._background.add(running)  # the loop keeps only weak references to tasks
+        running.add_done_callback(self._background.discard)
 
     async def load(self) -> None:
         """Load weights / start the engine; called once before the first invocation."""

@@ -82,10 +82,6 @@ class HFLLMExecutor(Executor):
 class ThinkerExecutor(HFLLMExecutor):
     """An Omni thinker: streams text, then (when speech is asked for) the talker's conditioning."""
 
-    async def load(self) -> None:
-        await super().load()
-        self._running: set[asyncio.Task[None]] = set()
-
     async def run(self, task_input: Any) -> ThinkerOutput:
         request, inputs = await self.inputs(task_input)  # bad input fails the call itself
         if request.speech:
@@ -113,9 +109,7 @@ class ThinkerExecutor(HFLLMExecutor):
             except Exception as exc:  # noqa: BLE001 - the talker's consumer gets the error
                 talker.fail(exc)
 
-        running = asyncio.get_running_loop().create_task(think())
-        self._running.add(running)  # the loop keeps only weak references to tasks
-        running.add_done_callback(self._running.discard)
+        self.spawn(think())
         return ThinkerOutput(text=text, talker=talker)
 
 

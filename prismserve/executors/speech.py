@@ -92,7 +92,6 @@ class OmniMonolithExecutor(HFLLMExecutor):
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
         await asyncio.to_thread(self.adapter.load_monolith)
-        self._running: set[asyncio.Task[None]] = set()
 
     async def run(self, task_input: Any) -> SpeechOutput:
         request, inputs = await self.inputs(task_input)
@@ -123,9 +122,7 @@ class OmniMonolithExecutor(HFLLMExecutor):
                 audio.put(chunk)
             audio.close()
 
-        running = loop.create_task(speak())
-        self._running.add(running)
-        running.add_done_callback(self._running.discard)
+        self.spawn(speak())
         return SpeechOutput(text=text, audio=audio)
 
     @property

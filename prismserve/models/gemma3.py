@@ -22,13 +22,6 @@ class Gemma3(VisionLLM):
     model_class = "Gemma3ForConditionalGeneration"
     processor_class = "Gemma3Processor"
 
-    def keep_encoder(self, model: Any) -> Any:
-        del model.model.language_model  # the vision tower and projector stay, with their feature method
-        return model.model
-
-    def drop_encoder(self, model: Any) -> None:
-        del model.model.vision_tower, model.model.multi_modal_projector
-
     def run_encoder(self, pixels: Any) -> list[Encoded]:
         features = self.model.get_image_features(pixels["pixel_values"].to(self.device, self.model.dtype)).pooler_output
         return [Encoded("image", as_numpy(f)) for f in features]

@@ -20,13 +20,6 @@ class InternVL(VisionLLM):
     model_class = "InternVLForConditionalGeneration"
     processor_class = "InternVLProcessor"
 
-    def keep_encoder(self, model: Any) -> Any:
-        del model.model.language_model  # the vision tower and projector stay, with their feature method
-        return model.model
-
-    def drop_encoder(self, model: Any) -> None:
-        del model.model.vision_tower, model.model.multi_modal_projector
-
     def run_encoder(self, pixels: Any) -> list[Encoded]:
         import torch
 

@@ -39,12 +39,14 @@ class VisionLLM(Adapter):
 
     # --- hooks ----------------------------------------------------------------------------------
     def keep_encoder(self, model: Any) -> Any:
-        """The module that encodes images (the rest of `model` is freed)."""
-        raise NotImplementedError
+        """The module that encodes images (the rest of `model` is freed). Default: the base model
+        without its LLM — a vision tower and a projector, with the base model's feature method."""
+        del model.model.language_model
+        return model.model
 
     def drop_encoder(self, model: Any) -> None:
         """Remove the image encoder from the whole model (the LLM replica gets embeddings)."""
-        raise NotImplementedError
+        del model.model.vision_tower, model.model.multi_modal_projector
 
     def run_encoder(self, pixels: Any) -> list[Encoded]:
         """One Encoded per image of the image processor's output `pixels`."""
