@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from prismserve.task import UnitTask
+from prismserve.models.base import MediaError
+from prismserve.task import InvalidInputError, UnitTask
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+
+@contextlib.contextmanager
+def media_rejected() -> Iterator[None]:
+    """A model's MediaError (media it cannot take) re-raised as the task layer's InvalidInputError:
+    the request's fault, answered with a 4xx, not a failed executor."""
+    try:
+        yield
+    except MediaError as exc:
+        raise InvalidInputError(str(exc)) from exc
 
 
 class ExecutorUnhealthy(RuntimeError):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from prismserve.executors.base import Batcher, Executor
-from prismserve.models import Encoded, MediaError, adapter_for
+from prismserve.executors.base import Batcher, Executor, media_rejected
+from prismserve.models import Encoded, adapter_for
 from prismserve.task import InvalidInputError
 from prismserve.tasklib.units import EncoderOutput, EncoderTask, MediaItem
 
@@ -40,10 +40,8 @@ class EncoderExecutor(Executor):
         item = MediaItem.model_validate(task_input)
         if item.modality != self.task.modality:
             raise InvalidInputError(f"the {self.task.modality} encoder of {self.task.model} got a {item.modality} item")
-        try:
+        with media_rejected():
             result = await self.batcher.submit(item)
             if isinstance(result, Exception):
                 raise result
-        except MediaError as exc:
-            raise InvalidInputError(str(exc)) from exc
         return EncoderOutput(embeddings=result.embeddings, meta=result.meta)

@@ -12,8 +12,8 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from prismserve.executors.base import Executor
-from prismserve.models import Encoded, Generated, MediaError, MediaInput, adapter_for
+from prismserve.executors.base import Executor, media_rejected
+from prismserve.models import Encoded, Generated, MediaInput, adapter_for
 from prismserve.task import InvalidInputError, Stream
 from prismserve.tasklib.units import LLMInput, ThinkerOutput
 
@@ -39,10 +39,8 @@ class HFLLMExecutor(Executor):
             raise InvalidInputError(f"this deployment of {self.task.model} has no encoders: send embeddings, not raw media")
         encoded = [Encoded(e.modality, e.embeddings.value, e.meta.value) for e in request.encoded]
         media = [MediaInput(m.modality, m.data) for m in request.media]
-        try:
+        with media_rejected():
             return request, await asyncio.to_thread(self.adapter.llm_inputs, request.conversation, encoded, media)
-        except MediaError as exc:
-            raise InvalidInputError(str(exc)) from exc
 
     async def texts(self, request: LLMInput, inputs: dict[str, Any], result: list[Generated]) -> AsyncIterator[str]:
         """Text deltas as they are generated; the whole generation is appended to `result` at the end."""
@@ -85,10 +83,8 @@ class ThinkerExecutor(HFLLMExecutor):
     async def run(self, task_input: Any) -> ThinkerOutput:
         request, inputs = await self.inputs(task_input)  # bad input fails the call itself
         if request.speech:
-            try:
+            with media_rejected():
                 speaker = self.adapter.speaker(request.speaker)
-            except MediaError as exc:
-                raise InvalidInputError(str(exc)) from exc
         text: Stream[str] = Stream("text")
         talker: Stream[Any] = Stream("talker")
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.executors.base import Executor
+from prismserve.executors.base import Executor, media_rejected
 from prismserve.executors.hf_llm import HFLLMExecutor, TextDecoder
-from prismserve.models import MediaError, adapter_for
-from prismserve.task import InvalidInputError, Stream
+from prismserve.models import adapter_for
+from prismserve.task import Stream
 from prismserve.tasklib.units import SpeechOutput, TalkerInput, VocoderInput
 
 CHUNK_SAMPLES = 12000  # half a second at 24 kHz per streamed audio chunk
@@ -72,10 +72,8 @@ class VocoderExecutor(Executor):
 
     async def stream(self, task_input: Any) -> AsyncIterator[bytes]:
         request = VocoderInput.model_validate(task_input)
-        try:
+        with media_rejected():
             speaker = self.adapter.speaker(request.speaker)
-        except MediaError as exc:
-            raise InvalidInputError(str(exc)) from exc
         # token2wav sees the whole utterance, as in the monolith (chunked synthesis would differ).
         codes = [code for chunk in await request.codes.collect() for code in chunk]
         if not codes:
@@ -95,10 +93,8 @@ class OmniMonolithExecutor(HFLLMExecutor):
 
     async def run(self, task_input: Any) -> SpeechOutput:
         request, inputs = await self.inputs(task_input)
-        try:
+        with media_rejected():
             speaker = self.adapter.speaker(request.speaker)
-        except MediaError as exc:
-            raise InvalidInputError(str(exc)) from exc
         text: Stream[str] = Stream("text")
         audio: Stream[bytes] = Stream("audio")
         loop = asyncio.get_running_loop()
