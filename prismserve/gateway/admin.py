@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, ValidationError
 
 from prismserve.app import App, AppLoadError, AppRegistryError
+from prismserve.executors.envs import EnvironmentMissing
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import parse_json, read_body, state
 from prismserve.gateway.serving import find_app
@@ -63,6 +64,8 @@ async def register(request: Request) -> dict[str, Any]:
         raise HTTPError(409, str(exc), "conflict_error") from None
     except PlacementError as exc:
         raise HTTPError(409, f"app {body.name!r} cannot be deployed: {exc}", "capacity_error") from None
+    except EnvironmentMissing as exc:
+        raise HTTPError(503, f"app {body.name!r} cannot be deployed: {exc}", "environment_error") from None
     return describe(app)
 
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from prismserve.app import App
+from prismserve.executors import envs
 from prismserve.executors.sim import SimProfile
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.base import Runtime
@@ -98,11 +99,13 @@ class RayRuntime(Runtime):
 
         # App files are not importable in Ray workers: their classes travel by value.
         cloudpickle.register_pickle_by_value(app.module)
+        tasks = {task.deployment_key(): task for task in app.named_unit_tasks().values()}
+        # Every spec first: one that cannot be built (an executor environment missing) leaves nothing behind.
+        specs = {key: self._spec(task, None) for key, task in tasks.items() if key not in self.managers}
         missing = {}
-        for name, task in app.named_unit_tasks().items():
-            key = task.deployment_key()
-            if key not in self.managers:
-                self.managers[key] = TaskManager(key, task, self._spec(task, None), self.slab_bytes)
+        for key, task in tasks.items():
+            if key in specs:
+                self.managers[key] = TaskManager(key, task, specs[key], self.slab_bytes)
             if not self.managers[key].replicas:
                 missing[key] = task
         # One single-replica cell per deployment that has none yet; a plan replaces them.
@@ -145,7 +148,8 @@ class RayRuntime(Runtime):
     def _spec(self, task: UnitTask[Any, Any], profile: SimProfile | None) -> ExecutorSpec:
         # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
         if profile is None and type(task).executor_class:
-            return ExecutorSpec(backend="model")
+            env = type(task).executor_env
+            return ExecutorSpec(backend="model", runtime_env=envs.runtime_env(env) if env else None)
         return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(type(task)))
 
     def _deployment_status(self, key: str) -> dict[str, Any]:

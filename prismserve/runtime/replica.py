@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.dataplane import INLINE_BYTES, ShmSlab, payload_size
 from prismserve.runtime.streams import RemoteStream, RemoteStreamRef, StreamTable
-from prismserve.task import DataHandle, Stream, UnitTask
+from prismserve.task import DataHandle, InvalidInputError, Stream, UnitTask
 from prismserve.task.graph import fill_placeholders
 from prismserve.task.local import naming_errors
 
@@ -90,6 +91,7 @@ class ExecutorReplica:
         return {
             "node_id": self._node,
             "pid": os.getpid(),
+            "python": sys.executable,
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         }
@@ -148,7 +150,11 @@ class ExecutorReplica:
         pump = asyncio.get_running_loop().create_task(self._pump(stream, call, task_input))
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
-        return await self._streams.first_batch(stream, self._me)
+        ref = await self._streams.first_batch(stream, self._me)
+        items, _, error = stream.snapshot(0)
+        if isinstance(error, InvalidInputError) and not items:
+            raise error  # rejected before any output: the call fails as the request's fault (a 4xx)
+        return ref
 
     async def _pump(self, stream: Stream[Any], call: Call, task_input: Any) -> None:
         try:

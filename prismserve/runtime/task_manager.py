@@ -86,6 +86,7 @@ class TaskManager:
 
         actor_cls = ray.remote(ExecutorReplica)
         replica.handle = actor_cls.options(
+            runtime_env=self.spec.runtime_env,
             num_cpus=0,
             num_gpus=replica.placement.gpus,
             max_concurrency=10_000,

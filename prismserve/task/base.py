@@ -246,7 +246,8 @@ class UnitTask(Task[InT, OutT]):
     """An atomic model component, deployed as its own executor replicas.
 
     Subclasses declare `executor_kind` (which executor backend runs it), optionally `executor_class` (the
-    real engine's Executor, as `module:Class`), `gpus_per_replica`, and
+    real engine's Executor, as `module:Class`) and `executor_env` (a Python environment of its own for
+    it), `gpus_per_replica`, and
     their types as `UnitTask[SomeInput, SomeOutput]` (output: a TaskOutput or a `Stream[...]`).
     Unit tasks with the same class and field values are equivalent and share one deployment.
     """
@@ -257,6 +258,8 @@ class UnitTask(Task[InT, OutT]):
     # Import path (`module:Class`) of the Executor that runs this task for real; None: only `sim`
     # executors and LocalDispatcher callables run it.
     executor_class: ClassVar[str | None] = None
+    # The Python environment that executor runs in (`prismserve.executors.envs`); None: this one.
+    executor_env: ClassVar[str | None] = None
     gpus_per_replica: ClassVar[int] = 1
     # Fields of the output type, with whether each is a stream; None when the output is a Stream.
     _output_fields: ClassVar[tuple[tuple[str, bool], ...] | None] = None

@@ -9,7 +9,7 @@ from typing import Any
 
 from prismserve.task.base import UnitTask
 from prismserve.task.data import Stream
-from prismserve.task.errors import DispatchError
+from prismserve.task.errors import DispatchError, InvalidInputError
 from prismserve.task.graph import Invocation, TaskGraph, data_id
 
 # An executor gets the unit task (its configuration) and the resolved input. It returns the output
@@ -19,11 +19,12 @@ LocalExecutor = Callable[[UnitTask[Any, Any], Any], Any]
 
 
 async def naming_errors(source: AsyncIterator[Any], index: int, task_name: str) -> AsyncIterator[Any]:
-    """`source`'s items; an error it raises becomes a DispatchError naming the call and its task."""
+    """`source`'s items; an error it raises becomes a DispatchError naming the call and its task
+    (an InvalidInputError stays one: the request's fault)."""
     try:
         async for item in source:
             yield item
-    except DispatchError:
+    except (DispatchError, InvalidInputError):
         raise
     except Exception as exc:  # noqa: BLE001 - every consumer of the stream gets the named error
         raise DispatchError(f"call #{index} ({task_name}) failed: {type(exc).__name__}: {exc}") from exc

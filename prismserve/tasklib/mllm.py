@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from prismserve.app.chat import AudioPart, ChatRequest, ImagePart, TextPart, VideoPart
 from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
-from prismserve.tasklib.units import EncodedMedia, EncoderTask, LLMInput, LLMTask, MediaItem
+from prismserve.tasklib.units import EncodedMedia, EncoderTask, LLMInput, LLMTask, MediaItem, VLLMTask
 
 
 class TextOutput(TaskOutput):
@@ -54,19 +56,25 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     deployment and the LLM gets embeddings; without, one deployment takes raw media.
 
     `encoder_model` lets LLMs of different checkpoints share one encoder deployment (002 Listing 2);
-    `modalities` are the encoders the model has.
+    `modalities` are the encoders the model has. `engine` runs the LLM on transformers or on vLLM
+    (`VLLMTask`, with `vllm` settings such as `dtype` or `engine_args`).
     """
 
     model: str
     encoder_model: str | None = None
     modalities: tuple[str, ...] = ("image",)
     encoder_fission: bool = True
+    engine: Literal["transformers", "vllm"] = "transformers"
+    vllm: dict[str, Any] = Field(default_factory=dict)
 
     def post_init(self) -> None:
         if self.encoder_fission:
             source = self.encoder_model or self.model
             self.encoders = {m: EncoderTask(model=source, modality=m) for m in self.modalities}
-        self.llm = LLMTask(model=self.model, with_encoders=not self.encoder_fission)
+        if self.engine == "vllm":
+            self.llm = VLLMTask(model=self.model, with_encoders=not self.encoder_fission, **self.vllm)
+        else:
+            self.llm = LLMTask(model=self.model, with_encoders=not self.encoder_fission)
 
     def invoke(self, request: ChatRequest) -> TextOutput:
         encoders = self.encoders if self.encoder_fission else None

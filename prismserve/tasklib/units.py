@@ -72,6 +72,25 @@ class LLMTask(UnitTask[LLMInput, Stream[str]]):
     with_encoders: bool = False
 
 
+class VLLMTask(UnitTask[LLMInput, Stream[str]]):
+    """The LLM of `model` on vLLM's async engine (continuous batching), streaming text; with
+    `with_encoders` vLLM runs the model's own encoders on raw media (the monolith).
+
+    Its replicas run in the vLLM environment (`prismserve vllm-env`). `kv_cache_gib` sizes the KV
+    cache on a CPU; `engine_args` go to vLLM's `AsyncEngineArgs` as they are.
+    """
+
+    executor_kind = "mm-llm-vllm"
+    executor_class = "prismserve.executors.vllm_llm:VLLMExecutor"
+    executor_env = "vllm"
+    model: str
+    with_encoders: bool = False
+    dtype: str = "auto"
+    max_model_len: int = Field(default=4096, ge=16)
+    kv_cache_gib: int = Field(default=1, ge=1)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+
+
 class ThinkerOutput(TaskOutput):
     """A thinker's streamed text and, when speech is asked for, one item: the talker's conditioning."""
 

@@ -17,7 +17,7 @@ from typing import Any
 from prismserve.offline import disable_telemetry
 
 # Bump when what a builder writes changes: older cached checkpoints are then rebuilt.
-FORMAT = 4
+FORMAT = 5
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -84,15 +84,20 @@ def tokenizer(template: str | None = None, extra_special_tokens: dict[str, str] 
     return tok
 
 
+MROPE_SECTION = [4, 6, 6]
+"""M-RoPE sections (temporal, height, width) of the tiny LLMs' 32-wide heads (half of them rotate)."""
+
+
 def _text_config(tok: Any, ids: dict[str, int], **rope: Any) -> dict[str, Any]:
-    """A 2-layer, 64-wide Qwen2 LLM over `tok`'s vocabulary, with M-RoPE (sections 2+3+3 of 8)."""
+    """A 2-layer, 64-wide Qwen2 LLM over `tok`'s vocabulary with two 32-wide heads (vLLM's CPU
+    attention takes head sizes from 32 up)."""
     return {
         "vocab_size": len(tok),
         "hidden_size": 64,
         "intermediate_size": 128,
         "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
         "max_position_embeddings": 4096,
         "bos_token_id": ids["<|endoftext|>"],
         "eos_token_id": ids["<|im_end|>"],
@@ -120,7 +125,7 @@ def _qwen2_5_vl(out: Path) -> None:
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     config = Qwen2_5_VLConfig(
         text_config={
-            **_text_config(tok, ids, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+            **_text_config(tok, ids, rope_scaling={"type": "mrope", "mrope_section": MROPE_SECTION}),
             "tie_word_embeddings": False,
         },
         vision_config=_VISION,
@@ -151,7 +156,7 @@ def _qwen2_5_omni(out: Path) -> None:
 
     tok = tokenizer(chat_template(image="<|IMAGE|>", video="<|VIDEO|>"), OMNI_TOKENS)
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    rope = {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6}}
+    rope = {"rope_parameters": {"rope_type": "default", "mrope_section": MROPE_SECTION, "rope_theta": 1e6}}
     media_ids = {
         "audio_token_index": ids["<|AUDIO|>"],
         "image_token_index": ids["<|IMAGE|>"],
@@ -177,7 +182,8 @@ def _qwen2_5_omni(out: Path) -> None:
         "tts_codec_pad_token_id": CODEC_VOCAB - 5, "tts_codec_start_token_id": CODEC_VOCAB - 4,
         "tts_codec_end_token_id": CODEC_VOCAB - 3, "tts_codec_mask_token_id": CODEC_VOCAB - 2,
         "vision_end_token_id": ids["<|vision_end|>"],
-        **rope, **media_ids,
+        "rope_parameters": {**rope["rope_parameters"], "mrope_section": [2, 3, 3]},  # 16-wide heads
+        **media_ids,
     }  # fmt: skip
     token2wav = {
         "dit_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 16,
@@ -245,7 +251,7 @@ def _qwen_image(out: Path) -> None:
     tok = tokenizer()
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     text_encoder = Qwen2_5_VLConfig(
-        text_config=_text_config(tok, ids, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        text_config=_text_config(tok, ids, rope_scaling={"type": "mrope", "mrope_section": MROPE_SECTION}),
         vision_config=_VISION,
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import io
+import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import openai
+import psutil
 import pytest
 from PIL import Image
 from runtime_apps import started_with_gateway
@@ -21,6 +24,7 @@ from runtime_apps import started_with_gateway
 from prismserve.app.chat import ChatRequest
 from prismserve.app.images import ImageRequest
 from prismserve.bench.workloads import workloads_dir
+from prismserve.executors import envs
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.gateway import create_gateway
 from prismserve.runtime.ray_runtime import RayRuntime
@@ -43,14 +47,16 @@ def gateway(ray_cluster, serve_gateway):
 
 
 @contextlib.contextmanager
-def example(gateway, family: str, example_file: str) -> Iterator[tuple[str, httpx.Client, str]]:
-    """The example app `example_file` (named after it) on `family`'s tiny checkpoint, unregistered after."""
+def example(gateway, family: str, example_file: str, **settings: str) -> Iterator[tuple[str, httpx.Client, str]]:
+    """The example app `example_file` (named after it) on `family`'s tiny checkpoint, unregistered after;
+    `settings` are more of the environment variables it reads."""
     from prismserve.testing import tiny
 
     url, admin = gateway
     model = str(tiny.build(family))
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("PRISMSERVE_MODEL", model)  # read by the example app when it is registered
+        for name, value in {"PRISMSERVE_MODEL": model, **settings}.items():
+            env.setenv(name, value)  # read by the example app when it is registered
         name = Path(example_file).stem
         registered = admin.post("/admin/apps", json={"name": name, "source": (EXAMPLES / example_file).read_text()})
     assert registered.status_code == 201, registered.text
@@ -171,3 +177,78 @@ def test_text_to_image_over_ray_equals_the_whole_pipeline(gateway):
             return await (await ImageGenTask(model=model, text_encoder_fission=False)(request)).images[0].fetch()
 
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(png))), np.asarray(Image.open(io.BytesIO(asyncio.run(whole())))))
+
+
+def ask_about_cars(url: str, app: str, *, stream: bool = False, image: bytes | None = None) -> str:
+    """The app's answer to cars.jpg (or `image`) and a question, over the OpenAI API."""
+    data = image or (workloads_dir() / "media" / "cars.jpg").read_bytes()
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(data).decode()}}
+    messages = [{"role": "user", "content": [part, {"type": "text", "text": "What is in the picture?"}]}]
+    answer = client.chat.completions.create(model=app, messages=messages, max_tokens=12, stream=stream)
+    if not stream:
+        return answer.choices[0].message.content
+    deltas = [chunk.choices[0].delta.content or "" for chunk in answer]
+    assert sum(map(bool, deltas)) > 1, "the text came in one piece, not streamed"
+    return "".join(deltas)
+
+
+def hf_cars_answer(model: str) -> str:
+    """What transformers' whole model (the monolith, in this process) answers to `ask_about_cars`."""
+    jpg = (workloads_dir() / "media" / "cars.jpg").read_bytes()
+    part = {"type": "image", "data": base64.b64encode(jpg).decode(), "mime_type": "image/jpeg"}
+    return monolith_text(model, chat_request([part, {"type": "text", "text": "What is in the picture?"}], max_tokens=12))
+
+
+VLLM = {"PRISMSERVE_ENGINE": "vllm", "PRISMSERVE_VLLM_DTYPE": "float32"}
+
+
+class TestVLLM:
+    """Qwen2.5-VL's LLM on vLLM's engine, in the vLLM environment: fissioned (embeddings from the
+    transformers encoder deployment) and monolithic (vLLM runs the vision tower on raw images)."""
+
+    def test_fissioned_llm_on_vllm_answers_as_the_transformers_monolith(self, gateway):
+        with example(gateway, "qwen2.5-vl", "qwen2_5_vl.py", **VLLM) as (url, admin, model):
+            expected = hf_cars_answer(model)
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:  # batched in vLLM's engine
+                answers = list(pool.map(lambda stream: ask_about_cars(url, "qwen2_5_vl", stream=stream), [True, False] * 2))
+            status = admin.get("/admin/status").json()["deployments"]
+            assert expected and answers == [expected] * 4
+            kinds = {d["executor_kind"]: d["replicas"] for d in status.values()}
+            assert sorted(kinds) == ["mm-encoder", "mm-llm-vllm"]
+            llm = kinds["mm-llm-vllm"][0]
+            assert llm["python"] == envs.runtime_env("vllm")["py_executable"] != kinds["mm-encoder"][0]["python"]
+            # vLLM's engine processes die: the health check restarts the replica, and serving goes on.
+            for process in psutil.Process(llm["pid"]).children(recursive=True):
+                process.kill()
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                llm = [d for d in admin.get("/admin/status").json()["deployments"].values() if d["executor_kind"] == "mm-llm-vllm"]
+                if llm[0]["replicas"][0]["restarts"] == 1 and llm[0]["replicas"][0]["healthy"]:
+                    break
+                time.sleep(1)
+            assert llm[0]["replicas"][0]["healthy"] and llm[0]["replicas"][0]["restarts"] == 1
+            assert ask_about_cars(url, "qwen2_5_vl") == expected
+
+    def test_monolith_on_vllm_answers_the_same_and_rejects_bad_images(self, gateway):
+        settings = {**VLLM, "PRISMSERVE_MONOLITH": "1"}
+        with example(gateway, "qwen2.5-vl", "qwen2_5_vl.py", **settings) as (url, admin, model):
+            assert ask_about_cars(url, "qwen2_5_vl") == hf_cars_answer(model)
+            sliver = io.BytesIO()
+            Image.new("RGB", (1200, 4)).save(sliver, format="PNG")  # decodes; vLLM's processor cannot take it
+            with pytest.raises(openai.BadRequestError, match="cannot take this input"):
+                ask_about_cars(url, "qwen2_5_vl", image=sliver.getvalue())
+            assert ask_about_cars(url, "qwen2_5_vl", stream=True) == hf_cars_answer(model)
+            replicas = [r for d in admin.get("/admin/status").json()["deployments"].values() for r in d["replicas"]]
+        assert len(replicas) == 1 and replicas[0]["healthy"] and replicas[0]["restarts"] == 0
+
+
+def test_vllm_without_its_environment_is_refused_at_registration(gateway, tmp_path, monkeypatch):
+    monkeypatch.delenv("PRISMSERVE_VLLM_PYTHON", raising=False)
+    monkeypatch.setenv("PRISMSERVE_VLLM_ENV", str(tmp_path / "none"))
+    url, admin = gateway
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PRISMSERVE_ENGINE", "vllm")
+        refused = admin.post("/admin/apps", json={"name": "vl_vllm", "source": (EXAMPLES / "qwen2_5_vl.py").read_text()})
+    assert refused.status_code == 503 and "prismserve vllm-env" in refused.text
+    assert "vl_vllm" not in admin.get("/admin/apps").text

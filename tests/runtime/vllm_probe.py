@@ -1,0 +1,44 @@
+"""Run in the vLLM environment by test_vllm.py: VLLMExecutor on requests from a pickle file.
+
+argv: the pickle of `{"task": VLLMTask, "requests": [LLMInput (handles resolved)]}` and where to
+write the results: per request, the generated token ids and each step's full log-probabilities.
+"""
+
+import asyncio
+import pickle
+import sys
+
+import numpy as np
+
+
+async def main(source: str, target: str) -> None:
+    from prismserve.executors.vllm_llm import VLLMExecutor
+
+    with open(source, "rb") as f:
+        job = pickle.load(f)
+    executor = VLLMExecutor(job["task"])
+    await executor.load()
+    vocab = len(executor.tokenizer)
+
+    async def run(request):
+        tokens, steps = [], []
+        async for delta in executor.generate(request, logprobs=True):
+            tokens += delta.token_ids
+            for logprobs in delta.logprobs or []:
+                step = np.full(vocab, -np.inf)
+                for token, entry in logprobs.items():
+                    if token < vocab:
+                        step[token] = entry.logprob
+                steps.append(step)
+        return tokens, np.stack(steps)
+
+    try:
+        results = await asyncio.gather(*(run(r) for r in job["requests"]))  # concurrently: batched
+    finally:
+        await executor.close()
+    with open(target, "wb") as f:
+        pickle.dump(results, f)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
