@@ -61,7 +61,9 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
     rows: dict[str, list[dict[str, float]]] = {"vllm": [], "transformers": []}
     try:
         apps = {
-            engine: await runtime.register_app(APP_SOURCE.format(model=model, engine=engine, vllm={"dtype": "float32"}), engine)
+            engine: await runtime.register_app(
+                APP_SOURCE.format(model=model, engine=engine, vllm={"dtype": "float32"}), engine
+            )
             for engine in rows
         }
         for app in apps.values():
@@ -70,19 +72,27 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
             for engine, app in apps.items():
                 row = await load(runtime, app, cycle, clients, total // rounds)
                 rows[engine].append(row)
-                print(f"{engine:<13} {row['req_per_s']:6.2f} req/s  p50 {row['p50_s']:.2f} s  "
-                      f"p99 {row['p99_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s", flush=True)
+                print(
+                    f"{engine:<13} {row['req_per_s']:6.2f} req/s  p50 {row['p50_s']:.2f} s  "
+                    f"p99 {row['p99_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s",
+                    flush=True,
+                )
     finally:
         await runtime.close()
-    results: dict[str, Any] = {name: {key: statistics.median(r[key] for r in runs) for key in METRICS} for name, runs in rows.items()}
+    results: dict[str, Any] = {
+        name: {key: statistics.median(r[key] for r in runs) for key in METRICS} for name, runs in rows.items()
+    }
     results["vllm_over_transformers"] = {
-        key: statistics.median(a[key] / b[key] for a, b in zip(rows["vllm"], rows["transformers"])) for key in METRICS
+        key: statistics.median(a[key] / b[key] for a, b in zip(rows["vllm"], rows["transformers"]))
+        for key in METRICS
     }
     return results
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=96, help="per deployment, after the warm-up")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are reported)")
@@ -93,10 +103,14 @@ def main() -> None:
     print(f"\ntiny Qwen2.5-VL, {args.clients} clients, medians of rounds   req/s   p50 s   p99 s  ttft p50 s")
     for name in ("vllm", "transformers"):
         row = results[name]
-        print(f"LLM on {name:<38} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p99_s']:7.2f} {row['ttft_p50_s']:9.2f}")
+        print(
+            f"LLM on {name:<38} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p99_s']:7.2f} {row['ttft_p50_s']:9.2f}"
+        )
     ratio = results["vllm_over_transformers"]
-    print(f"vllm / transformers (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
-          f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x")
+    print(
+        f"vllm / transformers (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
+        f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x"
+    )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

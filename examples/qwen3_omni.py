@@ -1,8 +1,9 @@
-"""Qwen3-Omni (MoE thinker) with its image and audio encoders fissioned from the thinker: image,
-audio and text in, text out (speech output is not split yet).
+"""Qwen3-Omni (MoE thinker): image and audio encoders, thinker, talker (with its code predictor) and
+code2wav as separate deployments; text and speech out (OpenAI chat API: `modalities: ["text", "audio"]`).
 
 MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
-qwen3-omni` prints its path). $PRISMSERVE_MONOLITH=1 serves encoders and thinker in one deployment.
+qwen3-omni` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment,
+run by transformers' own `generate` (the paper's baseline).
 """
 
 import os
@@ -10,17 +11,18 @@ from collections.abc import AsyncIterator
 
 from prismserve.app import AppConfig
 from prismserve.app.chat import ChatChunk, ChatRequest
-from prismserve.tasklib import MLLMTask
+from prismserve.tasklib import OmniTask, chat_chunks
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen3-Omni-30B-A3B-Instruct")
-omni = MLLMTask(model=MODEL, modalities=("image", "audio"), encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1")
+omni = OmniTask(model=MODEL, monolith=os.environ.get("PRISMSERVE_MONOLITH") == "1")
 
 
 class Config(AppConfig):
     tasks = {"omni": omni}
     input_modalities = frozenset({"text", "image", "audio"})
+    output_modalities = frozenset({"text", "audio"})
 
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
-    async for text in (await omni(request)).text:
-        yield ChatChunk(text=text)
+    async for chunk in chat_chunks(await omni(request)):
+        yield chunk

@@ -73,7 +73,9 @@ def runtime_env(name: str) -> dict[str, object]:
     env_vars = {
         **TELEMETRY_OFF,
         "PYTHONPATH": str(_package_link()),
-        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),  # its INFO lines reach the driver's log
+        "VLLM_LOGGING_LEVEL": os.environ.get(
+            "VLLM_LOGGING_LEVEL", "WARNING"
+        ),  # its INFO lines reach the driver's log
     }
     return {"py_executable": python, "env_vars": env_vars}
 
@@ -81,7 +83,13 @@ def runtime_env(name: str) -> dict[str, object]:
 def _package_link() -> Path:
     """A directory that holds only a link to this process's prismserve package (one per package)."""
     package = Path(prismserve.__file__).resolve().parent
-    link_dir = Path.home() / ".cache" / "prismserve" / "packages" / hashlib.sha256(str(package).encode()).hexdigest()[:16]
+    link_dir = (
+        Path.home()
+        / ".cache"
+        / "prismserve"
+        / "packages"
+        / hashlib.sha256(str(package).encode()).hexdigest()[:16]
+    )
     link = link_dir / "prismserve"
     if not link.is_symlink():
         link_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +103,10 @@ def _package_link() -> Path:
 def _base_requirements() -> list[str]:
     """prismserve's own requirements and those of its `serve` extra, Ray and pydantic pinned to this
     process's versions (replicas exchange pickled task objects with it)."""
-    pins = {"ray": f"ray=={_ray_version()}", "pydantic": f"pydantic=={importlib.metadata.version('pydantic')}"}
+    pins = {
+        "ray": f"ray=={_ray_version()}",
+        "pydantic": f"pydantic=={importlib.metadata.version('pydantic')}",
+    }
     requirements = list(pins.values())
     for line in importlib.metadata.requires("prismserve") or []:
         spec, _, marker = line.partition(";")

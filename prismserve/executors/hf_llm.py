@@ -14,7 +14,7 @@ from typing import Any
 
 from prismserve.executors.base import Executor, media_rejected
 from prismserve.models import Encoded, Generated, MediaInput, adapter_for
-from prismserve.task import InvalidInputError, Stream
+from prismserve.task import Stream
 from prismserve.tasklib.units import LLMInput, ThinkerOutput
 
 _END = object()
@@ -35,8 +35,7 @@ class HFLLMExecutor(Executor):
     async def inputs(self, task_input: Any) -> tuple[LLMInput, dict[str, Any]]:
         """The request and the model inputs built from it; bad media is an InvalidInputError."""
         request = LLMInput.model_validate(task_input)
-        if request.media and not self.takes_media:
-            raise InvalidInputError(f"this deployment of {self.task.model} has no encoders: send embeddings, not raw media")
+        request.check_media(self.takes_media, self.task.model)
         encoded = [Encoded(e.modality, e.embeddings.value, e.meta.value) for e in request.encoded]
         media = [MediaInput(m.modality, m.data) for m in request.media]
         with media_rejected():

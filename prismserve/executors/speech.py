@@ -25,9 +25,9 @@ def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
 
 
 class TalkerExecutor(Executor):
-    """Generates codec ids from the conditioning a thinker streams, streaming them in chunks."""
+    """Generates codes from the conditioning a thinker streams, streaming them in chunks."""
 
-    chunk_codes = 25  # half a second of speech per chunk
+    chunk_codes = 25  # per chunk: half a second of Qwen2.5-Omni's speech, two seconds of Qwen3-Omni's frames
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
@@ -64,7 +64,7 @@ class TalkerExecutor(Executor):
 
 
 class VocoderExecutor(Executor):
-    """Turns codec ids into 24 kHz audio, streamed in half-second chunks."""
+    """Turns codes into 24 kHz audio, streamed in half-second chunks."""
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
@@ -74,7 +74,7 @@ class VocoderExecutor(Executor):
         request = VocoderInput.model_validate(task_input)
         with media_rejected():
             speaker = self.adapter.speaker(request.speaker)
-        # token2wav sees the whole utterance, as in the monolith (chunked synthesis would differ).
+        # The vocoder sees the whole utterance, as in the monolith (Qwen2.5's chunked token2wav would differ).
         codes = [code for chunk in await request.codes.collect() for code in chunk]
         if not codes:
             return

@@ -57,14 +57,17 @@ class VLLMExecutor(Executor):
         """vLLM's prompt for `request`: chat-template text and the media, as embeddings or raw."""
         import torch
 
-        if request.media and not self.task.with_encoders:
-            raise InvalidInputError(f"this deployment of {self.task.model} has no encoders: send embeddings, not raw media")
-        text = self.tokenizer.apply_chat_template(request.conversation, tokenize=False, add_generation_prompt=True)
+        request.check_media(self.task.with_encoders, self.task.model)
+        text = self.tokenizer.apply_chat_template(
+            request.conversation, tokenize=False, add_generation_prompt=True
+        )
         data: dict[str, Any] = {}
         for modality in dict.fromkeys(e.modality for e in request.encoded):
             # One item per modality: every embedding concatenated, each metadata key stacked by row.
             encoded = [e for e in request.encoded if e.modality == modality]
-            data[modality] = {f"{modality}_embeds": torch.cat([torch.as_tensor(e.embeddings.value) for e in encoded])}
+            data[modality] = {
+                f"{modality}_embeds": torch.cat([torch.as_tensor(e.embeddings.value) for e in encoded])
+            }
             for key in encoded[0].meta.value:
                 data[modality][f"{modality}_{key}"] = torch.tensor([e.meta.value[key] for e in encoded])
         for modality in dict.fromkeys(m.modality for m in request.media):

@@ -4,21 +4,27 @@ What differs from Qwen2.5-Omni at the split: the vision encoder also returns Dee
 (the merged patches of some of its layers, added to the thinker's first layers' hidden states at
 the image positions). An image's encoding is therefore `[1 + levels, tokens, hidden]`: the
 embeddings, then one row per DeepStack level; the thinker gets them through `mm_encoder_outputs`.
-Speech output (the talker with its multi-codebook code predictor, code2wav) is not split yet.
+
+Speech: the talker gets the thinker's input embeddings and the hidden states of one of its layers
+(`accept_hidden_layer`) over prompt and reply, and builds its prompt as transformers' `generate`
+does (user turns: media positions from hidden states, text from embeddings; the reply fed one
+position per step). Each step yields a frame: the talker's codebook-0 id and the code predictor's
+ids for the other codebooks. code2wav turns frames into 24 kHz audio, deterministically.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import Encoded, as_numpy
+from prismserve.models.base import Encoded, MediaError, as_numpy, token_streamer
 from prismserve.models.qwen2_5_omni import Qwen25Omni
 
 
 class Qwen3Omni(Qwen25Omni):
-    """Qwen3-Omni (`Qwen3OmniMoeForConditionalGeneration`): encoders and thinker; text out."""
+    """Qwen3-Omni (`Qwen3OmniMoeForConditionalGeneration`): encoders, thinker, talker, code2wav."""
 
     family = "qwen3-omni"
     model_class = "Qwen3OmniMoeForConditionalGeneration"
@@ -63,7 +69,181 @@ class Qwen3Omni(Qwen25Omni):
         }
         return embeds  # the thinker places them (and adds the DeepStack rows in its first layers)
 
-    def load_talker(self) -> None:
-        raise NotImplementedError(f"{self.family}: speech output is not split yet; serve text with MLLMTask")
+    # --- speech: the talker (with its code predictor) and code2wav ------------------------------
+    def _load(self, with_talker: bool) -> Any:
+        model = super()._load(with_talker)
+        if with_talker and not hasattr(model.talker.config, "audio_config"):
+            # transformers 5.2x: the talker's 3-D positions read the audio encoder's window from its
+            # own config, which has none (audio in, speech out fails); it is the thinker's.
+            model.talker.config.audio_config = model.config.thinker_config.audio_config
+        return model
 
-    load_vocoder = load_talker
+    def speaker(self, name: str | None) -> str:
+        speakers = self.model.config.talker_config.speaker_id
+        if name is None:
+            return next(iter(speakers))
+        if name.lower() not in speakers:
+            raise MediaError(f"{self.family} has no speaker {name!r}; it has {sorted(speakers)}")
+        return name.lower()
+
+    def talker_inputs(self, inputs: dict[str, Any], generated: Any, speaker: str) -> dict[str, np.ndarray]:
+        """What the talker needs from the thinker: its input embeddings and the hidden states of the
+        layer the talker listens to, over prompt and reply; the token ids; and the thinker's
+        embeddings of the three text-to-speech markers (the talker projects them itself)."""
+        import torch
+
+        config = self.model.config
+        layer = config.talker_config.accept_hidden_layer
+        steps = generated.hidden_states
+        ids = inputs["input_ids"]
+        markers = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
+        with torch.inference_mode():
+            tts = self.model.thinker.get_input_embeddings()(torch.tensor(markers, device=ids.device))
+            out = {
+                "input_ids": ids[0].cpu().numpy(),
+                "sequences": np.asarray([*ids[0].tolist(), *generated.token_ids], dtype=np.int64),
+                "thinker_embed": as_numpy(torch.cat([step[0] for step in steps], dim=1)[0]),
+                "thinker_hidden": as_numpy(torch.cat([step[layer] for step in steps], dim=1)[0]),
+                "tts_embeds": as_numpy(tts),
+                "end_ids": np.asarray(sorted(self.eos_token_ids()), dtype=np.int64),
+                "speaker": np.asarray(config.talker_config.speaker_id[speaker]),
+            }
+        if "image_grid_thw" in inputs:
+            out["image_grid_thw"] = inputs["image_grid_thw"].cpu().numpy()
+        if "feature_attention_mask" in inputs:
+            out["audio_feature_lengths"] = inputs["feature_attention_mask"].sum(-1).cpu().numpy()
+        return out
+
+    def load_talker(self) -> None:
+        model = self._load(with_talker=True)
+        del model.thinker, model.code2wav
+        self.model = model
+
+    def talk(
+        self,
+        conditioning: dict[str, np.ndarray],
+        max_codes: int,
+        *,
+        temperature: float = 0.0,
+        on_code: Callable[[list[int]], None] | None = None,
+    ) -> list[list[int]]:
+        """Codec frames (one id per codebook) for the thinker's output, built as transformers'
+        `generate` builds the talker's prompt; `on_code` sees each frame as it is generated."""
+        import torch
+
+        model, config = self.model, self.model.config
+        talker, media_config = model.talker, config.thinker_config
+
+        def tensor(name: str) -> Any:
+            return torch.tensor(np.asarray(conditioning[name]), device=self.device)  # a copy: inputs may be read-only views
+
+        ids, sequences = tensor("input_ids")[None], tensor("sequences")[None]
+        embed = tensor("thinker_embed")[None].to(talker.dtype)
+        hidden = tensor("thinker_hidden")[None].to(talker.dtype)
+        media_ids = [media_config.audio_token_id, media_config.image_token_id, media_config.video_token_id]
+        media = torch.isin(sequences, torch.tensor(media_ids, device=self.device))
+        length = ids.shape[1]
+        frames: list[list[int]] = []
+        with self.lock, torch.inference_mode():
+            # The user turns: media positions from the thinker's hidden states, text from its embeddings.
+            positions = torch.arange(length, device=self.device)[None]
+            starts = torch.cummax(torch.where(ids == config.im_start_token_id, positions, -1), -1).values
+            user = ids.gather(1, (starts.clamp_min(0) + 1).clamp_max(length - 1)) == config.user_token_id
+            order = torch.where(user, length + positions, positions).argsort(-1)[:, -int(user.sum()) :]
+            user_embeds = model._get_talker_user_parts(0, length, media, hidden, embed)
+            user_embeds = user_embeds.gather(1, order[..., None].expand(-1, -1, user_embeds.shape[-1]))
+            # The assistant turn: its first tokens with the speaker and codec markers; the rest of the
+            # reply is fed one position per generated frame, with the text end right after its last token.
+            reply_start = ((ids[0, :-1] == config.im_start_token_id) & (ids[0, 1:] == config.assistant_token_id)).nonzero()
+            bos, end, pad = talker.text_projection(tensor("tts_embeds")[None].to(talker.dtype)).chunk(3, dim=1)
+            assistant_embeds, assistant_ids, trailing = model._get_talker_assistant_parts(
+                int(reply_start[-1]), sequences.shape[1], int(conditioning["speaker"]), embed, pad, bos, end
+            )
+            reply = sequences[0, length:]
+            stops = torch.isin(reply, tensor("end_ids"))
+            first_end = torch.where(stops, torch.arange(len(reply), device=self.device), len(reply)).min()
+            slots = torch.arange(trailing.shape[1], device=self.device)[None, :, None]
+            trailing = torch.where(slots > first_end, pad, trailing)
+            trailing = torch.where(slots == first_end, end, trailing)
+            extra = {name: tensor(name) for name in ("image_grid_thw", "audio_feature_lengths") if name in conditioning}
+            vocab = config.talker_config.text_config.vocab_size
+            eos = config.talker_config.codec_eos_token_id
+            sampling = {"do_sample": False} if temperature <= 0 else {"do_sample": True, "temperature": temperature, "top_k": 50}
+            inputs_embeds = torch.cat([user_embeds, assistant_embeds], dim=1)
+
+            def frame(module: Any, args: Any, out: Any) -> None:
+                if out.hidden_states[-1] is not None:  # the frame of the token before, completed by the code predictor
+                    frames.append(out.hidden_states[-1][0].tolist())
+                    if on_code is not None:
+                        on_code(frames[-1])
+
+            hook = talker.register_forward_hook(frame)
+            try:
+                talker.generate(
+                    inputs_embeds=inputs_embeds,
+                    trailing_text_hidden=trailing,
+                    tts_pad_embed=pad,
+                    talker_input_ids=torch.cat([sequences[:, :length].gather(1, order), assistant_ids], dim=1),
+                    attention_mask=torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=self.device),
+                    max_new_tokens=max_codes,
+                    eos_token_id=eos,
+                    repetition_penalty=1.05,
+                    suppress_tokens=[i for i in range(vocab - 1024, vocab) if i != eos],
+                    output_hidden_states=True,
+                    return_dict_in_generate=True,
+                    **sampling,
+                    **extra,
+                )
+            finally:
+                hook.remove()
+        return frames
+
+    def until_end(self, codes: list[Any]) -> list[Any]:
+        return codes  # frames stop where the talker stopped: its end token gets no frame
+
+    def load_vocoder(self) -> None:
+        model = self._load(with_talker=True)
+        del model.thinker, model.talker
+        self.model = model
+
+    def vocode(self, codes: list[Any], speaker: str, seed: int = 0) -> np.ndarray:
+        """24 kHz float32 audio for codec frames, decoded as transformers decodes them (chunks of 300
+        frames with 25 of left context); deterministic (`speaker` and `seed` play no part)."""
+        import torch
+
+        frames = torch.tensor(codes, device=self.device).T[None]  # [1, codebooks, frames]
+        with self.lock, torch.inference_mode():
+            wav = self.model.code2wav.chunked_decode(frames, chunk_size=300, left_context_size=25)
+        return wav.reshape(-1).float().cpu().numpy()
+
+    def generate_all(
+        self,
+        inputs: dict[str, Any],
+        max_tokens: int,
+        max_codes: int,
+        speaker: str,
+        *,
+        seed: int = 0,
+        audio: bool = True,
+        on_token: Callable[[int], None] | None = None,
+    ) -> tuple[list[int], np.ndarray | None]:
+        import torch
+
+        args = dict(inputs)
+        if on_token is not None:
+            args["thinker_streamer"] = token_streamer(on_token)
+        with self.lock, torch.inference_mode():
+            torch.manual_seed(seed)
+            out = self.model.generate(
+                **args,
+                speaker=speaker,
+                thinker_max_new_tokens=max_tokens,
+                thinker_do_sample=False,
+                thinker_eos_token_id=sorted(self.eos_token_ids()),
+                talker_max_new_tokens=max_codes,
+                talker_do_sample=False,
+                return_audio=audio,
+            )
+        sequences, wav = out if audio else (getattr(out, "sequences", out), None)
+        tokens = sequences[0, inputs["input_ids"].shape[1] :].tolist()
+        return tokens, None if wav is None else wav.reshape(-1).float().cpu().numpy()

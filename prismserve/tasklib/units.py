@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from prismserve.task import DataHandle, Stream, TaskInput, TaskOutput, UnitTask
+from prismserve.task import DataHandle, InvalidInputError, Stream, TaskInput, TaskOutput, UnitTask
 
 MediaModality = Literal["image", "audio", "video"]
 
@@ -60,6 +60,11 @@ class LLMInput(TaskInput):
     # Speech asked for: a thinker also hands the talker its conditioning, a monolith also speaks.
     speech: bool = False
     speaker: str | None = None
+
+    def check_media(self, takes_media: bool, model: str) -> None:
+        """Raw media reach only a deployment that holds the encoders (else: the request's fault)."""
+        if self.media and not takes_media:
+            raise InvalidInputError(f"this deployment of {model} has no encoders: send embeddings, not raw media")
 
 
 class LLMTask(UnitTask[LLMInput, Stream[str]]):
@@ -115,8 +120,9 @@ class TalkerInput(TaskInput):
     temperature: float = Field(default=0.0, ge=0.0)
 
 
-class TalkerTask(UnitTask[TalkerInput, Stream[list[int]]]):
-    """An Omni model's talker: thinker states in, codec ids streamed out in chunks."""
+class TalkerTask(UnitTask[TalkerInput, Stream[list[Any]]]):
+    """An Omni model's talker: thinker states in, codes streamed out in chunks — codec ids
+    (Qwen2.5-Omni) or frames of one id per codebook (Qwen3-Omni)."""
 
     executor_kind = "mm-talker"
     executor_class = "prismserve.executors.speech:TalkerExecutor"
@@ -124,15 +130,16 @@ class TalkerTask(UnitTask[TalkerInput, Stream[list[int]]]):
 
 
 class VocoderInput(TaskInput):
-    """Codec ids (streamed in chunks) to turn into audio, the voice, and the seed of the vocoder's noise."""
+    """Codes (streamed in chunks, as the talker makes them) to turn into audio, the voice, and the
+    seed of the vocoder's noise (Qwen2.5-Omni's token2wav; Qwen3-Omni's code2wav has none)."""
 
-    codes: Stream[list[int]]
+    codes: Stream[list[Any]]
     speaker: str | None = None
     seed: int = 0
 
 
 class VocoderTask(UnitTask[VocoderInput, Stream[bytes]]):
-    """Codec ids to audio (token2wav / code2wav), streamed as 16-bit mono PCM chunks."""
+    """Codes to audio (token2wav / code2wav), streamed as 16-bit mono PCM chunks."""
 
     executor_kind = "mm-vocoder"
     executor_class = "prismserve.executors.speech:VocoderExecutor"

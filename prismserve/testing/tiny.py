@@ -146,6 +146,8 @@ def _qwen2_5_vl(out: Path) -> None:
 
 CODEC_VOCAB = 64
 """Tiny talkers' codec vocabulary; its top ids are the control tokens (pad, start, end, mask)."""
+QWEN3_CODEBOOKS = 4
+"""Codebooks per frame of the tiny Qwen3-Omni talker (its code predictor fills all but the first)."""
 
 
 def _qwen2_5_omni(out: Path) -> None:
@@ -214,7 +216,8 @@ def _qwen2_5_omni(out: Path) -> None:
 
 
 def _qwen3_omni(out: Path) -> None:
-    """The thinker side of Qwen3-Omni (MoE LLM, DeepStack vision encoder, audio encoder); no talker."""
+    """Qwen3-Omni: MoE thinker, DeepStack vision encoder, audio encoder, MoE talker with its code
+    predictor, code2wav."""
     import json
 
     import torch
@@ -234,8 +237,37 @@ def _qwen3_omni(out: Path) -> None:
         "audio_start_token_id": ids["<|audio_bos|>"], "user_token_id": ids["<|im_start|>"],
         "vision_start_token_id": ids["<|vision_start|>"],
     }  # fmt: skip
+    # The talker's vocabulary: codebook 0 below CODEC_VOCAB, then (as in the real model) a top range of
+    # 1024 control ids that generation suppresses, the codec end token excepted.
+    codec = dict(zip(["codec_pad_id", "codec_bos_id", "codec_eos_token_id", "codec_nothink_id",
+                      "codec_think_bos_id", "codec_think_eos_id"], range(CODEC_VOCAB + 1000, CODEC_VOCAB + 1006)))  # fmt: skip
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "head_dim": 16}  # fmt: skip
+    talker = {
+        "text_config": {**small, "vocab_size": CODEC_VOCAB + 1024, "moe_intermediate_size": 32, "num_experts": 4,
+                        "shared_expert_intermediate_size": 32,
+                        "num_experts_per_tok": 2, "rope_parameters": rope},
+        "code_predictor_config": {**small, "vocab_size": CODEC_VOCAB, "num_code_groups": QWEN3_CODEBOOKS,
+                                  "layer_types": ["full_attention"] * 2},
+        "num_code_groups": QWEN3_CODEBOOKS, "thinker_hidden_size": 64, "accept_hidden_layer": 1, "spatial_merge_size": 2,
+        "speaker_id": {"chelsie": CODEC_VOCAB + 1010}, **codec,
+        "audio_token_id": ids["<|AUDIO|>"], "image_token_id": ids["<|IMAGE|>"], "video_token_id": ids["<|VIDEO|>"],
+        "vision_start_token_id": ids["<|vision_start|>"], "audio_start_token_id": ids["<|audio_bos|>"],
+    }  # fmt: skip
+    code2wav = {"codebook_size": CODEC_VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 2, "num_key_value_heads": 2, "num_quantizers": QWEN3_CODEBOOKS, "decoder_dim": 32}  # fmt: skip
+    roles = {f"{role}_token_id": tok.encode(role)[0] for role in ("system", "user", "assistant")}
+    config = Qwen3OmniMoeConfig(
+        thinker_config=thinker, talker_config=talker, code2wav_config=code2wav, enable_audio_output=True,
+        im_start_token_id=ids["<|im_start|>"], im_end_token_id=ids["<|im_end|>"], tts_pad_token_id=ids["<|tts_pad|>"],
+        tts_bos_token_id=ids["<|tts_text_bos|>"], tts_eos_token_id=ids["<|tts_text_eod|>"], **roles,
+    )  # fmt: skip
     torch.manual_seed(0)
-    Qwen3OmniMoeForConditionalGeneration(Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=False)).save_pretrained(out)
+    model = Qwen3OmniMoeForConditionalGeneration(config)
+    with torch.no_grad():  # random code2wav weights give near silence (peaks ~1e-7): scale its output to ~0.5
+        frames = (torch.arange(40) % CODEC_VOCAB).repeat(1, QWEN3_CODEBOOKS, 1)
+        model.code2wav.decoder[-1].conv.weight *= 0.5 / float(model.code2wav(frames).abs().max())
+    model.save_pretrained(out)
     tok.save_pretrained(out)
     images = _image_processor()
     images.patch_size = 16  # Qwen3's vision patches

@@ -123,17 +123,19 @@ class TestQwenVL:
         assert "".join(chunk.choices[0].delta.content or "" for chunk in stream)
 
 
-def test_audio_and_text_to_text_and_speech_equals_the_monolith(gateway):
-    with example(gateway, "qwen2.5-omni", "qwen2_5_omni.py") as (url, admin, tiny_omni):
-        check_speech(url, admin, tiny_omni)
+@pytest.mark.parametrize("family", ["qwen2.5-omni", "qwen3-omni"])
+def test_audio_and_text_to_text_and_speech_equals_the_monolith(gateway, family):
+    example_file = family.replace(".", "_").replace("-", "_") + ".py"
+    with example(gateway, family, example_file) as (url, admin, tiny_omni):
+        check_speech(url, admin, tiny_omni, Path(example_file).stem)
 
 
-def check_speech(url: str, admin: httpx.Client, tiny_omni: str) -> None:
+def check_speech(url: str, admin: httpx.Client, tiny_omni: str, app: str) -> None:
     wav = (workloads_dir() / "media" / "query_to_cars.wav").read_bytes()
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
     spoken = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
     completion = client.chat.completions.create(
-        model="qwen2_5_omni", modalities=["text", "audio"], max_tokens=8, seed=5,
+        model=app, modalities=["text", "audio"], max_tokens=8, seed=5,
         messages=[{"role": "user", "content": [spoken, {"type": "text", "text": "Answer aloud."}]}],
     )  # fmt: skip
     message = completion.choices[0].message
@@ -146,7 +148,7 @@ def check_speech(url: str, admin: httpx.Client, tiny_omni: str) -> None:
     assert message.content == text and text
     whole = np.frombuffer(audio, "<i2")
     assert len(pcm) == len(whole) > 0 and np.abs(pcm.astype(int) - whole).max() <= 2
-    omni = [d for d in admin.get("/admin/status").json()["deployments"].values() if "qwen2_5_omni" in d["apps"]]
+    omni = [d for d in admin.get("/admin/status").json()["deployments"].values() if app in d["apps"]]
     assert sorted(d["executor_kind"] for d in omni) == ["mm-encoder", "mm-encoder", "mm-talker", "mm-thinker", "mm-vocoder"]
 
 
