@@ -14,6 +14,8 @@ Capacity (Appendix B, eq. 11/14 — eq. 9's product is a typo for this quotient)
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
@@ -24,6 +26,24 @@ from prismserve.planner.paths import path_name
 from prismserve.planner.throughput import Model
 
 _INF = highspy.kHighsInf
+
+
+def _swallow_banner() -> None:
+    """HiGHS 1.16 prints a banner to the C stdout when a process creates its first instance, before
+    any option can turn output off (it broke `prismserve plan --json`): create that instance here,
+    at import, with stdout pointed at /dev/null."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+_swallow_banner()
 _QUICK_OFF = (
     "mip_heuristic_run_feasibility_jump",
     "mip_heuristic_run_rins",
