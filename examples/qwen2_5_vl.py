@@ -1,4 +1,5 @@
-"""Qwen2.5-VL with its vision encoder fissioned from the LLM, streaming text (OpenAI chat API).
+"""Qwen2.5-VL with its vision encoder (images and video clips) fissioned from the LLM, streaming text
+(OpenAI chat API).
 
 MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
 qwen2.5-vl` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment.
@@ -16,7 +17,7 @@ from prismserve.tasklib import MLLMTask
 MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
 vl = MLLMTask(
     model=MODEL,
-    modalities=("image",),
+    modalities=("image", "video"),
     encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1",
     engine=os.environ.get("PRISMSERVE_ENGINE", "transformers"),
     vllm={"dtype": os.environ.get("PRISMSERVE_VLLM_DTYPE", "auto")},
@@ -25,7 +26,7 @@ vl = MLLMTask(
 
 class Config(AppConfig):
     tasks = {"vl": vl}
-    input_modalities = frozenset({"text", "image"})
+    input_modalities = frozenset({"text", "image", "video"})
 
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:

@@ -58,6 +58,8 @@ class VLLMExecutor(Executor):
         import torch
 
         request.check_media(self.task.with_encoders, self.task.model)
+        if any(m.modality == "video" for m in [*request.encoded, *request.media]):
+            raise InvalidInputError("vLLM executors take no video yet: serve video with the transformers engine")
         text = self.tokenizer.apply_chat_template(
             request.conversation, tokenize=False, add_generation_prompt=True
         )
@@ -119,8 +121,4 @@ def _decode(modality: str, data: bytes) -> Any:
     """Raw media as vLLM takes it: a PIL image, or (samples, rate) for audio."""
     from prismserve.models.media import load_audio, load_image
 
-    if modality == "image":
-        return load_image(data)
-    if modality == "audio":
-        return load_audio(data, AUDIO_RATE), AUDIO_RATE
-    raise InvalidInputError(f"vLLM executors take image and audio media, not {modality}")
+    return load_image(data) if modality == "image" else (load_audio(data, AUDIO_RATE), AUDIO_RATE)

@@ -48,3 +48,21 @@ def resample(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
         samples = np.convolve(samples, np.full(width, 1.0 / width, np.float32), mode="same")
     times = np.arange(int(len(samples) * target / rate)) * (rate / target)
     return np.interp(times, np.arange(len(samples)), samples).astype(np.float32)
+
+
+def load_video_frames(data: bytes, max_frames: int) -> tuple[list[Any], float]:
+    """Up to `max_frames` evenly spaced RGB frames of an animated image (GIF, animated WebP/PNG) and
+    the seconds between two of them; an even count (the last repeated if needed), at least two."""
+    from PIL import Image, ImageSequence, UnidentifiedImageError
+
+    try:
+        clip = Image.open(io.BytesIO(data))
+        frames = [(frame.convert("RGB"), frame.info.get("duration") or 500) for frame in ImageSequence.Iterator(clip)]
+    except (UnidentifiedImageError, OSError, EOFError) as exc:
+        raise MediaError(f"not a decodable video clip ({len(data)} bytes; animated GIF, WebP or PNG): {exc}") from None
+    seconds = sum(duration for _, duration in frames) / 1000
+    step = max(1, -(-len(frames) // max_frames))  # ceil: at most max_frames kept
+    kept = [frame for frame, _ in frames[::step]]
+    if len(kept) % 2:
+        kept.append(kept[-1])
+    return kept, seconds / max(1, len(frames[::step]))

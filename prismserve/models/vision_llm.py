@@ -3,6 +3,7 @@ transformers' `mm_encoder_outputs`). A family names its classes and fills in fou
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -53,8 +54,24 @@ class VisionLLM(Adapter):
         raise NotImplementedError
 
     def placeholder(self, encoded: Encoded) -> str:
-        """The text that stands for one encoded image in the expanded prompt."""
-        return self.processor.image_token * len(encoded.embeddings)
+        """The text that stands for one encoded item in the expanded prompt."""
+        return self.media_token(encoded.modality) * len(encoded.embeddings)
+
+    def media_token(self, modality: str) -> str:
+        """The processor's placeholder token of `modality` (`image_token`, `video_token`)."""
+        return getattr(self.processor, f"{modality}_token")
+
+    def raw_video_inputs(self, text: str, media: list[MediaInput]) -> dict[str, Any]:
+        """Model inputs for a prompt whose raw media include video clips (families with a video encoder)."""
+        raise MediaError(f"{self.family} takes no video")
+
+    def expand(self, text: str, placeholders: list[tuple[str, str]]) -> str:
+        """`text` with its media tokens, in order, replaced by `placeholders` ((modality, text) each)."""
+        tokens = [self.media_token(m) for m in self.encoder_modalities]
+        pieces = re.split("(" + "|".join(map(re.escape, tokens)) + ")", text)
+        if pieces[1::2] != [self.media_token(modality) for modality, _ in placeholders]:
+            raise MediaError(f"the conversation's {len(pieces) // 2} media do not match the {len(placeholders)} items that arrived")
+        return pieces[0] + "".join(p + rest for (_, p), rest in zip(placeholders, pieces[2::2], strict=True))
 
     def llm_extras(self, inputs: dict[str, Any], encoded: list[Encoded]) -> dict[str, Any]:
         """Inputs the LLM needs besides tokens and embeddings (positions, grids …)."""
@@ -104,20 +121,21 @@ class VisionLLM(Adapter):
 
         text = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
         if media:
-            unsupported = sorted({m.modality for m in media} - {"image"})
+            unsupported = sorted({m.modality for m in media} - set(self.encoder_modalities))
             if unsupported:
-                raise MediaError(f"{self.family} takes images only, got {unsupported}")
+                raise MediaError(f"{self.family} takes {', '.join(self.encoder_modalities)} only, got {unsupported}")
+            if any(m.modality == "video" for m in media):
+                return self.raw_video_inputs(text, media)
             return dict(self.pixels([load_image(m.data) for m in media], [text]).to(self.device))
         if not encoded:
             return dict(self.processor(text=[text], return_tensors="pt").to(self.device))
-        # The processor would expand each image's placeholder from the image; the size came with its embeddings.
-        pieces = text.split(self.processor.image_token)
-        if len(pieces) - 1 != len(encoded):
-            raise MediaError(f"the conversation has {len(pieces) - 1} images but {len(encoded)} embeddings arrived")
-        expanded = pieces[0] + "".join(self.placeholder(e) + rest for e, rest in zip(encoded, pieces[1:], strict=True))
+        # The processor would expand each item's placeholder from the media; the size came with its embeddings.
+        expanded = self.expand(text, [(e.modality, self.placeholder(e)) for e in encoded])
         inputs = {k: v.to(self.device) for k, v in self.tokenizer([expanded], return_tensors="pt").items()}
         inputs.update(self.llm_extras(inputs, encoded))
         # torch.tensor copies: the embeddings may be read-only views into another replica's slab.
-        embeddings = [torch.tensor(np.asarray(e.embeddings)).to(self.device, self.model.dtype) for e in encoded]
-        inputs["mm_encoder_outputs"] = {"image": BaseModelOutputWithPooling(pooler_output=self.encoder_outputs(embeddings))}
+        inputs["mm_encoder_outputs"] = {}
+        for modality in dict.fromkeys(e.modality for e in encoded):
+            embeddings = [torch.tensor(np.asarray(e.embeddings)).to(self.device, self.model.dtype) for e in encoded if e.modality == modality]
+            inputs["mm_encoder_outputs"][modality] = BaseModelOutputWithPooling(pooler_output=self.encoder_outputs(embeddings))
         return inputs

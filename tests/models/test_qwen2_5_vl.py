@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import pickle
 import subprocess
@@ -159,3 +160,28 @@ def test_vllm_tasks_are_refused_in_process(tiny_vl):
     # vLLM runs only in its own environment, which the Ray runtime starts replicas in.
     with pytest.raises(RuntimeError, match="VLLMTask runs in the vllm environment, not in this process"):
         asyncio.run(InProcessExecutors().get(VLLMTask(model=tiny_vl)))
+
+
+def test_video_clip_fissioned_equals_the_monolith(parts, cars_jpg):
+    """A clip (frames paired per temporal patch) and an image: the encoder's embeddings, grids and
+    seconds per temporal patch give the monolith's tokens and logits."""
+    from prismserve.bench.payloads import video_url
+    from prismserve.bench.workloads import workloads_dir
+
+    clip = base64.b64decode(video_url(str(workloads_dir()), frames=6).split(",", 1)[1])
+    encoder, llm, monolith = parts
+    messages, media = conversation(ChatRequest.of("What happens?", videos=[clip], images=[cars_jpg]))
+    assert [m.modality for m in media] == ["image", "video"]
+    encoded = [encoder.encode(m.modality, [m.data])[0] for m in media]
+    video = encoded[1]
+    assert video.meta["grid_thw"][0] == 3 and video.meta["second_per_grid"] == pytest.approx(0.2)  # 6 frames, 0.1 s apart
+    fissioned = llm.generate(llm.llm_inputs(messages, encoded=encoded), 8, with_logits=True)
+    whole = monolith.generate(monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]), 8, with_logits=True)
+    assert fissioned.token_ids == whole.token_ids
+    np.testing.assert_allclose(fissioned.logits, whole.logits, atol=1e-4, rtol=0)
+    # The clip's timing reaches the LLM's positions.
+    video.meta = {**video.meta, "second_per_grid": 4.0}
+    slower = llm.generate(llm.llm_inputs(messages, encoded=encoded), 1, with_logits=True)
+    assert np.abs(slower.logits[0] - whole.logits[0]).max() > 1e-4
+    with pytest.raises(MediaError, match="not a decodable video clip"):
+        encoder.encode("video", [b"GIF89a broken"])

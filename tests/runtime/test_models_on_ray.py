@@ -23,6 +23,7 @@ from runtime_apps import started_with_gateway
 
 from prismserve.app.chat import ChatRequest
 from prismserve.app.images import ImageRequest
+from prismserve.bench.payloads import video_url
 from prismserve.bench.workloads import workloads_dir
 from prismserve.executors import envs
 from prismserve.executors.loading import InProcessExecutors
@@ -71,11 +72,12 @@ def chat_request(content: list[dict], **fields) -> ChatRequest:
     return ChatRequest.model_validate({"messages": [{"role": "user", "content": content}], **fields})
 
 
-def monolith_text(model: str, request: ChatRequest) -> str:
+def monolith_text(model: str, request: ChatRequest, modalities: tuple[str, ...] = ("image",)) -> str:
     async def go() -> str:
         executors = InProcessExecutors()
         with use_dispatcher(LocalDispatcher(executors.callables({EncoderTask, LLMTask}))):
-            return "".join(await (await MLLMTask(model=model, encoder_fission=False)(request)).text.collect())
+            task = MLLMTask(model=model, modalities=modalities, encoder_fission=False)
+            return "".join(await (await task(request)).text.collect())
 
     return asyncio.run(go())
 
@@ -103,8 +105,18 @@ class TestQwenVL:
         assert completion.choices[0].message.content == expected and expected
         # The encoder and the LLM ran on their own replicas, with the real executors.
         deployments = admin.get("/admin/status").json()["deployments"]
-        assert sorted(d["executor_kind"] for d in deployments.values()) == ["mm-encoder", "mm-llm"]
+        assert sorted(d["executor_kind"] for d in deployments.values()) == ["mm-encoder", "mm-encoder", "mm-llm"]  # image, video
         assert all(len(d["replicas"]) == 1 and d["replicas"][0]["healthy"] for d in deployments.values())
+
+    def test_video_clip_and_text_to_text_equals_the_monolith(self, vl):
+        url, _, tiny_vl = vl
+        clip = video_url(str(workloads_dir()), frames=6)  # an animated GIF panning across cars.jpg
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        content = [{"type": "video_url", "video_url": {"url": clip}}, {"type": "text", "text": "What happens?"}]
+        completion = client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": content}], max_tokens=8)
+        video = {"type": "video", "data": clip.split(",", 1)[1], "mime_type": "image/gif"}
+        expected = monolith_text(tiny_vl, chat_request([video, {"type": "text", "text": "What happens?"}], max_tokens=8), ("image", "video"))
+        assert completion.choices[0].message.content == expected and expected
 
     def test_undecodable_image_is_a_400_and_serving_goes_on(self, vl):
         url, _, _ = vl
@@ -220,6 +232,10 @@ class TestVLLM:
             assert sorted(kinds) == ["mm-encoder", "mm-llm-vllm"]
             llm = kinds["mm-llm-vllm"][0]
             assert llm["python"] == envs.runtime_env("vllm")["py_executable"] != kinds["mm-encoder"][0]["python"]
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+            clip = [{"type": "video_url", "video_url": {"url": video_url(str(workloads_dir()), frames=4)}}]
+            with pytest.raises(openai.BadRequestError, match="vLLM executors take no video yet"):
+                client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": clip}], max_tokens=4)
             # vLLM's engine processes die: the health check restarts the replica, and serving goes on.
             for process in psutil.Process(llm["pid"]).children(recursive=True):
                 process.kill()
