@@ -123,7 +123,7 @@ def _vllm_env(args: argparse.Namespace) -> int:
     try:
         print(build_vllm_env(force=args.force), flush=True)
     except subprocess.CalledProcessError as exc:
-        print(f"error: building the vLLM environment failed: {exc}", file=sys.stderr)
+        print(f"error: building the vLLM environment failed: {exc}\n{exc.stderr or ''}", file=sys.stderr)
         return 1
     return 0
 

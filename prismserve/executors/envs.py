@@ -56,40 +56,31 @@ def runtime_env(name: str) -> dict[str, object]:
         if not Path(python).is_file():
             raise EnvironmentMissing(f"PRISMSERVE_VLLM_PYTHON={python} is not a file")
     else:
-        packages = default_dir()
-        python = str(packages / "bin" / "python")
-        marker = packages / MARKER
+        root = default_dir()
+        python = str(root / "bin" / "python")
+        marker = root / MARKER
         if not marker.is_file():
             raise EnvironmentMissing(
-                f"vLLM executors need their own Python environment and {packages} holds none: "
+                f"vLLM executors need their own Python environment and {root} holds none: "
                 "build it with `python3 -m prismserve vllm-env` (or set PRISMSERVE_VLLM_PYTHON)"
             )
         built_for = json.loads(marker.read_text())["ray"]
         if built_for != _ray_version():
             raise EnvironmentMissing(
-                f"the vLLM environment in {packages} has Ray {built_for}, this process Ray {_ray_version()}: "
+                f"the vLLM environment in {root} has Ray {built_for}, this process Ray {_ray_version()}: "
                 "rebuild it with `python3 -m prismserve vllm-env --force`"
             )
-    env_vars = {
-        **TELEMETRY_OFF,
-        "PYTHONPATH": str(_package_link()),
-        "VLLM_LOGGING_LEVEL": os.environ.get(
-            "VLLM_LOGGING_LEVEL", "WARNING"
-        ),  # its INFO lines reach the driver's log
-    }
+    # vLLM's INFO lines would all reach the driver's log.
+    level = os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")
+    env_vars = {**TELEMETRY_OFF, "PYTHONPATH": str(_package_link()), "VLLM_LOGGING_LEVEL": level}
     return {"py_executable": python, "env_vars": env_vars}
 
 
 def _package_link() -> Path:
     """A directory that holds only a link to this process's prismserve package (one per package)."""
     package = Path(prismserve.__file__).resolve().parent
-    link_dir = (
-        Path.home()
-        / ".cache"
-        / "prismserve"
-        / "packages"
-        / hashlib.sha256(str(package).encode()).hexdigest()[:16]
-    )
+    digest = hashlib.sha256(str(package).encode()).hexdigest()[:16]
+    link_dir = Path.home() / ".cache" / "prismserve" / "packages" / digest
     link = link_dir / "prismserve"
     if not link.is_symlink():
         link_dir.mkdir(parents=True, exist_ok=True)
@@ -117,9 +108,9 @@ def _base_requirements() -> list[str]:
     return requirements
 
 
-def build_vllm_env(target: Path | None = None, *, force: bool = False, log: bool = True) -> Path:
-    """Build the vLLM environment in `target` (default: `default_dir()`); returns its Python."""
-    target = target or default_dir()
+def build_vllm_env(*, force: bool = False) -> Path:
+    """Build the vLLM environment in `default_dir()` (unless it is there); returns its Python."""
+    target = default_dir()
     python = target / "bin" / "python"
     marker = target / MARKER
     if marker.is_file() and not force and json.loads(marker.read_text()).get("ray") == _ray_version():
@@ -128,13 +119,12 @@ def build_vllm_env(target: Path | None = None, *, force: bool = False, log: bool
         import shutil
 
         shutil.rmtree(target)
-    out = None if log else subprocess.DEVNULL
     env = {**os.environ, **TELEMETRY_OFF, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
     def pip(*args: str) -> None:
-        subprocess.run([str(python), "-m", "pip", *args, "-q"], check=True, stdout=out, env=env)
+        subprocess.run([str(python), "-m", "pip", *args, "-q"], check=True, env=env)
 
-    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, stdout=out)
+    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
     pip("install", *VLLM_PACKAGES, *_base_requirements())
     # --isolated: pip's configuration on these machines serves the CPU torch from a local folder first.
     pip("install", "--isolated", "--force-reinstall", *VLLM_TORCH)
