@@ -264,7 +264,13 @@ def _qwen3_omni(out: Path) -> None:
     )  # fmt: skip
     torch.manual_seed(0)
     model = Qwen3OmniMoeForConditionalGeneration(config)
-    with torch.no_grad():  # random code2wav weights give near silence (peaks ~1e-7): scale its output to ~0.5
+    with torch.no_grad():
+        # transformers leaves the talker's experts uninitialised (whatever memory held): the build
+        # would not be reproducible.
+        for name, weight in model.talker.named_parameters():
+            if ".mlp.experts." in name:
+                weight.normal_(0.0, config.talker_config.initializer_range)
+        # Random code2wav weights give near silence (peaks ~1e-7): scale its output to ~0.5.
         frames = (torch.arange(40) % CODEC_VOCAB).repeat(1, QWEN3_CODEBOOKS, 1)
         model.code2wav.decoder[-1].conv.weight *= 0.5 / float(model.code2wav(frames).abs().max())
     model.save_pretrained(out)
