@@ -329,6 +329,17 @@ class Qwen25Omni(Adapter):
         self.model = self._load(with_talker=True)
         self.processor  # noqa: B018
 
+    def generate_options(self, args: dict[str, Any], audio: bool) -> dict[str, Any]:
+        """The model inputs and the arguments of transformers' `generate` that differ by family."""
+        talker = self.model.talker
+        if "pixel_values" in args:  # only the thinker takes pixels; the talker takes the grids
+            args = {("thinker_pixel_values" if k == "pixel_values" else k): v for k, v in args.items()}
+        return {
+            **args,
+            "talker_eos_token_id": [talker.codec_pad_token, talker.codec_eos_token],
+            "generation_mode": "audio" if audio else "text",
+        }
+
     def generate_all(
         self,
         inputs: dict[str, Any],
@@ -345,22 +356,17 @@ class Qwen25Omni(Adapter):
         import torch
 
         args = dict(inputs)
-        if "pixel_values" in args:  # only the thinker takes pixels; the talker takes the grids
-            args["thinker_pixel_values"] = args.pop("pixel_values")
         if on_token is not None:
             args["thinker_streamer"] = token_streamer(on_token)
-        talker = self.model.talker
         with self.lock, torch.inference_mode():
             torch.manual_seed(seed)
             out = self.model.generate(
-                **args,
+                **self.generate_options(args, audio),
                 speaker=speaker,
                 thinker_max_new_tokens=max_tokens,
                 thinker_do_sample=False,
                 talker_max_new_tokens=max_codes,
                 talker_do_sample=False,
-                talker_eos_token_id=[talker.codec_pad_token, talker.codec_eos_token],
-                generation_mode="audio" if audio else "text",
             )
         sequences, wav = out if audio else (getattr(out, "sequences", out), None)
         tokens = sequences[0, inputs["input_ids"].shape[1] :].tolist()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import Encoded, MediaError, as_numpy, token_streamer
+from prismserve.models.base import Encoded, MediaError, as_numpy
 from prismserve.models.qwen2_5_omni import Qwen25Omni
 
 
@@ -216,34 +216,5 @@ class Qwen3Omni(Qwen25Omni):
             wav = self.model.code2wav.chunked_decode(frames, chunk_size=300, left_context_size=25)
         return wav.reshape(-1).float().cpu().numpy()
 
-    def generate_all(
-        self,
-        inputs: dict[str, Any],
-        max_tokens: int,
-        max_codes: int,
-        speaker: str,
-        *,
-        seed: int = 0,
-        audio: bool = True,
-        on_token: Callable[[int], None] | None = None,
-    ) -> tuple[list[int], np.ndarray | None]:
-        import torch
-
-        args = dict(inputs)
-        if on_token is not None:
-            args["thinker_streamer"] = token_streamer(on_token)
-        with self.lock, torch.inference_mode():
-            torch.manual_seed(seed)
-            out = self.model.generate(
-                **args,
-                speaker=speaker,
-                thinker_max_new_tokens=max_tokens,
-                thinker_do_sample=False,
-                thinker_eos_token_id=sorted(self.eos_token_ids()),
-                talker_max_new_tokens=max_codes,
-                talker_do_sample=False,
-                return_audio=audio,
-            )
-        sequences, wav = out if audio else (getattr(out, "sequences", out), None)
-        tokens = sequences[0, inputs["input_ids"].shape[1] :].tolist()
-        return tokens, None if wav is None else wav.reshape(-1).float().cpu().numpy()
+    def generate_options(self, args: dict[str, Any], audio: bool) -> dict[str, Any]:
+        return {**args, "thinker_eos_token_id": sorted(self.eos_token_ids()), "return_audio": audio}
