@@ -42,7 +42,6 @@ class VLLMExecutor(Executor):
             "dtype": self.task.dtype,
             "max_model_len": self.task.max_model_len,
             "enable_mm_embeds": not self.task.with_encoders,
-            "max_logprobs": -1,
             "enforce_eager": not torch.cuda.is_available(),
             **self.task.engine_args,
         }

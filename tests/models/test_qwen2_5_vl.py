@@ -64,7 +64,7 @@ def test_vllm_engine_on_encoder_embeddings_equals_the_transformers_monolith(part
         handles = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in items]
         return LLMInput(conversation=messages, encoded=handles, max_tokens=12)
 
-    job = {"task": VLLMTask(model=monolith.path, dtype="float32"), "requests": [llm_input(encoded)] * 2 + [llm_input(encoded[::-1])]}
+    job = {"task": VLLMTask(model=monolith.path, dtype="float32", engine_args={"max_logprobs": -1}), "requests": [llm_input(encoded)] * 2 + [llm_input(encoded[::-1])]}
     (tmp_path / "job.pkl").write_bytes(pickle.dumps(job))
     env = envs.runtime_env("vllm")
     probe = Path(__file__).parents[1] / "runtime" / "vllm_probe.py"
