@@ -8,6 +8,7 @@ owning replica, and the bytes move through Ray's object transfer. Small payloads
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pickle
@@ -91,6 +92,30 @@ def current_node_id() -> str:
         return ""
 
 
+def reclaim_dead_slabs(directory: str = SHM_DIR) -> list[str]:
+    """Remove the slabs of processes that are gone: a killed replica cannot remove its own, and
+    64 MiB would stay in /dev/shm for good. Called by every new slab on its node; returns the paths."""
+    removed = []
+    for name in os.listdir(directory):
+        pid = name[len(SLAB_PREFIX) :].split("-", 1)[0]
+        if not name.startswith(SLAB_PREFIX) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, name))
+            removed.append(os.path.join(directory, name))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 class ShmSlab:
     """A pre-faulted shared-memory region with a first-fit allocator; owned by one replica.
 
@@ -103,6 +128,7 @@ class ShmSlab:
         self.node_id = node_id
         self.owner = owner
         self.ttl_s = ttl_s
+        reclaim_dead_slabs()
         self.path = os.path.join(SHM_DIR, f"{SLAB_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:

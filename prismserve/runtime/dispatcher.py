@@ -21,7 +21,7 @@ from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 
 from prismserve.runtime.replica import Call, localize
-from prismserve.runtime.task_manager import NoReplicaError, Replica, TaskManager
+from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, TaskManager
 from prismserve.task import DispatchError, InvalidInputError, Stream, TaskError, TaskGraph
 from prismserve.task.graph import Invocation, data_id
 
@@ -52,12 +52,10 @@ class RayDispatcher:
         managers: dict[str, TaskManager],
         policy: RoutingPolicy = "static",
         release_after_s: float = 300.0,
-        restart_wait_s: float = 60.0,
     ) -> None:
         self.managers = managers
         self.policy = policy
         self.release_after_s = release_after_s
-        self.restart_wait_s = restart_wait_s
         self.release_batch_s = 0.05
         self._releases: dict[int, tuple[Any, list[str]]] = {}
         self._id_prefix = f"{os.getpid():x}{uuid.uuid4().hex[:6]}-"
@@ -66,14 +64,19 @@ class RayDispatcher:
         self._feeding: set[asyncio.Task[None]] = set()
 
     async def execute(self, graph: TaskGraph) -> list[Any]:
-        """Run the graph; a graph that lost a replica is run once more on healthy replicas."""
+        """Run the graph; one that lost a replica before its outputs returned is run once more.
+
+        The retry policy (docs/runtime.md): a graph whose awaited outputs failed because a replica
+        died (the invocation's own or a producer's) is abandoned, its streams' feeds cancelled, and
+        run once more on healthy replicas; a streaming invocation whose own replica died after the
+        graph returned is sent once more, alone (`_answer`). The request's own faults and executor
+        errors are never retried.
+        """
         with _tracer.start_as_current_span("dispatch", attributes={"prismserve.invocations": len(graph)}):
             try:
                 return await self._execute_once(graph)
             except ReplicaDied as exc:
                 log.warning("retrying %s after a replica died: %s", graph.root, exc)
-                for node in graph.nodes:
-                    await self.managers[node.task_key].wait_healthy(self.restart_wait_s)
                 return await self._execute_once(graph)
 
     async def _execute_once(self, graph: TaskGraph) -> list[Any]:
@@ -82,73 +85,93 @@ class RayDispatcher:
         if otel_trace.get_current_span().is_recording():
             propagate.inject(carrier)
         nodes = graph.nodes
-        picked: list[tuple[TaskManager, Replica]] = []
-        for node in nodes:
-            manager = self.managers.get(node.task_key)
-            if manager is None:
-                raise DispatchError(
-                    f"call #{node.index} ({type(node.task).__name__}) has no deployment: register the app that uses it"
-                )
-            try:
-                replica = manager.pick_static() if self.policy == "static" else await manager.pick_least_loaded()
-            except NoReplicaError as exc:
-                raise DispatchError(f"call #{node.index} ({manager.name}) cannot run: {exc}") from None
-            picked.append((manager, replica))
-        for _, replica in picked:
-            replica.in_flight += 1
+        leases = await self._leases(graph)
+        managers = [self.managers[node.task_key] for node in nodes]
         refs: list[Any] = [None] * len(nodes)
-        # Invocations at the same depth on the same replica are independent: one Ray call runs them all.
-        for group in _groups(graph, [replica for _, replica in picked]):
-            producers = sorted({p for i in group for p in nodes[i].producers})
-            calls = [Call(request, i, nodes[i].input, nodes[i].producers, carrier) for i in group]
-            handle = picked[group[0]][1].handle
-            result = handle.invoke.options(num_returns=len(group)).remote(calls, producers, *(refs[p] for p in producers))
-            for i, ref in zip(group, [result] if len(group) == 1 else result):
-                refs[i] = ref
-        self._track(request, [replica for _, replica in picked])
+        try:
+            # Invocations at the same depth on the same replica are independent: one Ray call runs them all.
+            for group in _groups(graph, [lease.replica for lease in leases]):
+                producers = sorted({p for i in group for p in nodes[i].producers})
+                calls = [Call(request, i, nodes[i].input, nodes[i].producers, carrier) for i in group]
+                handle = leases[group[0]].replica.handle
+                result = handle.invoke.options(num_returns=len(group)).remote(calls, producers, *(refs[p] for p in producers))
+                for i, ref in zip(group, [result] if len(group) == 1 else result):
+                    refs[i] = ref
+        except BaseException:
+            for lease in leases:
+                lease.release()
+            raise
+        self._track(request, [lease.replica for lease in leases])
         # Outputs that are only streams are handed back at once and fill as the replicas produce;
         # the others (data handles) are awaited: replay needs them to exist.
         outputs: list[Any] = [None] * len(nodes)
         awaited = []
-        for node, ref, (manager, replica) in zip(nodes, refs, picked):
+        feeds = []
+        for node, ref, manager, lease in zip(nodes, refs, managers, leases):
             if _streams_only(node):
                 call = Call(request, node.index, node.input, node.producers, carrier)
                 resend = self._sender(call, [refs[p] for p in node.producers])
-                outputs[node.index] = self._streaming(node, ref, manager, replica, resend)
+                outputs[node.index], feed = self._streaming(node, ref, manager, lease, resend)
+                feeds.append(feed)
             else:
                 awaited.append(node)
-        results = await asyncio.gather(*(self._result(refs[n.index], picked[n.index][1]) for n in awaited), return_exceptions=True)
+        results = await asyncio.gather(*(self._result(refs[n.index], leases[n.index]) for n in awaited), return_exceptions=True)
         for node, result in zip(awaited, results):
             if isinstance(result, BaseException):
-                manager, replica = picked[node.index]
-                raise self._failure(node.index, manager, replica, result) from result
+                for feed in feeds:  # the attempt is abandoned: its streams must not resend
+                    feed.cancel()
+                raise self._failure(node.index, managers[node.index], leases[node.index], result) from result
             outputs[node.index] = localize(result)
         return outputs
+
+    async def _leases(self, graph: TaskGraph) -> list[Lease]:
+        """One lease per invocation, taken in order: each pick sees the request's earlier picks."""
+        leases: list[Lease] = []
+        try:
+            for node in graph.nodes:
+                manager = self.managers.get(node.task_key)
+                if manager is None:
+                    raise DispatchError(
+                        f"call #{node.index} ({type(node.task).__name__}) has no deployment: register the app that uses it"
+                    )
+                try:
+                    leases.append(await manager.lease(dynamic=self.policy == "dynamic"))
+                except NoReplicaError as exc:
+                    raise DispatchError(f"call #{node.index} ({manager.name}) cannot run: {exc}") from None
+        except BaseException:
+            for lease in leases:
+                lease.release()
+            raise
+        return leases
 
     @staticmethod
     def _sender(call: Call, produced: list[Any]) -> Callable[[Replica], Any]:
         """Sends `call` again, alone, to another replica (its producers' results are still held)."""
         return lambda replica: replica.handle.invoke.remote([call], call.producers, *produced)
 
-    async def _answer(self, node: Invocation, ref: Any, manager: TaskManager, replica: Replica, resend: Callable[[Replica], Any]) -> Any:
-        """The invocation's result; a call whose replica died is sent once more to a healthy one."""
+    async def _answer(self, node: Invocation, ref: Any, manager: TaskManager, lease: Lease, resend: Callable[[Replica], Any]) -> Any:
+        """The invocation's result; a call whose own replica died is sent once more to a healthy one."""
         try:
-            return await self._result(ref, replica)
+            return await self._result(ref, lease)
         except BaseException as exc:  # noqa: BLE001 - classified below
-            error = self._failure(node.index, manager, replica, exc)
+            error = self._failure(node.index, manager, lease, exc)
             if not isinstance(error, ReplicaDied) or isinstance(error, InputLost):
                 raise error from exc
             log.warning("resending call #%d after its replica died: %s", node.index, error)
-        await manager.wait_healthy(self.restart_wait_s)
-        replica = manager.pick_static() if self.policy == "static" else await manager.pick_least_loaded()
-        replica.in_flight += 1
         try:
-            return await self._result(resend(replica), replica)
+            lease = await manager.lease(dynamic=self.policy == "dynamic")
+        except NoReplicaError as exc:
+            raise DispatchError(f"call #{node.index} ({manager.name}) cannot run: {exc}") from None
+        try:
+            return await self._result(resend(lease.replica), lease)
         except BaseException as exc:  # noqa: BLE001 - the second failure is final
-            raise self._failure(node.index, manager, replica, exc) from exc
+            raise self._failure(node.index, manager, lease, exc) from exc
 
-    def _streaming(self, node: Invocation, ref: Any, manager: TaskManager, replica: Replica, resend: Callable[[Replica], Any]) -> Any:
-        """Local streams standing for a streaming invocation's output, fed once its replica answers."""
+    def _streaming(
+        self, node: Invocation, ref: Any, manager: TaskManager, lease: Lease, resend: Callable[[Replica], Any]
+    ) -> tuple[Any, asyncio.Task[None]]:
+        """Local streams standing for a streaming invocation's output, fed once its replica answers;
+        and the task feeding them."""
         task_class = type(node.task)
         if task_class._output_fields is None:
             streams = {None: Stream(data_id(node.index))}
@@ -159,7 +182,7 @@ class RayDispatcher:
 
         async def feed() -> None:
             try:
-                result = localize(await self._answer(node, ref, manager, replica, resend))
+                result = localize(await self._answer(node, ref, manager, lease, resend))
             except BaseException as exc:  # noqa: BLE001 - the streams' readers get the failure
                 for stream in streams.values():
                     stream.fail(exc)
@@ -170,23 +193,31 @@ class RayDispatcher:
         feeding = asyncio.get_running_loop().create_task(feed())
         self._feeding.add(feeding)  # the loop keeps only weak references to tasks
         feeding.add_done_callback(self._feeding.discard)
-        return output
+        feeding.add_done_callback(lambda _: lease.release())  # also when cancelled before it ran
+        return output, feeding
 
     @staticmethod
-    async def _result(ref: Any, replica: Replica) -> Any:
+    async def _result(ref: Any, lease: Lease) -> Any:
         try:
             return await ref
         finally:
-            replica.in_flight -= 1
+            lease.release()
 
-    def _failure(self, index: int, manager: TaskManager, replica: Replica, error: BaseException) -> TaskError:
+    def _failure(self, index: int, manager: TaskManager, lease: Lease, error: BaseException) -> TaskError:
+        """The error a failed call raises; restarts its replica when that replica is the one that died.
+
+        Ray reports a call whose input's producer died as a task error that is also an actor error,
+        naming the producer's actor: only the replica whose own actor died is restarted.
+        """
         from ray.exceptions import RayActorError, RayTaskError
 
-        if isinstance(error, RayActorError):
-            manager.restart(replica)
-            return ReplicaDied(f"call #{index} ({manager.name}) failed: its replica {replica.id} died")
+        replica = lease.replica
         cause = error.cause if isinstance(error, RayTaskError) and error.cause is not None else error
         if isinstance(cause, RayActorError):
+            dead = cause.actor_id
+            if dead == replica.actor_id or (dead is None and not isinstance(error, RayTaskError)):
+                manager.restart(replica)
+                return ReplicaDied(f"call #{index} ({manager.name}) failed: its replica {replica.id} died")
             return InputLost(f"call #{index} ({manager.name}) failed: an input's replica died")
         if isinstance(cause, InvalidInputError):  # the request's fault, not the replica's
             return InvalidInputError(f"call #{index} ({manager.name}) rejected its input: {cause}")

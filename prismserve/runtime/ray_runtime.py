@@ -44,6 +44,7 @@ class RayRuntime(Runtime):
         default_profile: SimProfile | None = None,
         slab_bytes: int = DEFAULT_SLAB_BYTES,
         health_interval_s: float = 2.0,
+        restart_wait_s: float = 60.0,
     ) -> None:
         super().__init__()
         self.address = address
@@ -52,6 +53,7 @@ class RayRuntime(Runtime):
         self.default_profile = default_profile or SimProfile()
         self.slab_bytes = slab_bytes
         self.health_interval_s = health_interval_s
+        self.restart_wait_s = restart_wait_s
         self.managers: dict[str, TaskManager] = {}
         self.resources = ResourceManager()
         self._dispatcher = RayDispatcher(self.managers, policy)
@@ -105,7 +107,7 @@ class RayRuntime(Runtime):
         missing = {}
         for key, task in tasks.items():
             if key in specs:
-                self.managers[key] = TaskManager(key, task, specs[key], self.slab_bytes)
+                self.managers[key] = TaskManager(key, task, specs[key], self.slab_bytes, restart_wait_s=self.restart_wait_s)
             if not self.managers[key].replicas:
                 missing[key] = task
         # One single-replica cell per deployment that has none yet; a plan replaces them.

@@ -89,6 +89,7 @@ class ExecutorReplica:
         if self.slab_bytes and not self.streaming and _has_handle_fields(output_type):
             self._slab = ShmSlab(self.slab_bytes, self._node, owner=self._me)
         return {
+            "actor_id": context.get_actor_id(),
             "node_id": self._node,
             "pid": os.getpid(),
             "python": sys.executable,

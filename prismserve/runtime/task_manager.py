@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prismserve.executors.spec import ExecutorSpec
-from prismserve.runtime.replica import ExecutorReplica
+from prismserve.runtime.pool import RayActorPool, ReplicaPool
 from prismserve.task import UnitTask
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,33 @@ class Replica:
     handle: Any = None
     info: dict[str, Any] = field(default_factory=dict)
     healthy: bool = False
-    in_flight: int = 0
+    in_flight: int = 0  # leases held: changed by Lease only
     restarts: int = 0
     starting: asyncio.Task[None] | None = None
     spec: ExecutorSpec | None = None
+    actor_id: str = ""  # tells this replica's death from its producers' in a failed call
+
+
+class Lease:
+    """One invocation's hold on a replica: counted in the replica's `in_flight` until released.
+
+    The task manager hands leases out and the dispatcher gives each back once, whatever happens to
+    the call; a restart leaves the count alone (calls on the dead actor fail and give theirs back),
+    so the count is exact after any number of restarts and never negative.
+    """
+
+    __slots__ = ("replica", "_held")
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self._held = True
+        replica.in_flight += 1
+
+    def release(self) -> None:
+        """Give the lease back; later calls do nothing."""
+        if self._held:
+            self._held = False
+            self.replica.in_flight -= 1
 
 
 class ReplicaStartError(RuntimeError):
@@ -51,15 +74,30 @@ class NoReplicaError(RuntimeError):
 
 
 class TaskManager:
-    """Owns the replicas of one deployment (an equivalence class of unit tasks, shared across apps)."""
+    """Owns the replicas of one deployment (an equivalence class of unit tasks, shared across apps).
 
-    def __init__(self, key: str, task: UnitTask[Any, Any], spec: ExecutorSpec, slab_bytes: int) -> None:
+    It hands out leases on them (`lease`), restarts those that die, and leaves starting, asking and
+    stopping them to its pool (Ray actors by default).
+    """
+
+    def __init__(
+        self,
+        key: str,
+        task: UnitTask[Any, Any],
+        spec: ExecutorSpec,
+        slab_bytes: int,
+        pool: ReplicaPool | None = None,
+        restart_wait_s: float = 60.0,
+    ) -> None:
         self.key = key
         self.task = task
         self.spec = spec
         self.slab_bytes = slab_bytes
+        self.pool = pool or RayActorPool()
         self.replicas: list[Replica] = []
         self.start_timeout_s = 120.0
+        # How long an invocation waits for a restarting replica when no other one is healthy.
+        self.restart_wait_s = restart_wait_s
         self._next = 0
 
     @property
@@ -78,26 +116,12 @@ class TaskManager:
         """Stop a replica and forget it."""
         if replica in self.replicas:
             self.replicas.remove(replica)
-        await _stop(replica.handle)
+        await self.pool.stop(replica)
 
     async def _start(self, replica: Replica) -> None:
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        actor_cls = ray.remote(ExecutorReplica)
-        replica.handle = actor_cls.options(
-            runtime_env=self.spec.runtime_env,
-            num_cpus=0,
-            num_gpus=replica.placement.gpus,
-            max_concurrency=10_000,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=replica.placement.placement_group,
-                placement_group_bundle_index=replica.placement.bundle_index,
-            ),
-        ).remote(self.key, self.task, self.spec, self.slab_bytes)
         replica.spec = self.spec
         try:
-            replica.info = await asyncio.wait_for(replica.handle.start.remote(), self.start_timeout_s)
+            await self.pool.start(self, replica)
         except asyncio.TimeoutError:
             raise ReplicaStartError(
                 f"replica {replica.id} of {self.name} did not start within {self.start_timeout_s:.0f} s"
@@ -105,7 +129,7 @@ class TaskManager:
         replica.healthy = True
 
     def restart(self, replica: Replica, reason: str = "it failed") -> asyncio.Task[None]:
-        """Replace a replica by a new actor on the same placement (once at a time)."""
+        """Replace a replica by a new one on the same placement (once at a time)."""
         if replica.starting is None or replica.starting.done():
             replica.healthy = False
             replica.starting = asyncio.get_running_loop().create_task(self._restart(replica, reason))
@@ -113,9 +137,8 @@ class TaskManager:
 
     async def _restart(self, replica: Replica, reason: str) -> None:
         log.warning("restarting replica %d of %s: %s", replica.id, self.name, reason)
-        await _stop(replica.handle)
+        await self.pool.stop(replica)
         replica.restarts += 1
-        replica.in_flight = 0
         try:
             await self._start(replica)
         except Exception:  # noqa: BLE001 - stays unhealthy; the health check tries again
@@ -135,14 +158,24 @@ class TaskManager:
                     self.restart(replica, "its last restart failed")
                 continue
             try:
-                await asyncio.wait_for(replica.handle.health.remote(), timeout_s)
-            except Exception as exc:  # noqa: BLE001 - dead actor, timeout or unhealthy executor
+                await asyncio.wait_for(self.pool.health(replica), timeout_s)
+            except Exception as exc:  # noqa: BLE001 - dead replica, timeout or unhealthy executor
                 log.warning("replica %d of %s failed its health check: %s", replica.id, self.name, exc)
                 self.restart(replica)
 
-    def pick_static(self) -> Replica:
-        """The healthy replica with the fewest invocations this dispatcher has in flight there,
-        round-robin among ties; no executor is asked anything (request-static routing).
+    async def lease(self, dynamic: bool = False) -> Lease:
+        """A lease on the replica the next invocation goes to; it counts at once, so the next pick
+        (of the same request, too) sees it.
+
+        While every replica is restarting, waits for one (at most `restart_wait_s`) instead of failing.
+        `dynamic` asks the replicas for their queue depths; otherwise no replica is asked anything.
+        """
+        if not any(r.healthy for r in self.replicas):
+            await self.wait_healthy(self.restart_wait_s)
+        return Lease(await self._least_loaded() if dynamic else self._pick_static())
+
+    def _pick_static(self) -> Replica:
+        """The healthy replica with the fewest leases, round-robin among ties (request-static routing).
 
         Plain round-robin left replicas of static-batching executors unevenly loaded under
         heavy-tailed requests (benchmarks/README.md); the counts are free, kept as calls go out.
@@ -158,43 +191,32 @@ class TaskManager:
         self._next += 1
         return best
 
-    async def pick_least_loaded(self) -> Replica:
+    async def _least_loaded(self) -> Replica:
         """Ask every healthy replica for its queue depth and take the shortest (dynamic routing)."""
         healthy = [r for r in self.replicas if r.healthy]
         if not healthy:
             raise NoReplicaError(f"{self.name} has no healthy replica (of {len(self.replicas)})")
-        depths = await asyncio.gather(*(r.handle.queue_depth.remote() for r in healthy), return_exceptions=True)
+        depths = await asyncio.gather(*(self.pool.queue_depth(r) for r in healthy), return_exceptions=True)
         scored = [(d, i) for i, d in enumerate(depths) if isinstance(d, int)]
         if not scored:
             raise NoReplicaError(f"no replica of {self.name} answered")
         return healthy[min(scored)[1]]
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Wait until some replica is healthy (restarts in progress)."""
-        starting = [r.starting for r in self.replicas if r.starting is not None and not r.starting.done()]
-        if starting and not any(r.healthy for r in self.replicas):
-            await asyncio.wait(starting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        """Wait until some replica is healthy (restarts in progress), at most `timeout_s`."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not any(r.healthy for r in self.replicas):
+            starting = [r.starting for r in self.replicas if r.starting is not None and not r.starting.done()]
+            left = deadline - asyncio.get_running_loop().time()
+            if not starting or left <= 0:
+                return
+            await asyncio.wait(starting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
     def queue_depth(self) -> int:
-        """Invocations in flight on this deployment, as counted by the dispatcher."""
+        """Invocations in flight on this deployment: the leases held."""
         return sum(r.in_flight for r in self.replicas)
 
     async def close(self) -> None:
         """Stop every replica."""
-        await asyncio.gather(*(_stop(r.handle) for r in self.replicas))
+        await asyncio.gather(*(self.pool.stop(r) for r in self.replicas))
         self.replicas.clear()
-
-
-async def _stop(handle: Any) -> None:
-    if handle is None:
-        return
-    import ray
-
-    try:
-        await asyncio.wait_for(handle.stop.remote(), 5)
-    except Exception:  # noqa: BLE001 - already dead or stuck: killing is what matters
-        pass
-    try:
-        ray.kill(handle, no_restart=True)
-    except Exception:  # noqa: BLE001
-        pass

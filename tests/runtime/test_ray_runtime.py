@@ -233,3 +233,87 @@ def test_dynamic_policy_asks_replicas_and_serves_the_same_answers(ray_cluster):
 
     answers = run(scenario)
     assert [a.tokens[-1] for a in answers] == [f"d{i}" for i in range(10)]
+
+
+def _manager(runtime, class_name):
+    return next(m for m in runtime.managers.values() if type(m.task).__name__ == class_name)
+
+
+def test_the_images_of_one_request_spread_over_the_encoder_replicas(ray_cluster):
+    async def scenario(runtime):
+        from prismserve.executors import SimProfile
+        from prismserve.runtime.task_manager import Lease
+
+        runtime.default_profile = SimProfile(latency_s=0.5)
+        app = await runtime.register_app(SOLO, "solo")
+        encoder = _manager(runtime, "EncoderTask")
+        await runtime.resources.create_cell("solo", 1, {encoder.key: 1}, runtime.managers)
+        busy, idle = encoder.replicas
+        held = [Lease(busy), Lease(busy)]  # calls of other requests
+        graph = app.tasks["mllm"].record(ChatRequest.of("x", images=[b"a", b"b", b"c", b"d"]))
+        running = asyncio.get_running_loop().create_task(runtime.dispatcher.execute(graph))
+        for _ in range(100):  # until the four encoder calls are out
+            await asyncio.sleep(0.01)
+            if encoder.queue_depth() == 6:
+                break
+        during = busy.in_flight, idle.in_flight
+        outputs = await running
+        await outputs[-1].collect()
+        for lease in held:
+            lease.release()
+        return during, busy.in_flight, idle.in_flight
+
+    (busy_during, idle_during), busy_after, idle_after = run(scenario)
+    assert busy_during > 2 and idle_during >= 2  # not all four on the idle replica
+    assert busy_during + idle_during == 6
+    assert busy_after == idle_after == 0
+
+
+def test_a_killed_encoder_restarts_alone_its_slab_is_reclaimed_and_the_request_is_served(ray_cluster):
+    async def scenario(runtime):
+        import glob
+
+        import ray
+
+        from prismserve.executors import SimProfile
+
+        runtime.values = {}  # synthesised outputs: 1 MiB embeddings, held in the encoder's slab
+        runtime.default_profile = SimProfile(payload_bytes=1 << 20, items=4, latency_s=0.6)
+        app = await runtime.register_app(SOLO, "solo")
+        encoder, llm = _manager(runtime, "EncoderTask"), _manager(runtime, "LLMTask")
+        victim = encoder.replicas[0]
+        slabs = f"/dev/shm/prismserve-{victim.info['pid']}-*"
+        assert glob.glob(slabs)
+        with use_dispatcher(runtime.dispatcher):
+            serving = asyncio.get_running_loop().create_task(app.serve(ChatRequest.of("x", images=[b"a"])))
+            await asyncio.sleep(0.3)  # the encoder is working on the request
+            ray.kill(victim.handle, no_restart=True)
+            answer = await serving
+        return answer, victim, [r.restarts for r in llm.replicas], glob.glob(slabs)
+
+    answer, victim, llm_restarts, left = run(scenario)
+    assert answer.tokens == ["t0", "t1", "t2", "t3"]  # run again once the encoder was back
+    assert victim.restarts == 1 and victim.healthy
+    assert llm_restarts == [0]  # the healthy consumer was left alone
+    assert left == []  # the dead replica's 64 MiB slab is gone from /dev/shm
+
+
+def test_requests_wait_for_the_only_replica_while_it_restarts(ray_cluster):
+    async def scenario(runtime):
+        import ray
+
+        app = await runtime.register_app(SOLO, "solo")
+        victim = _manager(runtime, "LLMTask").replicas[0]
+        ray.kill(victim.handle, no_restart=True)
+        for _ in range(400):  # the health checker notices and starts a new actor
+            if not victim.healthy:
+                break
+            await asyncio.sleep(0.01)
+        assert not victim.healthy
+        with use_dispatcher(runtime.dispatcher):
+            answers = await asyncio.gather(*(app.serve(ChatRequest.of(f"w{i}")) for i in range(4)))
+        return answers, victim
+
+    answers, victim = run(scenario)
+    assert [a.tokens[-1] for a in answers] == ["w0", "w1", "w2", "w3"]
+    assert victim.restarts == 1 and victim.in_flight == 0

@@ -1,0 +1,142 @@
+"""The task manager's bookkeeping against a fake replica pool: leases, picks, restarts. No Ray."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from prismserve.executors.spec import ExecutorSpec
+from prismserve.runtime.pool import ReplicaPool
+from prismserve.runtime.task_manager import Lease, NoReplicaError, Placement, TaskManager
+from prismserve.toy.tasks import EncoderTask
+
+
+class FakePool(ReplicaPool):
+    """Replicas that start after `start_s` (or fail to, while `broken`) and report set depths."""
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self.start_s = start_s
+        self.broken = False
+        self.started = 0
+        self.stopped = 0
+        self.depths: dict[int, int] = {}
+
+    async def start(self, manager, replica) -> None:
+        await asyncio.sleep(self.start_s)
+        if self.broken:
+            raise RuntimeError("the executor did not load")
+        self.started += 1
+        replica.handle = f"fake-{replica.id}-{self.started}"
+        replica.actor_id = replica.handle
+
+    async def stop(self, replica) -> None:
+        self.stopped += 1
+
+    async def health(self, replica) -> None:
+        return None
+
+    async def queue_depth(self, replica) -> int:
+        return self.depths.get(replica.id, 0)
+
+
+async def manager_with(replicas: int, pool: FakePool, restart_wait_s: float = 5.0) -> TaskManager:
+    manager = TaskManager(
+        "enc", EncoderTask(model_id="m", modality="image"), ExecutorSpec(), 0, pool=pool, restart_wait_s=restart_wait_s
+    )
+    for i in range(replicas):
+        await manager.add_replica(Placement(None, i, 1))
+    return manager
+
+
+def test_each_lease_sees_the_leases_taken_before_it():
+    async def scenario():
+        manager = await manager_with(2, FakePool())
+        busy, idle = manager.replicas
+        Lease(busy), Lease(busy)  # two calls of other requests are out on `busy`
+        picks = [(await manager.lease()).replica for _ in range(4)]  # e.g. four images of one request
+        return picks, busy, idle
+
+    picks, busy, idle = asyncio.run(scenario())
+    assert picks[:2] == [idle, idle]  # the less loaded replica first, until it is as loaded
+    assert busy in picks[2:] and idle in picks[2:]  # then both: the request is spread
+    assert busy.in_flight == idle.in_flight == 3
+
+
+def test_in_flight_counts_stay_exact_across_restarts_and_double_releases():
+    async def scenario():
+        manager = await manager_with(1, FakePool())
+        (replica,) = manager.replicas
+        leases = [await manager.lease() for _ in range(3)]
+        for _ in range(2):  # two restarts while the three calls are out
+            await manager.restart(replica, "test")
+        during = replica.in_flight
+        for lease in leases:
+            lease.release()
+            lease.release()  # a second release is a no-op
+        after = replica.in_flight
+        fresh = await manager.lease()
+        return during, after, replica, fresh, manager
+
+    during, after, replica, fresh, manager = asyncio.run(scenario())
+    assert during == 3  # the restart does not forget calls still out
+    assert after == 0  # and they give their leases back once: never negative
+    assert replica.restarts == 2 and replica.healthy
+    assert fresh.replica is replica and manager.queue_depth() == 1
+
+
+def test_a_lease_waits_for_the_only_replica_to_restart():
+    async def scenario():
+        pool = FakePool()
+        manager = await manager_with(1, pool)
+        (replica,) = manager.replicas
+        pool.start_s = 0.3
+        manager.restart(replica, "test")
+        assert not replica.healthy
+        lease = await manager.lease()
+        return lease, replica
+
+    lease, replica = asyncio.run(scenario())
+    assert lease.replica is replica and replica.healthy and replica.restarts == 1
+
+
+def test_the_wait_for_a_restart_is_bounded():
+    async def scenario():
+        pool = FakePool()
+        manager = await manager_with(1, pool, restart_wait_s=0.2)
+        pool.start_s = 30.0
+        manager.restart(manager.replicas[0], "test")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(NoReplicaError, match="no healthy replica"):
+            await manager.lease()
+        return loop.time() - began
+
+    assert 0.15 < asyncio.run(scenario()) < 5
+
+
+def test_a_failed_restart_fails_the_lease_without_waiting_it_out():
+    async def scenario():
+        pool = FakePool()
+        manager = await manager_with(1, pool, restart_wait_s=30.0)
+        pool.broken = True
+        await manager.restart(manager.replicas[0], "test")
+        with pytest.raises(NoReplicaError):
+            await asyncio.wait_for(manager.lease(), 5)
+        pool.broken = False
+        await manager.check_health(timeout_s=1.0)  # retries the restart
+        await manager.replicas[0].starting
+        return await manager.lease()
+
+    assert asyncio.run(scenario()).replica.healthy
+
+
+def test_dynamic_leases_go_to_the_shortest_reported_queue():
+    async def scenario():
+        pool = FakePool()
+        manager = await manager_with(3, pool)
+        pool.depths = {manager.replicas[0].id: 5, manager.replicas[1].id: 1, manager.replicas[2].id: 3}
+        return manager, await manager.lease(dynamic=True)
+
+    manager, lease = asyncio.run(scenario())
+    assert lease.replica is manager.replicas[1] and lease.replica.in_flight == 1
