@@ -39,7 +39,7 @@ async def latency(runtime, app, dispatcher, requests: int) -> list[float]:
     with use_dispatcher(dispatcher):
         for _ in range(requests):
             start = time.perf_counter()
-            async with runtime.request_scope():
+            async with runtime.request_scope(app.name):
                 answer = await app.serve(REQUEST)
             samples.append(time.perf_counter() - start)
             assert len(answer.tokens) == 4
@@ -52,7 +52,7 @@ async def throughput(runtime, app, dispatcher, requests: int, concurrency: int) 
     async def client():
         with use_dispatcher(dispatcher):
             for _ in remaining:
-                async with runtime.request_scope():
+                async with runtime.request_scope(app.name):
                     await app.serve(REQUEST)
 
     start = time.perf_counter()

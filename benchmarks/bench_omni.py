@@ -44,7 +44,7 @@ async def one(app, request: ChatRequest, runtime) -> tuple[float, float]:
     """End-to-end latency and time to the first text of one request, served as the gateway serves it."""
     start = time.perf_counter()
     first = None
-    async with runtime.request_scope():
+    async with runtime.request_scope(app.name):
         async for chunk in await app.serve(request):
             if chunk.text and first is None:
                 first = time.perf_counter() - start

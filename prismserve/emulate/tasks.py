@@ -16,6 +16,7 @@ from prismserve.app.chat import ChatCompletion, ChatRequest
 from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.model import EmulatedModel
 from prismserve.task import DataHandle, Task, TaskInput, TaskOutput, UnitTask, replayable_choice
+from prismserve.task.routing import current_routing
 
 
 class StageInput(TaskInput):
@@ -76,7 +77,10 @@ def request_spec(request: ChatRequest) -> RequestSpec:
 
 
 class EmulatedTask(Task[ChatRequest, StageOutput]):
-    """An emulated model served along planned paths; `executors` maps executor names to their unit tasks."""
+    """An emulated model served along planned paths; `executors` maps executor names to their unit tasks.
+
+    Path probabilities come from the plan deployed for the app (`current_routing`), else `routing`.
+    """
 
     spec: InstanceOf[EmulatedModel]
     routing: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -87,17 +91,13 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
         }
         self._paths: dict[tuple[str, ...], dict[str, list[tuple[str, tuple[str, ...]]]]] = {}
 
-    def apply_routing(self, routing: dict[str, dict[str, float]]) -> None:
-        """Take a deployed plan's path probabilities."""
-        self.routing = {t: dict(p) for t, p in routing.items()}
-
     def invoke(self, request: ChatRequest) -> StageOutput:
         spec = request_spec(request)
         work = self.spec.costs.work(spec)
         needs = self.spec.costs.needs(spec)
         paths = self._paths.get(needs) or self._paths.setdefault(needs, self.spec.paths(needs))
         names = sorted(paths)
-        planned = self.routing.get(request.request_type)
+        planned = (current_routing.get() or self.routing).get(request.request_type)
         # A type the plan does not route is spread over all its paths.
         weights = [planned.get(n, 0.0) for n in names] if planned and any(planned.get(n) for n in names) else None
         output = None

@@ -112,7 +112,7 @@ class Served:
         """The whole (non-streaming) response."""
         with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
             try:
-                async with self.runtime.request_scope():
+                async with self.runtime.request_scope(self.app.name):
                     with use_dispatcher(self.runtime.dispatcher):
                         result = await self.app.serve(self.request)
                         if self.app.streaming:
@@ -152,7 +152,7 @@ class Served:
         status = "error"
         try:
             with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
-                async with self.runtime.request_scope():
+                async with self.runtime.request_scope(self.app.name):
                     with use_dispatcher(self.runtime.dispatcher):
                         first = True
                         async for chunk in _as_stream(await self.app.serve(self.request)):

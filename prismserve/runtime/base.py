@@ -11,6 +11,7 @@ from prismserve.app import App, AppRegistry, load_app_source
 from prismserve.runtime.plan import DeploymentPlan
 from prismserve.task import Dispatcher, LocalDispatcher
 from prismserve.task.local import LocalExecutor
+from prismserve.task.routing import Routing, use_routing
 
 
 class Runtime(ABC):
@@ -35,10 +36,17 @@ class Runtime(ABC):
         """Stop every executor the runtime started."""
 
     @contextlib.asynccontextmanager
-    async def request_scope(self) -> AsyncIterator[None]:
-        """Wrap the handling of one request (until its response is fully sent): what the request's
-        task graphs left behind (payloads, streams) is released when the block ends."""
-        yield
+    async def request_scope(self, app_name: str | None = None) -> AsyncIterator[None]:
+        """Wrap the handling of one request of `app_name` (until its response is fully sent): its
+        routers follow the plan deployed for that app, and what its task graphs left behind
+        (payloads, streams) is released when the block ends."""
+        plan = self.plans.get(app_name) if app_name is not None else None
+        with use_routing(plan.routing if plan is not None else None), self._graph_scope():
+            yield
+
+    def _graph_scope(self) -> contextlib.AbstractContextManager[None]:
+        """Where the graphs executed for one request are tracked until it ends."""
+        return contextlib.nullcontext()
 
     async def register_app(self, source: str, name: str, filename: str | None = None) -> App:
         """Load, validate and register an app from its source; deploy what it needs.
@@ -67,6 +75,7 @@ class Runtime(ABC):
         unknown = sorted((set(plan.replicas()) | set(plan.profiles)) - set(names))
         if unknown:
             raise ValueError(f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}")
+        _check_routing(app, plan.routing)
         await self._on_deploy(app, plan)
         self.plans[app_name] = plan
 
@@ -98,6 +107,17 @@ class Runtime(ABC):
 
     def _deployment_status(self, key: str) -> dict[str, Any]:
         return {}
+
+
+def _check_routing(app: App, routing: Routing) -> None:
+    """Raise ValueError if the plan's routing names a path one of the app's routers does not have."""
+    stack = list(app.tasks.values())
+    while stack:
+        task = stack.pop()
+        check = getattr(task, "check_routing", None)
+        if check is not None:
+            check(routing)
+        stack.extend(task.subtasks())
 
 
 class LocalRuntime(Runtime):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prismserve.app import App
@@ -88,10 +88,8 @@ class RayRuntime(Runtime):
             await manager.close()
         self.managers.clear()
 
-    @contextlib.asynccontextmanager
-    async def request_scope(self) -> AsyncIterator[None]:
-        with request_scope():
-            yield
+    def _graph_scope(self) -> contextlib.AbstractContextManager[None]:
+        return request_scope()
 
     def queue_depths(self) -> dict[str, int]:
         return {key: manager.queue_depth() for key, manager in self.managers.items()}
@@ -144,8 +142,6 @@ class RayRuntime(Runtime):
         # Cells kept from before run replicas with the old profile: replace those.
         await asyncio.gather(*(manager.respec(manager.spec) for manager in respecced))
         log.info("plan for %s applied: %d cells added, %d removed", app.name, added, removed)
-        for task in app.tasks.values():
-            _apply_routing(task, plan.routing)
 
     def _spec(self, task: UnitTask[Any, Any], profile: SimProfile | None) -> ExecutorSpec:
         # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
@@ -192,12 +188,3 @@ class RayRuntime(Runtime):
                 except Exception:  # noqa: BLE001 - keep checking the others
                     log.exception("health check of %s failed", manager.name)
 
-
-def _apply_routing(task: Any, routing: dict[str, dict[str, float]]) -> None:
-    """Give the plan's path probabilities to every router composite (tasks with `apply_routing`)."""
-    stack = [task]
-    while stack:
-        current = stack.pop()
-        if hasattr(current, "apply_routing"):
-            current.apply_routing(routing)
-        stack.extend(current.subtasks())

@@ -7,14 +7,16 @@ from typing import Any
 from pydantic import Field, InstanceOf, model_validator
 
 from prismserve.task import Task, replayable_choice
+from prismserve.task.routing import Routing, current_routing
 
 
 class Router(Task[Any, Any]):
     """Samples one of `paths` per request from the plan's probabilities for its request type.
 
     `paths` maps path names (as in the plan, e.g. `E->L`) to composites that each run the whole
-    request a different way. `routing[request_type][path]` comes from the deployed plan; a request
-    type the plan does not mention is spread evenly over all paths. The choice is made with
+    request a different way. The probabilities come from the plan deployed for the app being served
+    (`prismserve.task.routing.current_routing`, set by the runtime per request), else from
+    `routing`; a request type they do not mention is spread evenly over all paths. The choice is made with
     `replayable_choice`, so replay follows the recorded path. Chat requests name their type
     (`ChatRequest.request_type`: `text`, `image+text` …); override `request_type` for others.
     """
@@ -24,19 +26,15 @@ class Router(Task[Any, Any]):
 
     @model_validator(mode="after")
     def _known_paths(self) -> Router:
-        self._check(self.routing)
+        self.check_routing(self.routing)
         return self
 
-    def _check(self, routing: dict[str, dict[str, float]]) -> None:
+    def check_routing(self, routing: Routing) -> None:
+        """Raise ValueError if `routing` names a path this router does not have (checked on deploy)."""
         for request_type, probabilities in routing.items():
             unknown = sorted(set(probabilities) - set(self.paths))
             if unknown:
                 raise ValueError(f"routing[{request_type!r}] names paths {unknown}; the router has {sorted(self.paths)}")
-
-    def apply_routing(self, routing: dict[str, dict[str, float]]) -> None:
-        """Take a new plan's path probabilities (called by the runtime when a plan is deployed)."""
-        self._check(routing)
-        self.routing = {t: dict(p) for t, p in routing.items()}
 
     def request_type(self, request: Any) -> str:
         """The plan's name for this request's type (a chat request's `request_type`, else `default`)."""
@@ -44,6 +42,6 @@ class Router(Task[Any, Any]):
 
     def invoke(self, request: Any) -> Any:
         names = list(self.paths)
-        probabilities = self.routing.get(self.request_type(request))
+        probabilities = (current_routing.get() or self.routing).get(self.request_type(request))
         weights = [probabilities.get(n, 0.0) for n in names] if probabilities else None
         return self.paths[names[replayable_choice(len(names), weights)]].invoke(request)

@@ -18,6 +18,7 @@ from prismserve.emulate.costs import internvl_tiles, qwen_image_tokens
 from prismserve.emulate.tasks import EmulatedTask, StageOutput, request_spec
 from prismserve.planner import plan_for_budget
 from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.task.routing import use_routing
 
 
 def jpeg(size: tuple[int, int]) -> bytes:
@@ -81,10 +82,10 @@ def test_requests_follow_the_routed_path_with_the_work_of_each_role():
         return StageOutput(payload=[0.0])
 
     request = ChatRequest.of("what is this", images=[jpeg((684 // 18 * 28, 18 * 28))], audio_out=True, max_tokens=129)
-    task.apply_routing({request.request_type: {"I->IVAL->G": 1.0}})
+    routing = {request.request_type: {"I->IVAL->G": 1.0}}
 
     async def run():
-        with use_dispatcher(LocalDispatcher({"sim": sim})):
+        with use_dispatcher(LocalDispatcher({"sim": sim})), use_routing(routing):
             return await task(request)
 
     asyncio.run(run())

@@ -56,7 +56,7 @@ def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster
 
         async def one(request):
             with use_dispatcher(runtime.dispatcher):
-                async with runtime.request_scope():
+                async with runtime.request_scope("mllm"):  # the plan deployed for the app routes it
                     return await app.serve(request)
 
         original = runtime.dispatcher.execute

@@ -1,0 +1,57 @@
+"""A deployed plan's routing reaches the app's routers through context; no task object changes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+from runtime_apps import ROUTED_MLLM
+
+from prismserve.app.chat import ChatRequest
+from prismserve.runtime import DeploymentPlan, LocalRuntime
+from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.toy.executors import EXECUTORS
+
+ONLY_EL = {"cells": [], "routing": {"text": {"EL": 1.0}}}
+
+
+def paths_taken(runtime: LocalRuntime, app_name: str, requests: int = 40, scoped: bool = True) -> Counter:
+    """How many requests took each path (EL runs the LLM with its own encoders)."""
+    taken: Counter = Counter()
+    dispatcher = LocalDispatcher(EXECUTORS, on_graph=lambda g: taken.update(["EL" if g.nodes[-1].task.with_encoders else "E->L"]))
+    app = runtime.registry.get(app_name)
+
+    async def serve_all():
+        with use_dispatcher(dispatcher):
+            for i in range(requests):
+                if scoped:
+                    async with runtime.request_scope(app_name):
+                        await app.serve(ChatRequest.of(f"q{i}"))
+                else:
+                    await app.serve(ChatRequest.of(f"q{i}"))
+
+    asyncio.run(serve_all())
+    return taken
+
+
+def test_the_plan_routes_its_app_only_inside_the_request_scope():
+    runtime = LocalRuntime(EXECUTORS)
+    asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
+    asyncio.run(runtime.register_app(ROUTED_MLLM, "unplanned"))
+    asyncio.run(runtime.deploy("planned", DeploymentPlan.model_validate(ONLY_EL)))
+
+    assert paths_taken(runtime, "planned") == Counter({"EL": 40})
+    # The same app's routers outside a request scope, and another app, keep their own (even) split.
+    assert set(paths_taken(runtime, "planned", scoped=False)) == {"EL", "E->L"}
+    assert set(paths_taken(runtime, "unplanned")) == {"EL", "E->L"}
+    router = runtime.registry.get("planned").tasks["router"]
+    assert router.routing == {}  # the deployment changed no task object
+
+
+def test_a_plan_naming_a_path_the_router_lacks_is_refused():
+    runtime = LocalRuntime(EXECUTORS)
+    asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
+    bad = DeploymentPlan.model_validate({"cells": [], "routing": {"text": {"E->L->G": 1.0}}})
+    with pytest.raises(ValueError, match=r"names paths \['E->L->G'\]"):
+        asyncio.run(runtime.deploy("planned", bad))
