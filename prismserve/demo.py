@@ -23,7 +23,8 @@ from typing import Any
 
 from prismserve.app import AppRegistry, load_app_source
 from prismserve.app.chat import ChatRequest
-from prismserve.task import LocalDispatcher, TaskGraph, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import TaskGraph, use_dispatcher
 
 APP_SOURCE = """
 from collections.abc import AsyncIterator

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from prismserve.executors.base import Executor
 from prismserve.task import UnitTask
-from prismserve.task.local import LocalExecutor
 
 
 def load_executor_class(task_class: type[UnitTask[Any, Any]]) -> type[Executor]:
@@ -48,8 +47,8 @@ class InProcessExecutors:
         await executor.load()
         return executor
 
-    def callables(self, task_classes: Iterable[type[UnitTask[Any, Any]]]) -> dict[str, LocalExecutor]:
-        """LocalDispatcher executors (by executor kind) running these task classes on real executors."""
+    def callables(self, task_classes: Iterable[type[UnitTask[Any, Any]]]) -> dict[str, Callable[[UnitTask[Any, Any], Any], Any]]:
+        """Executor functions by executor kind (for LocalDispatcher) running these task classes on real executors."""
 
         async def run(task: UnitTask[Any, Any], task_input: Any) -> Any:
             return await (await self.get(task)).run(task_input)

@@ -80,15 +80,16 @@ class SimExecutor(Executor):
         await self._service(task_input)
         if self._values is None:
             return synthesize(type(self.task).output_type, self.profile)
-        result = self._values(self.task, task_input)
-        return await result if inspect.isawaitable(result) else result
+        return await self._value(task_input)
 
     async def stream(self, task_input: Any) -> AsyncIterator[Any]:
         await self._service(task_input)
         if self._values is None:
             source: AsyncIterator[Any] = _synthesized_items(type(self.task).output_type, self.profile.items)
-        else:
+        elif inspect.isasyncgenfunction(self._values):
             source = self._values(self.task, task_input)
+        else:  # a function that returns a Stream (or another async iterable)
+            source = await self._value(task_input)
         self._decoding += 1
         try:
             async for item in source:
@@ -96,6 +97,14 @@ class SimExecutor(Executor):
                 await _sleep(self.profile.item_s * (1 + self.profile.batch_growth * (self._decoding - 1)))
         finally:
             self._decoding -= 1
+
+
+    async def _value(self, task_input: Any) -> Any:
+        """The value function's result; a plain function runs in a worker thread (it may block)."""
+        if inspect.iscoroutinefunction(self._values):
+            return await self._values(self.task, task_input)
+        result = await asyncio.to_thread(self._values, self.task, task_input)  # type: ignore[arg-type]
+        return await result if inspect.isawaitable(result) else result
 
 
 class SharedEngine:

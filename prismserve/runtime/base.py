@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from prismserve.app import App, AppRegistry, load_app_source
+from prismserve.runtime.local import LocalDispatcher, LocalExecutor
 from prismserve.runtime.plan import DeploymentPlan
-from prismserve.task import Dispatcher, LocalDispatcher
-from prismserve.task.local import LocalExecutor
+from prismserve.task import Dispatcher
 from prismserve.task.routing import Routing, use_routing
 
 
@@ -121,12 +121,16 @@ def _check_routing(app: App, routing: Routing) -> None:
 
 
 class LocalRuntime(Runtime):
-    """Everything in this process: unit tasks run on Python callables per executor kind."""
+    """Everything in this process: one in-process replica per deployment, running the executor
+    function given for its unit task's kind, else the real executor the task names."""
 
-    def __init__(self, executors: Mapping[str, LocalExecutor]) -> None:
+    def __init__(self, executors: Mapping[str, LocalExecutor] | None = None) -> None:
         super().__init__()
         self._dispatcher = LocalDispatcher(executors)
 
     @property
     def dispatcher(self) -> Dispatcher:
         return self._dispatcher
+
+    async def close(self) -> None:
+        await self._dispatcher.close()

@@ -1,8 +1,9 @@
-"""RayDispatcher: sends every invocation of a graph to a replica at once; data flows replica to replica.
+"""ReplicaDispatcher: sends every invocation of a graph to a replica at once; data flows replica to replica.
 
-Each consumer's call names its producers' result objects as arguments, so Ray starts it once its
-inputs exist and moves the (small) outputs straight between replicas; large payloads stay in the
-producers' shared-memory slabs (see dataplane). The gateway only receives the outputs replay needs.
+One dispatcher for every runtime: the replicas' pool (Ray actors, or in process) carries the calls.
+Each consumer's call names its producers' result references, so it starts once its inputs exist and
+the (small) outputs move straight between replicas; large payloads stay in the producers'
+shared-memory slabs (see dataplane). The caller only receives the outputs replay needs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from opentelemetry import propagate
@@ -31,7 +33,7 @@ _tracer = otel_trace.get_tracer("prismserve.dispatcher")
 RoutingPolicy = Literal["static", "dynamic"]
 
 # Graphs executed inside a request scope: released together when the scope closes.
-_scope: ContextVar[list[tuple[str, list[Replica], RayDispatcher]] | None] = ContextVar(
+_scope: ContextVar[list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] | None] = ContextVar(
     "prismserve_request_scope", default=None
 )
 
@@ -44,7 +46,17 @@ class InputLost(ReplicaDied):
     """An invocation's input was lost with the replica that produced it."""
 
 
-class RayDispatcher:
+@dataclass(slots=True)
+class _Sent:
+    """One invocation of an attempt: where it went and the reference of its result."""
+
+    node: Invocation
+    manager: TaskManager
+    lease: Lease
+    ref: Any = None
+
+
+class ReplicaDispatcher:
     """Executes task graphs on the replicas of the deployments' task managers."""
 
     def __init__(
@@ -57,7 +69,7 @@ class RayDispatcher:
         self.policy = policy
         self.release_after_s = release_after_s
         self.release_batch_s = 0.05
-        self._releases: dict[int, tuple[Any, list[str]]] = {}
+        self._releases: dict[int, tuple[TaskManager, Replica, list[str]]] = {}
         self._id_prefix = f"{os.getpid():x}{uuid.uuid4().hex[:6]}-"
         self._request_ids = itertools.count()
         self._flush: asyncio.TimerHandle | None = None
@@ -84,94 +96,100 @@ class RayDispatcher:
         carrier: dict[str, str] = {}
         if otel_trace.get_current_span().is_recording():
             propagate.inject(carrier)
-        nodes = graph.nodes
-        leases = await self._leases(graph)
-        managers = [self.managers[node.task_key] for node in nodes]
-        refs: list[Any] = [None] * len(nodes)
+        sent = await self._leases(graph)
         try:
-            # Invocations at the same depth on the same replica are independent: one Ray call runs them all.
-            for group in _groups(graph, [lease.replica for lease in leases]):
-                producers = sorted({p for i in group for p in nodes[i].producers})
-                calls = [Call(request, i, nodes[i].input, nodes[i].producers, carrier) for i in group]
-                handle = leases[group[0]].replica.handle
-                result = handle.invoke.options(num_returns=len(group)).remote(calls, producers, *(refs[p] for p in producers))
-                for i, ref in zip(group, [result] if len(group) == 1 else result):
-                    refs[i] = ref
+            self._submit(request, sent, carrier)
         except BaseException:
-            for lease in leases:
-                lease.release()
+            for each in sent:
+                each.lease.release()
             raise
-        self._track(request, [lease.replica for lease in leases])
+        self._track(request, [(each.manager, each.lease.replica) for each in sent])
         # Outputs that are only streams are handed back at once and fill as the replicas produce;
         # the others (data handles) are awaited: replay needs them to exist.
-        outputs: list[Any] = [None] * len(nodes)
-        awaited = []
-        feeds = []
-        for node, ref, manager, lease in zip(nodes, refs, managers, leases):
-            if _streams_only(node):
-                call = Call(request, node.index, node.input, node.producers, carrier)
-                resend = self._sender(call, [refs[p] for p in node.producers])
-                outputs[node.index], feed = self._streaming(node, ref, manager, lease, resend)
+        outputs: list[Any] = [None] * len(sent)
+        awaited, feeds = [], []
+        for each in sent:
+            if _streams_only(each.node):
+                call = Call(request, each.node.index, each.node.input, each.node.producers, carrier)
+                outputs[each.node.index], feed = self._streaming(each, self._sender(call, sent))
                 feeds.append(feed)
             else:
-                awaited.append(node)
-        results = await asyncio.gather(*(self._result(refs[n.index], leases[n.index]) for n in awaited), return_exceptions=True)
-        for node, result in zip(awaited, results):
+                awaited.append(each)
+        results = await asyncio.gather(*(self._result(each.manager, each.ref, each.lease) for each in awaited), return_exceptions=True)
+        for each, result in zip(awaited, results, strict=True):
             if isinstance(result, BaseException):
                 for feed in feeds:  # the attempt is abandoned: its streams must not resend
                     feed.cancel()
-                raise self._failure(node.index, managers[node.index], leases[node.index], result) from result
-            outputs[node.index] = localize(result)
+                raise self._failure(each.node.index, each.manager, each.lease, result) from result
+            outputs[each.node.index] = localize(result)
         return outputs
 
-    async def _leases(self, graph: TaskGraph) -> list[Lease]:
+    async def _leases(self, graph: TaskGraph) -> list[_Sent]:
         """One lease per invocation, taken in order: each pick sees the request's earlier picks."""
-        leases: list[Lease] = []
+        sent: list[_Sent] = []
         try:
             for node in graph.nodes:
-                manager = self.managers.get(node.task_key)
-                if manager is None:
-                    raise DispatchError(
-                        f"call #{node.index} ({type(node.task).__name__}) has no deployment: register the app that uses it"
-                    )
-                try:
-                    leases.append(await manager.lease(dynamic=self.policy == "dynamic"))
-                except NoReplicaError as exc:
-                    raise DispatchError(f"call #{node.index} ({manager.name}) cannot run: {exc}") from None
+                manager = await self._manager(node)
+                sent.append(_Sent(node, manager, await self._lease(node.index, manager)))
         except BaseException:
-            for lease in leases:
-                lease.release()
+            for each in sent:
+                each.lease.release()
             raise
-        return leases
+        return sent
+
+    async def _manager(self, node: Invocation) -> TaskManager:
+        """The task manager of an invocation's deployment."""
+        manager = self.managers.get(node.task_key)
+        if manager is None:
+            raise DispatchError(
+                f"call #{node.index} ({type(node.task).__name__}) has no deployment: register the app that uses it"
+            )
+        return manager
+
+    async def _lease(self, index: int, manager: TaskManager) -> Lease:
+        try:
+            return await manager.lease(dynamic=self.policy == "dynamic")
+        except NoReplicaError as exc:
+            raise DispatchError(f"call #{index} ({manager.name}) cannot run: {exc}") from None
 
     @staticmethod
-    def _sender(call: Call, produced: list[Any]) -> Callable[[Replica], Any]:
-        """Sends `call` again, alone, to another replica (its producers' results are still held)."""
-        return lambda replica: replica.handle.invoke.remote([call], call.producers, *produced)
+    def _submit(request: str, sent: list[_Sent], carrier: dict[str, str]) -> None:
+        """Send every invocation; those at the same depth on the same replica are independent and
+        travel in one call."""
+        for group in _groups([each.node for each in sent], [each.lease.replica for each in sent]):
+            producers = sorted({p for i in group for p in sent[i].node.producers})
+            calls = [Call(request, i, sent[i].node.input, sent[i].node.producers, carrier) for i in group]
+            first = sent[group[0]]
+            refs = first.manager.pool.submit(first.lease.replica, calls, producers, [sent[p].ref for p in producers])
+            for i, ref in zip(group, refs, strict=True):
+                sent[i].ref = ref
 
-    async def _answer(self, node: Invocation, ref: Any, manager: TaskManager, lease: Lease, resend: Callable[[Replica], Any]) -> Any:
+    @staticmethod
+    def _sender(call: Call, sent: list[_Sent]) -> Callable[[TaskManager, Replica], Any]:
+        """Sends `call` again, alone, to another replica (its producers' results are still held)."""
+        produced = [sent[p].ref for p in call.producers]
+        return lambda manager, replica: manager.pool.submit(replica, [call], call.producers, produced)[0]
+
+    async def _answer(self, sent: _Sent, resend: Callable[[TaskManager, Replica], Any]) -> Any:
         """The invocation's result; a call whose own replica died is sent once more to a healthy one."""
+        index, manager = sent.node.index, sent.manager
         try:
-            return await self._result(ref, lease)
+            return await self._result(manager, sent.ref, sent.lease)
         except BaseException as exc:  # noqa: BLE001 - classified below
-            error = self._failure(node.index, manager, lease, exc)
+            error = self._failure(index, manager, sent.lease, exc)
             if not isinstance(error, ReplicaDied) or isinstance(error, InputLost):
                 raise error from exc
-            log.warning("resending call #%d after its replica died: %s", node.index, error)
+            log.warning("resending call #%d after its replica died: %s", index, error)
+        lease = await self._lease(index, manager)
         try:
-            lease = await manager.lease(dynamic=self.policy == "dynamic")
-        except NoReplicaError as exc:
-            raise DispatchError(f"call #{node.index} ({manager.name}) cannot run: {exc}") from None
-        try:
-            return await self._result(resend(lease.replica), lease)
+            return await self._result(manager, resend(manager, lease.replica), lease)
         except BaseException as exc:  # noqa: BLE001 - the second failure is final
-            raise self._failure(node.index, manager, lease, exc) from exc
+            raise self._failure(index, manager, lease, exc) from exc
 
-    def _streaming(
-        self, node: Invocation, ref: Any, manager: TaskManager, lease: Lease, resend: Callable[[Replica], Any]
-    ) -> tuple[Any, asyncio.Task[None]]:
+    def _streaming(self, sent: _Sent, resend: Callable[[TaskManager, Replica], Any]) -> tuple[Any, asyncio.Task[None]]:
         """Local streams standing for a streaming invocation's output, fed once its replica answers;
         and the task feeding them."""
+        node = sent.node
         task_class = type(node.task)
         if task_class._output_fields is None:
             streams = {None: Stream(data_id(node.index))}
@@ -182,7 +200,7 @@ class RayDispatcher:
 
         async def feed() -> None:
             try:
-                result = localize(await self._answer(node, ref, manager, lease, resend))
+                result = localize(await self._answer(sent, resend))
             except BaseException as exc:  # noqa: BLE001 - the streams' readers get the failure
                 for stream in streams.values():
                     stream.fail(exc)
@@ -193,58 +211,51 @@ class RayDispatcher:
         feeding = asyncio.get_running_loop().create_task(feed())
         self._feeding.add(feeding)  # the loop keeps only weak references to tasks
         feeding.add_done_callback(self._feeding.discard)
-        feeding.add_done_callback(lambda _: lease.release())  # also when cancelled before it ran
+        feeding.add_done_callback(lambda _: sent.lease.release())  # also when cancelled before it ran
         return output, feeding
 
     @staticmethod
-    async def _result(ref: Any, lease: Lease) -> Any:
+    async def _result(manager: TaskManager, ref: Any, lease: Lease) -> Any:
         try:
-            return await ref
+            return await manager.pool.result(ref)
         finally:
             lease.release()
 
     def _failure(self, index: int, manager: TaskManager, lease: Lease, error: BaseException) -> TaskError:
-        """The error a failed call raises; restarts its replica when that replica is the one that died.
-
-        Ray reports a call whose input's producer died as a task error that is also an actor error,
-        naming the producer's actor: only the replica whose own actor died is restarted.
-        """
-        from ray.exceptions import RayActorError, RayTaskError
-
+        """The error a failed call raises; restarts its replica when that replica is the one that died."""
         replica = lease.replica
-        cause = error.cause if isinstance(error, RayTaskError) and error.cause is not None else error
-        if isinstance(cause, RayActorError):
-            dead = cause.actor_id
-            if dead == replica.actor_id or (dead is None and not isinstance(error, RayTaskError)):
-                manager.restart(replica)
-                return ReplicaDied(f"call #{index} ({manager.name}) failed: its replica {replica.id} died")
+        death = manager.pool.death(error, replica)
+        if death == "replica":
+            manager.restart(replica)
+            return ReplicaDied(f"call #{index} ({manager.name}) failed: its replica {replica.id} died")
+        if death == "input":
             return InputLost(f"call #{index} ({manager.name}) failed: an input's replica died")
+        cause = manager.pool.cause(error)
         if isinstance(cause, InvalidInputError):  # the request's fault, not the replica's
             return InvalidInputError(f"call #{index} ({manager.name}) rejected its input: {cause}")
+        if isinstance(cause, DispatchError):  # already names its call (a producer's, or a stream's)
+            return cause
         return DispatchError(f"call #{index} ({manager.name}) failed: {type(cause).__name__}: {cause}")
 
-    def _track(self, request: str, replicas: list[Replica]) -> None:
+    def _track(self, request: str, replicas: list[tuple[TaskManager, Replica]]) -> None:
         scope = _scope.get()
         if scope is not None:
             scope.append((request, replicas, self))
         else:
             asyncio.get_running_loop().call_later(self.release_after_s, self.release, request, replicas)
 
-    def release(self, request: str, replicas: list[Replica]) -> None:
+    def release(self, request: str, replicas: list[tuple[TaskManager, Replica]]) -> None:
         """Queue the release of what a graph left on its replicas; sent in batches, one call per replica."""
-        for replica in replicas:
-            self._releases.setdefault(id(replica.handle), (replica.handle, []))[1].append(request)
+        for manager, replica in replicas:
+            self._releases.setdefault(id(replica), (manager, replica, []))[2].append(request)
         if self._flush is None:
             self._flush = asyncio.get_running_loop().call_later(self.release_batch_s, self._send_releases)
 
     def _send_releases(self) -> None:
         self._flush = None
         batches, self._releases = self._releases, {}
-        for handle, requests in batches.values():
-            try:
-                handle.release.remote(requests)
-            except Exception:  # noqa: BLE001 - a dead replica has nothing left to release
-                pass
+        for manager, replica, requests in batches.values():
+            manager.pool.release(replica, requests)
 
 
 def _streams_only(node: Invocation) -> bool:
@@ -261,10 +272,10 @@ async def _fill(stream: Stream[Any], source: Any) -> None:
         await stream.drain(source)
 
 
-def _groups(graph: TaskGraph, replicas: list[Replica]) -> list[list[int]]:
+def _groups(nodes: list[Invocation], replicas: list[Replica]) -> list[list[int]]:
     """Invocation indices grouped by (depth in the graph, replica), in an order that respects dependencies."""
     depth: list[int] = []
-    for node in graph.nodes:
+    for node in nodes:
         depth.append(1 + max((depth[p] for p in node.producers), default=-1))
     groups: dict[tuple[int, int], list[int]] = {}
     for index, replica in enumerate(replicas):
@@ -275,7 +286,7 @@ def _groups(graph: TaskGraph, replicas: list[Replica]) -> list[list[int]]:
 @contextmanager
 def request_scope() -> Iterator[None]:
     """Release the payloads and streams of every graph executed inside when the block ends."""
-    graphs: list[tuple[str, list[Replica], RayDispatcher]] = []
+    graphs: list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] = []
     token = _scope.set(graphs)
     try:
         yield

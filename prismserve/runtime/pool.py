@@ -1,31 +1,40 @@
-"""ReplicaPool: how a deployment's replicas are started, asked and stopped.
+"""ReplicaPool: how a deployment's replicas are started, called and stopped.
 
-The task manager owns the bookkeeping (health, restarts, leases, picks) and leaves the mechanics
-to a pool: Ray actors in a cell's placement-group bundle in production, a fake in unit tests, so
-that the control plane's logic is tested without a cluster.
+The task manager owns the bookkeeping (health, restarts, leases, picks) and the dispatcher the
+graph; both leave the mechanics to a pool. `RayActorPool` runs each replica as a Ray actor in its
+cell's placement-group bundle, and a call's inputs travel as Ray object references between actors.
+`InProcessPool` runs the same replica class in this process, with asyncio tasks for references: the
+in-process runtime, `LocalDispatcher` and the control plane's unit tests use it, and can stop a
+replica under a call to exercise the fault paths without a cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from prismserve.runtime.replica import Call
     from prismserve.runtime.task_manager import Replica, TaskManager
+
+Death = Literal["replica", "input"]
 
 
 class ReplicaPool(ABC):
-    """Starts, health-checks and stops the replicas of task managers."""
+    """Starts, calls, health-checks and stops the replicas of task managers."""
 
     @abstractmethod
     async def start(self, manager: TaskManager, replica: Replica) -> None:
         """Start `replica` of `manager`'s deployment and load its executor; sets `handle`, `info`
-        and `actor_id`. Raises asyncio.TimeoutError after `manager.start_timeout_s`."""
+        and `actor_id`. Raises TimeoutError after `manager.start_timeout_s`."""
 
     @abstractmethod
     async def stop(self, replica: Replica) -> None:
-        """Stop `replica`'s process; never raises (a dead replica is already stopped)."""
+        """Stop `replica`; never raises (a dead replica is already stopped)."""
 
     @abstractmethod
     async def health(self, replica: Replica) -> None:
@@ -34,6 +43,28 @@ class ReplicaPool(ABC):
     @abstractmethod
     async def queue_depth(self, replica: Replica) -> int:
         """Invocations running or waiting on the replica, as the replica counts them."""
+
+    @abstractmethod
+    def submit(self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]) -> list[Any]:
+        """Send independent invocations of one graph to `replica`, with the references of their
+        producers' results (`produced`, in `producers` order); one result reference per call."""
+
+    @abstractmethod
+    async def result(self, ref: Any) -> Any:
+        """The value behind a result reference; raises the call's failure."""
+
+    @abstractmethod
+    def cause(self, error: BaseException) -> BaseException:
+        """The failure a call raised, unwrapped from the transport's error."""
+
+    @abstractmethod
+    def death(self, error: BaseException, replica: Replica) -> Death | None:
+        """Whether a call on `replica` failed because `replica` died, because the replica holding
+        one of its inputs died, or (None) for another reason."""
+
+    @abstractmethod
+    def release(self, replica: Replica, requests: list[str]) -> None:
+        """Free what executed graphs (`requests`) left on the replica; never raises."""
 
 
 class RayActorPool(ReplicaPool):
@@ -65,14 +96,10 @@ class RayActorPool(ReplicaPool):
             return
         import ray
 
-        try:
+        with contextlib.suppress(Exception):  # already dead or stuck: killing is what matters
             await asyncio.wait_for(handle.stop.remote(), 5)
-        except Exception:  # noqa: BLE001 - already dead or stuck: killing is what matters
-            pass
-        try:
+        with contextlib.suppress(Exception):
             ray.kill(handle, no_restart=True)
-        except Exception:  # noqa: BLE001
-            pass
 
     async def health(self, replica: Replica) -> None:
         await replica.handle.health.remote()
@@ -80,3 +107,131 @@ class RayActorPool(ReplicaPool):
     async def queue_depth(self, replica: Replica) -> int:
         return await replica.handle.queue_depth.remote()
 
+    def submit(self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]) -> list[Any]:
+        # Producers' references as arguments: Ray starts the call once they exist and moves the
+        # (small) outputs straight between the actors.
+        result = replica.handle.invoke.options(num_returns=len(calls)).remote(calls, producers, *produced)
+        return [result] if len(calls) == 1 else list(result)
+
+    async def result(self, ref: Any) -> Any:
+        return await ref
+
+    def cause(self, error: BaseException) -> BaseException:
+        from ray.exceptions import RayTaskError
+
+        return error.cause if isinstance(error, RayTaskError) and error.cause is not None else error
+
+    def death(self, error: BaseException, replica: Replica) -> Death | None:
+        # A call whose input's producer died fails with a task error that is also an actor error,
+        # naming the producer's actor; only an actor error naming this replica's actor is its death.
+        from ray.exceptions import RayActorError, RayTaskError
+
+        cause = self.cause(error)
+        if not isinstance(cause, RayActorError):
+            return None
+        if cause.actor_id == replica.actor_id or (cause.actor_id is None and not isinstance(error, RayTaskError)):
+            return "replica"
+        return "input"
+
+    def release(self, replica: Replica, requests: list[str]) -> None:
+        with contextlib.suppress(Exception):  # a dead replica has nothing left to release
+            replica.handle.release.remote(requests)
+
+
+class ReplicaGone(RuntimeError):
+    """An in-process replica was stopped while it held a call (the in-process form of a dead actor)."""
+
+    def __init__(self, actor_id: str) -> None:
+        super().__init__(f"replica {actor_id} was stopped")
+        self.actor_id = actor_id
+
+
+class InProcessPool(ReplicaPool):
+    """Replicas in this process: the replica class Ray runs, called directly, outputs kept local."""
+
+    _starts = itertools.count()
+
+    def __init__(self) -> None:
+        self._calls: dict[str, set[asyncio.Task[Any]]] = {}
+
+    async def start(self, manager: TaskManager, replica: Replica) -> None:
+        from prismserve.runtime.replica import ExecutorReplica
+
+        task_class = type(manager.task)
+        if manager.spec.backend == "model" and task_class.executor_env:
+            raise RuntimeError(
+                f"{task_class.__name__} runs in the {task_class.executor_env} environment, not in this process: "
+                "serve it on the Ray runtime"
+            )
+        handle = ExecutorReplica(manager.key, manager.task, manager.spec, 0, in_process=True)
+        replica.info = await asyncio.wait_for(handle.start(), manager.start_timeout_s)
+        replica.handle = handle
+        replica.actor_id = f"local-{next(self._starts)}"
+        self._calls[replica.actor_id] = set()
+
+    async def stop(self, replica: Replica) -> None:
+        calls = self._calls.pop(replica.actor_id, set())
+        for call in calls:
+            call.cancel()
+        if replica.handle is not None:
+            with contextlib.suppress(Exception):
+                await replica.handle.stop()
+
+    async def health(self, replica: Replica) -> None:
+        if replica.actor_id not in self._calls:
+            raise ReplicaGone(replica.actor_id)
+        await replica.handle.health()
+
+    async def queue_depth(self, replica: Replica) -> int:
+        return replica.handle.queue_depth()
+
+    def submit(self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        actor_id, handle = replica.actor_id, replica.handle
+
+        async def run() -> Any:
+            values = [await ref for ref in produced]  # a producer's failure fails this call too
+            running = self._calls.get(actor_id)
+            if running is None:
+                raise ReplicaGone(actor_id)
+            me = asyncio.current_task()
+            running.add(me)  # type: ignore[arg-type]
+            try:
+                return await handle.invoke(calls, producers, *values)
+            except asyncio.CancelledError:
+                if actor_id in self._calls:
+                    raise
+                raise ReplicaGone(actor_id) from None  # stopped under the call
+            finally:
+                running.discard(me)  # type: ignore[arg-type]
+
+        whole = loop.create_task(run())
+        refs = [whole] if len(calls) == 1 else [loop.create_task(_item(whole, i)) for i in range(len(calls))]
+        for ref in refs:
+            ref.add_done_callback(_retrieve)
+        return refs
+
+    async def result(self, ref: Any) -> Any:
+        return await ref
+
+    def cause(self, error: BaseException) -> BaseException:
+        return error
+
+    def death(self, error: BaseException, replica: Replica) -> Death | None:
+        if not isinstance(error, ReplicaGone):
+            return None
+        return "replica" if error.actor_id == replica.actor_id else "input"
+
+    def release(self, replica: Replica, requests: list[str]) -> None:
+        if replica.handle is not None:
+            replica.handle.release(requests)
+
+
+async def _item(whole: asyncio.Task[Any], index: int) -> Any:
+    return (await whole)[index]
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    # A result nobody awaits (an abandoned attempt's) must not be logged as never retrieved.
+    if not task.cancelled():
+        task.exception()

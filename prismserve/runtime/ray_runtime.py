@@ -14,7 +14,7 @@ from prismserve.executors.sim import SimProfile
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
-from prismserve.runtime.dispatcher import RayDispatcher, RoutingPolicy, request_scope
+from prismserve.runtime.dispatcher import ReplicaDispatcher, RoutingPolicy, request_scope
 from prismserve.runtime.plan import DeploymentPlan
 from prismserve.runtime.resources import ResourceManager
 from prismserve.runtime.task_manager import TaskManager
@@ -56,7 +56,7 @@ class RayRuntime(Runtime):
         self.restart_wait_s = restart_wait_s
         self.managers: dict[str, TaskManager] = {}
         self.resources = ResourceManager()
-        self._dispatcher = RayDispatcher(self.managers, policy)
+        self._dispatcher = ReplicaDispatcher(self.managers, policy)
         self._health: asyncio.Task[None] | None = None
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +16,8 @@ from pydantic import BaseModel
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.dataplane import INLINE_BYTES, ShmSlab, payload_size
 from prismserve.runtime.streams import RemoteStream, RemoteStreamRef, StreamTable
-from prismserve.task import DataHandle, InvalidInputError, Stream, UnitTask
+from prismserve.task import DataHandle, DispatchError, InvalidInputError, Stream, UnitTask
 from prismserve.task.graph import fill_placeholders
-from prismserve.task.local import naming_errors
 
 _tracer = otel_trace.get_tracer("prismserve.executor")
 
@@ -59,14 +59,33 @@ def localize(output: Any) -> Any:
     return output
 
 
-class ExecutorReplica:
-    """Runs invocations of one unit task with its executor; holds the streams and payloads it produced."""
+async def naming_errors(source: AsyncIterator[Any], index: int, task_name: str) -> AsyncIterator[Any]:
+    """`source`'s items; an error it raises becomes a DispatchError naming the call and its task
+    (an InvalidInputError stays one: the request's fault)."""
+    try:
+        async for item in source:
+            yield item
+    except (DispatchError, InvalidInputError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - every consumer of the stream gets the named error
+        raise DispatchError(f"call #{index} ({task_name}) failed: {type(exc).__name__}: {exc}") from exc
 
-    def __init__(self, key: str, task: UnitTask[Any, Any], spec: ExecutorSpec, slab_bytes: int) -> None:
+
+class ExecutorReplica:
+    """Runs invocations of one unit task with its executor; holds the streams and payloads it produced.
+
+    Ray runs it as an actor (outputs exported: streams held here for remote readers, large payloads
+    in a shared-memory slab); `in_process` runs it in the caller's process, outputs kept as they are.
+    """
+
+    def __init__(
+        self, key: str, task: UnitTask[Any, Any], spec: ExecutorSpec, slab_bytes: int, *, in_process: bool = False
+    ) -> None:
         self.key = key
         self.task = task
         self.spec = spec
         self.slab_bytes = slab_bytes
+        self.in_process = in_process
         self.streaming = type(task)._output_fields is None
         self._active = 0
         self._streams = StreamTable()
@@ -75,6 +94,11 @@ class ExecutorReplica:
 
     async def start(self) -> dict[str, Any]:
         """Build and load the executor; returns where the replica runs."""
+        if self.in_process:
+            self._me = None
+            self.executor = self.spec.build(self.task)
+            await self.executor.load()
+            return {"pid": os.getpid(), "python": sys.executable}
         import ray
 
         from prismserve.observability import setup_tracing
@@ -145,13 +169,19 @@ class ExecutorReplica:
             await asyncio.gather(*(handle.fetch() for handle in remote))
         return task_input
 
-    async def _start_stream(self, call: Call, task_input: Any) -> RemoteStreamRef:
+    async def _start_stream(self, call: Call, task_input: Any) -> RemoteStreamRef | Stream[Any]:
         stream: Stream[Any] = Stream(f"{call.request}/{call.index}")
-        self._streams.add(stream)
+        if not self.in_process:
+            self._streams.add(stream)
         pump = asyncio.get_running_loop().create_task(self._pump(stream, call, task_input))
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
-        ref = await self._streams.first_batch(stream, self._me)
+        ref: RemoteStreamRef | Stream[Any]
+        if self.in_process:
+            await stream.wait_beyond(0)
+            ref = stream
+        else:
+            ref = await self._streams.first_batch(stream, self._me)
         items, _, error = stream.snapshot(0)
         if isinstance(error, InvalidInputError) and not items:
             raise error  # rejected before any output: the call fails as the request's fault (a 4xx)
@@ -168,6 +198,8 @@ class ExecutorReplica:
         output_type = type(self.task).output_type
         if not isinstance(output, output_type):
             output = output_type.model_validate(output)
+        if self.in_process:
+            return output
         update: dict[str, Any] = {}
         for name, value in output.__dict__.items():
             data_id = f"{call.request}/{call.index}.{name}"
@@ -211,10 +243,13 @@ class ExecutorReplica:
                 self._slab.free_prefix(prefix)
             self._streams.release_prefix(prefix)
 
-    def stop(self) -> None:
-        """Remove the slab before the actor is killed."""
+    async def stop(self) -> None:
+        """Close the executor (an engine's processes, a model's memory) and remove the slab."""
         if self._slab is not None:
             self._slab.close()
+        executor = getattr(self, "executor", None)
+        if executor is not None:
+            await executor.close()
 
 
 def _has_handle_fields(output_type: Any) -> bool:

@@ -13,7 +13,6 @@ from prismserve.task.errors import (
     TaskUsageError,
 )
 from prismserve.task.graph import Edge, Invocation, TaskGraph
-from prismserve.task.local import LocalDispatcher
 from prismserve.task.session import replayable_choice
 
 __all__ = [
@@ -23,7 +22,6 @@ __all__ = [
     "Edge",
     "InvalidInputError",
     "Invocation",
-    "LocalDispatcher",
     "RecordError",
     "ReplayDivergenceError",
     "Stream",

@@ -224,7 +224,7 @@ class Task(BaseModel, Generic[InT, OutT]):
         if dispatcher is None:
             raise TaskUsageError(
                 f"no dispatcher to run {type(self).__qualname__} on: serve the app with prismserve, or wrap "
-                "the call in `with use_dispatcher(LocalDispatcher({...})):`"
+                "the call in `with use_dispatcher(LocalDispatcher({...})):` (prismserve.runtime.local)"
             )
         task_input = self.coerce_input(task_input)
         graph = self.record(task_input, rng=rng)

@@ -9,7 +9,8 @@ import pytest
 
 from prismserve.app import AppLoadError, load_app, load_app_source
 from prismserve.app.chat import ChatRequest
-from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import use_dispatcher
 from prismserve.toy.executors import EXECUTORS
 
 HEADER = """

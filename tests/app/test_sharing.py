@@ -8,7 +8,8 @@ import pytest
 
 from prismserve.app import AppRegistry, AppRegistryError, load_app_source
 from prismserve.app.chat import ChatRequest
-from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import use_dispatcher
 from prismserve.toy.executors import EXECUTORS
 
 # 002 Listing 2: two LLMs behind one vision encoder deployment, answered side by side.

@@ -17,7 +17,8 @@ from prismserve.emulate.catalog import INTERNVL3_BASELINES
 from prismserve.emulate.costs import internvl_tiles, qwen_image_tokens
 from prismserve.emulate.tasks import EmulatedTask, StageOutput, request_spec
 from prismserve.planner import plan_for_budget
-from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import use_dispatcher
 from prismserve.task.routing import use_routing
 
 

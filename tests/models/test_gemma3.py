@@ -11,7 +11,8 @@ import pytest
 from prismserve.app.chat import ChatRequest
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaInput, adapter_for
-from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import use_dispatcher
 from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -11,7 +11,8 @@ import pytest
 from prismserve.app.chat import ChatRequest
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaError, MediaInput, adapter_for
-from prismserve.task import DispatchError, InvalidInputError, LocalDispatcher, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import DispatchError, InvalidInputError, use_dispatcher
 from prismserve.tasklib import conversation
 from prismserve.tasklib.omni import OmniTask
 from prismserve.tasklib.units import EncoderTask, OmniMonolithTask, TalkerTask, ThinkerTask, VocoderTask

@@ -17,7 +17,8 @@ from prismserve.app.chat import ChatRequest
 from prismserve.executors import envs
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaError, MediaInput, adapter_for
-from prismserve.task import DispatchError, InvalidInputError, LocalDispatcher, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import DispatchError, InvalidInputError, use_dispatcher
 from prismserve.tasklib import EncodedMedia, EncoderTask, LLMInput, LLMTask, MLLMTask, conversation
 from prismserve.tasklib.units import VLLMTask
 

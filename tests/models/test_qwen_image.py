@@ -18,7 +18,8 @@ from prismserve.executors.loading import InProcessExecutors
 from prismserve.gateway import create_gateway
 from prismserve.models import adapter_for
 from prismserve.runtime import LocalRuntime
-from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import use_dispatcher
 from prismserve.tasklib.imagegen import ImageGenTask
 from prismserve.tasklib.units import ImageGeneratorTask, TextEncoderTask
 

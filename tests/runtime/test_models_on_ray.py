@@ -28,8 +28,9 @@ from prismserve.bench.workloads import workloads_dir
 from prismserve.executors import envs
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.gateway import create_gateway
+from prismserve.runtime.local import LocalDispatcher
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.task import use_dispatcher
 from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, OmniTask
 from prismserve.tasklib.imagegen import ImageGenTask
 from prismserve.tasklib.units import ImageGeneratorTask, OmniMonolithTask

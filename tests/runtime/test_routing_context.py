@@ -10,7 +10,8 @@ from runtime_apps import ROUTED_MLLM
 
 from prismserve.app.chat import ChatRequest
 from prismserve.runtime import DeploymentPlan, LocalRuntime
-from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import use_dispatcher
 from prismserve.toy.executors import EXECUTORS
 
 ONLY_EL = {"cells": [], "routing": {"text": {"EL": 1.0}}}

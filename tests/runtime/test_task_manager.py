@@ -1,4 +1,4 @@
-"""The task manager's bookkeeping against a fake replica pool: leases, picks, restarts. No Ray."""
+"""The task manager's bookkeeping on in-process replicas: leases, picks, restarts. No Ray."""
 
 from __future__ import annotations
 
@@ -7,34 +7,25 @@ import asyncio
 import pytest
 
 from prismserve.executors.spec import ExecutorSpec
-from prismserve.runtime.pool import ReplicaPool
+from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.task_manager import Lease, NoReplicaError, Placement, TaskManager
 from prismserve.toy.tasks import EncoderTask
 
 
-class FakePool(ReplicaPool):
-    """Replicas that start after `start_s` (or fail to, while `broken`) and report set depths."""
+class FakePool(InProcessPool):
+    """In-process replicas that take `start_s` to start (or fail to, while `broken`) and report set depths."""
 
     def __init__(self, start_s: float = 0.0) -> None:
+        super().__init__()
         self.start_s = start_s
         self.broken = False
-        self.started = 0
-        self.stopped = 0
         self.depths: dict[int, int] = {}
 
     async def start(self, manager, replica) -> None:
         await asyncio.sleep(self.start_s)
         if self.broken:
             raise RuntimeError("the executor did not load")
-        self.started += 1
-        replica.handle = f"fake-{replica.id}-{self.started}"
-        replica.actor_id = replica.handle
-
-    async def stop(self, replica) -> None:
-        self.stopped += 1
-
-    async def health(self, replica) -> None:
-        return None
+        await super().start(manager, replica)
 
     async def queue_depth(self, replica) -> int:
         return self.depths.get(replica.id, 0)

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from prismserve.task import LocalDispatcher, TaskError, TaskGraph
-from prismserve.toy.executors import EXECUTORS
 from prismserve.app.chat import ChatRequest
+from prismserve.runtime.local import LocalDispatcher
+from prismserve.task import TaskError, TaskGraph
+from prismserve.toy.executors import EXECUTORS
 from prismserve.toy.tasks import OmniTask
 
 

@@ -8,8 +8,9 @@ import random
 import pytest
 from composites import Flip, FormatOutput, Outer, PeekAtOutput, Refine, RefineRequest, Router, SideEffect
 
+from prismserve.app.chat import ChatRequest
+from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import (
-    LocalDispatcher,
     RecordError,
     ReplayDivergenceError,
     Stream,
@@ -19,7 +20,6 @@ from prismserve.task import (
     use_dispatcher,
 )
 from prismserve.toy.executors import EXECUTORS, embed
-from prismserve.app.chat import ChatRequest
 from prismserve.toy.tasks import (
     EncoderOutput,
     EncoderTask,
