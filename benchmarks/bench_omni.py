@@ -26,10 +26,11 @@ from typing import Any
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
 from prismserve.demo import APP_SOURCE, media
-from prismserve.runtime import DeploymentPlan
+from prismserve.planner import Plan
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
 from prismserve.testing import tiny
+
 
 def requests(image: bytes, audio: bytes, max_tokens: int) -> list[ChatRequest]:
     """The cycle of request types every client sends."""
@@ -93,7 +94,7 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
         await load(runtime, split, cycle, clients, clients)  # warm-up: one request per client
         for name, replicas in (("monolith", 1), ("monolith5", 5)):
             plan = {"cells": [{"gpus": 1, "count": replicas, "replicas": {"omni.whole": 1}}]}
-            await runtime.deploy("whole", DeploymentPlan.model_validate(plan))
+            await runtime.deploy("whole", Plan.model_validate(plan))
             await load(runtime, whole, cycle, clients, clients)
             for _ in range(rounds):
                 pair = []

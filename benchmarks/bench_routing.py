@@ -18,10 +18,10 @@ import time
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
-from prismserve.toy import MLLM_APP_PATH
-from prismserve.runtime import DeploymentPlan
+from prismserve.planner import Plan
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
+from prismserve.toy import MLLM_APP_PATH
 
 APP = MLLM_APP_PATH.read_text()  # the toy MLLM: image encoder fissioned from the LLM
 
@@ -69,7 +69,7 @@ async def measure(clients: int, seconds: float) -> dict[str, dict[str, float]]:
     await runtime.start()
     try:
         app = await runtime.register_app(APP, "bench")
-        await runtime.deploy("bench", DeploymentPlan.model_validate(PLAN))
+        await runtime.deploy("bench", Plan.model_validate(PLAN))
         await run_policy(runtime, app, "static", clients, 3)  # warm-up
         return {policy: await run_policy(runtime, app, policy, clients, seconds) for policy in ("static", "dynamic")}
     finally:

@@ -14,8 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.costs import CostModel
 from prismserve.executors.sim import SimProfile
-from prismserve.planner import ExecutorOption, Plan, PlanSpec, RequestType
-from prismserve.runtime.plan import DeploymentPlan
+from prismserve.planner import CellPlan, ExecutorOption, Plan, PlanSpec, RequestType
 
 DEPLOYMENT_PREFIX = "model.executors."  # the app's unit-task paths: `model.executors.<executor>`
 
@@ -177,17 +176,23 @@ class EmulatedModel(BaseModel):
             types.append(request_type.model_copy(update={"paths": [name.split("->") for name in paths]}))
         return spec.model_copy(update={"request_types": types})
 
-    def deployment_plan(self, plan: Plan, speedup: float) -> DeploymentPlan:
-        """The runtime plan for a planner result: cells and routing, with every executor's sim profile."""
-        return DeploymentPlan(
+    def deployment_plan(self, plan: Plan, speedup: float) -> Plan:
+        """The plan to deploy for a planner result: its cells and routing named after the app's
+        deployments, every executor's sim profile, and the throughput at `speedup`."""
+        return Plan(
             cells=[
-                {"gpus": cell.gpus, "count": cell.count, "replicas": {DEPLOYMENT_PREFIX + n: r for n, r in cell.replicas.items() if r}}
+                CellPlan(
+                    gpus=cell.gpus,
+                    count=cell.count,
+                    replicas={DEPLOYMENT_PREFIX + n: r for n, r in cell.replicas.items() if r},
+                    throughput=None if cell.throughput is None else cell.throughput * speedup,
+                )
                 for cell in plan.cells
             ],
             routing=plan.routing,
-            profiles={DEPLOYMENT_PREFIX + e.name: e.profile(speedup) for e in self.executors},
+            profiles={DEPLOYMENT_PREFIX + e.name: e.profile(speedup).model_dump() for e in self.executors},
             gpus=plan.gpus,
-            throughput=plan.throughput * speedup,
+            throughput=None if plan.throughput is None else plan.throughput * speedup,
         )
 
 

@@ -13,7 +13,7 @@ from prismserve.executors.envs import EnvironmentMissing
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import parse_json, read_body, state
 from prismserve.gateway.serving import find_app
-from prismserve.runtime import DeploymentPlan
+from prismserve.planner import Plan
 from prismserve.runtime.resources import PlacementError
 
 
@@ -91,7 +91,7 @@ async def deploy(name: str, request: Request) -> dict[str, Any]:
     runtime = state(request).runtime
     find_app(runtime, name)
     try:
-        plan = DeploymentPlan.model_validate(parse_json(await read_body(request)))
+        plan = Plan.model_validate(parse_json(await read_body(request)))
     except ValidationError as exc:
         raise HTTPError(422, f"invalid plan: {validation_message(exc)}") from None
     try:

@@ -19,7 +19,8 @@ from prismserve.app import AppLoadError, AppRegistryError, load_app
 from prismserve.gateway.errors import validation_message
 from prismserve.gateway.server import create_gateway
 from prismserve.observability import setup_tracing
-from prismserve.runtime import DeploymentPlan, Runtime, create_runtime
+from prismserve.planner import Plan
+from prismserve.runtime import Runtime, create_runtime
 from prismserve.runtime.resources import PlacementError
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class GatewayServer:
     app_name: str
     source: str
     filename: str
-    plan: DeploymentPlan | None
+    plan: Plan | None
     token: str
     token_generated: bool
     server: uvicorn.Server
@@ -164,11 +165,11 @@ def _runtime(options: ServeOptions) -> Runtime:
         raise StartupError(str(exc)) from None
 
 
-def _load_plan(path: str | None) -> DeploymentPlan | None:
+def _load_plan(path: str | None) -> Plan | None:
     if path is None:
         return None
     try:
-        return DeploymentPlan.model_validate(json.loads(Path(path).read_text()))
+        return Plan.model_validate(json.loads(Path(path).read_text()))
     except OSError as exc:
         raise StartupError(f"{path}: cannot read plan: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prismserve.planner.cells import Cell, mixture_throughput
 from prismserve.planner.errors import SpecError
@@ -16,19 +16,28 @@ from prismserve.planner.throughput import Model
 
 
 class CellPlan(BaseModel):
-    """`count` cells of `gpus` GPUs, each running `replicas` and sustaining `throughput` req/s.
+    """`count` cells of `gpus` GPUs, each running `replicas[name]` replicas per deployment and
+    sustaining `throughput` req/s (planned; absent from hand-written plans).
 
-    In a topology-aware plan each entry is one node (`node`), and `throughput` is the rate of the
+    Deployment names are the app's unit-task paths (`prismserve check APP.py` lists them). In a
+    topology-aware plan each entry is one node (`node`), and `throughput` is the rate of the
     requests whose first executor runs there.
     """
 
     model_config = ConfigDict(extra="ignore")
 
     gpus: int = Field(ge=0)
-    throughput: float
-    count: int = Field(ge=0)
+    throughput: float | None = None
+    count: int = Field(default=1, ge=0)
     replicas: dict[str, int]
     node: str | None = None
+
+    @model_validator(mode="after")
+    def _replicas_not_negative(self) -> CellPlan:
+        for name, n in self.replicas.items():
+            if n < 0:
+                raise ValueError(f"cell replicas[{name!r}] must be >= 0, got {n}")
+        return self
 
     def same_cell(self, other: CellPlan) -> bool:
         """Identical deployments: same size and the same replicas (the cell can stay up)."""
@@ -36,14 +45,42 @@ class CellPlan(BaseModel):
 
 
 class Plan(BaseModel):
-    """A deployment plan; `routing[type][path]` is the probability of each whole path (000 §5.3)."""
+    """A deployment plan: the planner's output, and what the runtime deploys (one model for both).
+
+    `routing[type][path]` is the probability of each whole path (000 §5.3). `profiles` holds, by
+    deployment name, the service-time profiles of emulated (`sim`) executors, as the runtime's
+    `SimProfile` fields; a plan for real executors has none. `gpus` and `throughput` are the
+    planner's figures (absent from hand-written plans).
+    """
 
     model_config = ConfigDict(extra="ignore")
 
-    gpus: int
-    throughput: float
+    gpus: int | None = None
+    throughput: float | None = None
     cells: list[CellPlan]
-    routing: dict[str, dict[str, float]]
+    routing: dict[str, dict[str, float]] = Field(default_factory=dict)
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _routing_sums_to_one(self) -> Plan:
+        for request_type, paths in self.routing.items():
+            total = sum(paths.values())
+            if any(p < 0 for p in paths.values()) or abs(total - 1.0) > 1e-6:
+                raise ValueError(f"routing[{request_type!r}] must be probabilities summing to 1, got {paths}")
+        return self
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs the plan's cells occupy."""
+        return sum(cell.gpus * cell.count for cell in self.cells)
+
+    def replicas(self) -> dict[str, int]:
+        """Total replicas per deployment name over all cells."""
+        totals: dict[str, int] = {}
+        for cell in self.cells:
+            for name, n in cell.replicas.items():
+                totals[name] = totals.get(name, 0) + n * cell.count
+        return totals
 
     def to_json_dict(self) -> dict[str, Any]:
         """The plan as the CLI's JSON: {gpus, throughput, cells: [{gpus, throughput, count, replicas}], routing}."""
@@ -51,6 +88,8 @@ class Plan(BaseModel):
         for cell in data["cells"]:
             if cell["node"] is None:
                 del cell["node"]
+        if not data["profiles"]:
+            del data["profiles"]
         return data
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prismserve.runtime.base import LocalRuntime, Runtime
-from prismserve.runtime.plan import CellSpec, DeploymentPlan
 
 
 def create_runtime(*, address: str | None = None, fake_gpus: int | None = None, policy: str = "static") -> Runtime:
@@ -21,4 +20,4 @@ def create_runtime(*, address: str | None = None, fake_gpus: int | None = None, 
     return RayRuntime(address=address, fake_gpus=fake_gpus, policy=policy, values=VALUES)  # type: ignore[arg-type]
 
 
-__all__ = ["CellSpec", "DeploymentPlan", "LocalRuntime", "Runtime", "create_runtime"]
+__all__ = ["LocalRuntime", "Runtime", "create_runtime"]

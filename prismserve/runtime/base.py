@@ -7,9 +7,12 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from prismserve.app import App, AppRegistry, load_app_source
+from prismserve.executors.sim import SimProfile
+from prismserve.planner import Plan
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
-from prismserve.runtime.plan import DeploymentPlan
 from prismserve.task import Dispatcher
 from prismserve.task.routing import Routing, use_routing
 
@@ -22,7 +25,7 @@ class Runtime(ABC):
 
     def __init__(self) -> None:
         self.registry = AppRegistry()
-        self.plans: dict[str, DeploymentPlan] = {}
+        self.plans: dict[str, Plan] = {}
 
     @property
     @abstractmethod
@@ -68,7 +71,7 @@ class Runtime(ABC):
         self.plans.pop(name, None)
         await self._on_unregister(name, [d.key for d in released])
 
-    async def deploy(self, app_name: str, plan: DeploymentPlan) -> None:
+    async def deploy(self, app_name: str, plan: Plan) -> None:
         """Apply a plan to an app's deployments (only what differs changes)."""
         app = self.registry.get(app_name)
         names = app.named_unit_tasks()
@@ -76,6 +79,12 @@ class Runtime(ABC):
         if unknown:
             raise ValueError(f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}")
         _check_routing(app, plan.routing)
+        for name, profile in plan.profiles.items():
+            try:
+                SimProfile.model_validate(profile)
+            except ValidationError as exc:
+                errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"plan profiles[{name!r}] is not a sim profile: {errors}") from None
         await self._on_deploy(app, plan)
         self.plans[app_name] = plan
 
@@ -102,7 +111,7 @@ class Runtime(ABC):
     async def _on_unregister(self, name: str, released_keys: list[str]) -> None:
         """Stop deployments no app uses any more."""
 
-    async def _on_deploy(self, app: App, plan: DeploymentPlan) -> None:
+    async def _on_deploy(self, app: App, plan: Plan) -> None:
         """Apply a plan."""
 
     def _deployment_status(self, key: str) -> dict[str, Any]:

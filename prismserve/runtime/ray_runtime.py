@@ -12,10 +12,10 @@ from prismserve.app import App
 from prismserve.executors import envs
 from prismserve.executors.sim import SimProfile
 from prismserve.executors.spec import ExecutorSpec
+from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
 from prismserve.runtime.dispatcher import ReplicaDispatcher, RoutingPolicy, request_scope
-from prismserve.runtime.plan import DeploymentPlan
 from prismserve.runtime.resources import ResourceManager
 from prismserve.runtime.task_manager import TaskManager
 from prismserve.task import Dispatcher, UnitTask
@@ -126,17 +126,16 @@ class RayRuntime(Runtime):
             if manager is not None:
                 await manager.close()
 
-    async def _on_deploy(self, app: App, plan: DeploymentPlan) -> None:
+    async def _on_deploy(self, app: App, plan: Plan) -> None:
         names = app.named_unit_tasks()
         respecced = []
         for name, profile in plan.profiles.items():
             manager = self.managers[names[name].deployment_key()]
-            manager.spec = self._spec(manager.task, profile)
+            manager.spec = self._spec(manager.task, SimProfile.model_validate(profile))
             respecced.append(manager)
         desired = [
-            (cell.gpus, {names[n].deployment_key(): r for n, r in cell.replicas.items() if r})
+            CellPlan(gpus=cell.gpus, count=cell.count, replicas={names[n].deployment_key(): r for n, r in cell.replicas.items() if r})
             for cell in plan.cells
-            for _ in range(cell.count)
         ]
         added, removed = await self.resources.apply(app.name, desired, self.managers)
         # Cells kept from before run replicas with the old profile: replace those.

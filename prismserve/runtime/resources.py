@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from prismserve.planner import CellPlan, Plan, plan_changes
 from prismserve.runtime.task_manager import Placement, Replica, TaskManager
 
 _cell_ids = itertools.count()
@@ -28,11 +28,6 @@ class Cell:
     placement_group: Any = None
     node_id: str = ""
     members: list[tuple[TaskManager, Replica]] = field(default_factory=list)
-
-    @property
-    def signature(self) -> tuple[int, tuple[tuple[str, int], ...]]:
-        """Cells with equal signatures are interchangeable."""
-        return self.gpus, tuple(sorted((k, n) for k, n in self.replicas.items() if n))
 
 
 class ResourceManager:
@@ -109,35 +104,30 @@ class ResourceManager:
         if cell in self.cells:
             self.cells.remove(cell)
 
-    async def apply(
-        self, owner: str, desired: list[tuple[int, dict[str, int]]], managers: dict[str, TaskManager]
-    ) -> tuple[int, int]:
-        """Make `owner`'s cells match `desired` (gpus, replicas): keep identical cells, add and remove the rest.
+    async def apply(self, owner: str, desired: list[CellPlan], managers: dict[str, TaskManager]) -> tuple[int, int]:
+        """Make `owner`'s cells match `desired` (replicas by deployment key) with the planner's plan diff
+        (`plan_changes`): identical cells stay up, the rest are added and removed.
 
         Returns (cells added, cells removed).
         """
-        want = Counter(Cell(-1, owner, g, r).signature for g, r in desired)
-        keep: Counter[Any] = Counter()
-        remove = []
-        for cell in [c for c in self.cells if c.owner == owner]:
-            if keep[cell.signature] < want[cell.signature]:
-                keep[cell.signature] += 1
-            else:
-                remove.append(cell)
-        add = []
-        for gpus, replicas in desired:
-            signature = Cell(-1, owner, gpus, replicas).signature
-            if keep[signature] > 0:
-                keep[signature] -= 1
-            else:
-                add.append((gpus, replicas))
-        for cell in remove:
+        owned = [c for c in self.cells if c.owner == owner]
+        change = plan_changes(Plan(cells=[_as_plan(c) for c in owned]), Plan(cells=desired))
+        removed = []
+        for gone in change.remove:
+            matching = [c for c in owned if c not in removed and _as_plan(c).same_cell(gone)]
+            removed += matching[: gone.count]
+        for cell in removed:
             await self.remove_cell(cell)
-        for gpus, replicas in add:
-            await self.create_cell(owner, gpus, replicas, managers)
-        return len(add), len(remove)
+        added = [cell for cell in change.add for _ in range(cell.count)]
+        for cell in added:
+            await self.create_cell(owner, cell.gpus, {k: n for k, n in cell.replicas.items() if n}, managers)
+        return len(added), len(removed)
 
     async def close(self) -> None:
         """Remove every cell."""
         for cell in list(self.cells):
             await self.remove_cell(cell)
+
+
+def _as_plan(cell: Cell) -> CellPlan:
+    return CellPlan(gpus=cell.gpus, replicas=cell.replicas)

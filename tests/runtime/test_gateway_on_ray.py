@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
-from runtime_apps import started_with_gateway
 from PIL import Image
+from runtime_apps import started_with_gateway
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime.ray_runtime import RayRuntime

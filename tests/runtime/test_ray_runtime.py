@@ -9,7 +9,7 @@ import pytest
 from runtime_apps import ARENA, GPUS_PER_NODE, ROUTED_MLLM, SOLO
 
 from prismserve.app.chat import ChatRequest
-from prismserve.runtime import DeploymentPlan
+from prismserve.planner import Plan
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.runtime.resources import PlacementError
 from prismserve.task import DispatchError, use_dispatcher
@@ -48,7 +48,7 @@ def expected_tokens(text: str, images: list[bytes]) -> list[str]:
 def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster):
     async def scenario(runtime):
         app = await runtime.register_app(ROUTED_MLLM, "mllm")
-        await runtime.deploy("mllm", DeploymentPlan.model_validate(ROUTED_PLAN))
+        await runtime.deploy("mllm", Plan.model_validate(ROUTED_PLAN))
         graphs = []
         requests = [
             ChatRequest.of(f"q{i} words", images=[bytes([i % 7])] * (i % 2)) for i in range(240)
@@ -119,7 +119,7 @@ def test_cells_never_span_nodes_and_replicas_see_their_gpus(ray_cluster):
 
     async def scenario(runtime):
         await runtime.register_app(ROUTED_MLLM, "mllm")
-        await runtime.deploy("mllm", DeploymentPlan.model_validate(plan))
+        await runtime.deploy("mllm", Plan.model_validate(plan))
         return runtime.status()
 
     status = run(scenario)
@@ -141,15 +141,16 @@ def test_cells_never_span_nodes_and_replicas_see_their_gpus(ray_cluster):
 def test_replanning_keeps_identical_cells(ray_cluster):
     async def scenario(runtime):
         await runtime.register_app(ROUTED_MLLM, "mllm")
-        await runtime.deploy("mllm", DeploymentPlan.model_validate(ROUTED_PLAN))
-        before = {c.id: c.signature for c in runtime.resources.cells}
+        await runtime.deploy("mllm", Plan.model_validate(ROUTED_PLAN))
+        before = {c.id: (c.gpus, c.replicas) for c in runtime.resources.cells}
         bigger = {**ROUTED_PLAN, "cells": [*ROUTED_PLAN["cells"][:1], {**ROUTED_PLAN["cells"][1], "count": 3}]}
-        await runtime.deploy("mllm", DeploymentPlan.model_validate(bigger))
-        after = {c.id: c.signature for c in runtime.resources.cells}
+        await runtime.deploy("mllm", Plan.model_validate(bigger))
+        after = {c.id: (c.gpus, c.replicas) for c in runtime.resources.cells}
         return before, after
 
     before, after = run(scenario)
-    assert set(before) < set(after) and len(after) == len(before) + 1
+    assert set(before) < set(after) and len(after) == len(before) + 1  # one cell added, none replaced
+    assert all(after[cell] == deployed for cell, deployed in before.items())
 
 
 def test_plan_larger_than_the_cluster_is_refused_clearly(ray_cluster):
@@ -158,9 +159,9 @@ def test_plan_larger_than_the_cluster_is_refused_clearly(ray_cluster):
     async def scenario(runtime):
         await runtime.register_app(ROUTED_MLLM, "mllm")
         with pytest.raises(PlacementError, match="no node has 8 free GPUs"):
-            await runtime.deploy("mllm", DeploymentPlan.model_validate(plan))
+            await runtime.deploy("mllm", Plan.model_validate(plan))
         with pytest.raises(ValueError, match=r"does not have; it has"):
-            await runtime.deploy("mllm", DeploymentPlan.model_validate({"cells": [{"gpus": 1, "replicas": {"nope": 1}}]}))
+            await runtime.deploy("mllm", Plan.model_validate({"cells": [{"gpus": 1, "replicas": {"nope": 1}}]}))
 
     run(scenario)
 

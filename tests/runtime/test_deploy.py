@@ -1,4 +1,5 @@
-"""A deployed plan's routing reaches the app's routers through context; no task object changes."""
+"""Deploying a plan: the planner's Plan, checked against the app; its routing reaches the app's routers
+through context, and no task object changes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 from runtime_apps import ROUTED_MLLM
 
 from prismserve.app.chat import ChatRequest
-from prismserve.runtime import DeploymentPlan, LocalRuntime
+from prismserve.planner import Plan
+from prismserve.runtime import LocalRuntime
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
 from prismserve.toy.executors import EXECUTORS
@@ -40,7 +42,7 @@ def test_the_plan_routes_its_app_only_inside_the_request_scope():
     runtime = LocalRuntime(EXECUTORS)
     asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
     asyncio.run(runtime.register_app(ROUTED_MLLM, "unplanned"))
-    asyncio.run(runtime.deploy("planned", DeploymentPlan.model_validate(ONLY_EL)))
+    asyncio.run(runtime.deploy("planned", Plan.model_validate(ONLY_EL)))
 
     assert paths_taken(runtime, "planned") == Counter({"EL": 40})
     # The same app's routers outside a request scope, and another app, keep their own (even) split.
@@ -53,6 +55,32 @@ def test_the_plan_routes_its_app_only_inside_the_request_scope():
 def test_a_plan_naming_a_path_the_router_lacks_is_refused():
     runtime = LocalRuntime(EXECUTORS)
     asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
-    bad = DeploymentPlan.model_validate({"cells": [], "routing": {"text": {"E->L->G": 1.0}}})
+    bad = Plan.model_validate({"cells": [], "routing": {"text": {"E->L->G": 1.0}}})
     with pytest.raises(ValueError, match=r"names paths \['E->L->G'\]"):
         asyncio.run(runtime.deploy("planned", bad))
+
+
+def test_a_plan_with_an_invalid_sim_profile_is_refused_naming_the_deployment():
+    runtime = LocalRuntime(EXECUTORS)
+    asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
+    bad = Plan.model_validate({"cells": [], "profiles": {"router.paths.EL.llm": {"latency_s": -1}}})
+    with pytest.raises(ValueError, match=r"profiles\['router.paths.EL.llm'\] is not a sim profile.*latency_s"):
+        asyncio.run(runtime.deploy("planned", bad))
+    assert "planned" not in runtime.plans
+
+
+def test_the_planners_json_is_the_plan_the_runtime_deploys():
+    from prismserve.planner import Plan as PlannerPlan
+
+    printed = {
+        "gpus": 1,
+        "throughput": 2.5,
+        "cells": [{"gpus": 1, "throughput": 2.5, "count": 1, "replicas": {"router.paths.EL.llm": 1}}],
+        "routing": {"text": {"EL": 1.0}},
+    }
+    plan = PlannerPlan.model_validate(printed)
+    assert plan.to_json_dict() == printed  # no runtime-only fields appear in the planner's output
+    runtime = LocalRuntime(EXECUTORS)
+    asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
+    asyncio.run(runtime.deploy("planned", plan))
+    assert runtime.plans["planned"] is plan
