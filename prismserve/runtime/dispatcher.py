@@ -191,6 +191,7 @@ class ReplicaDispatcher:
         and the task feeding them."""
         node = sent.node
         task_class = type(node.task)
+        streams: dict[str | None, Stream[Any]]
         if task_class._output_fields is None:
             streams = {None: Stream(data_id(node.index))}
             output: Any = streams[None]

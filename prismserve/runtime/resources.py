@@ -112,15 +112,15 @@ class ResourceManager:
         """
         owned = [c for c in self.cells if c.owner == owner]
         change = plan_changes(Plan(cells=[_as_plan(c) for c in owned]), Plan(cells=desired))
-        removed = []
+        removed: list[Cell] = []
         for gone in change.remove:
             matching = [c for c in owned if c not in removed and _as_plan(c).same_cell(gone)]
             removed += matching[: gone.count]
         for cell in removed:
             await self.remove_cell(cell)
-        added = [cell for cell in change.add for _ in range(cell.count)]
-        for cell in added:
-            await self.create_cell(owner, cell.gpus, {k: n for k, n in cell.replicas.items() if n}, managers)
+        added = [new for new in change.add for _ in range(new.count)]
+        for new in added:
+            await self.create_cell(owner, new.gpus, {k: n for k, n in new.replicas.items() if n}, managers)
         return len(added), len(removed)
 
     async def close(self) -> None:
