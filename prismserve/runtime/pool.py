@@ -66,6 +66,19 @@ class ReplicaPool(ABC):
     def release(self, replica: Replica, requests: list[str]) -> None:
         """Free what executed graphs (`requests`) left on the replica; never raises."""
 
+    @abstractmethod
+    def inventory(self) -> dict[str, float]:
+        """GPUs of each alive node (real or declared)."""
+
+    @abstractmethod
+    async def reserve(self, bundles: list[dict[str, float]], name: str, timeout_s: float) -> tuple[Any, str]:
+        """Reserve `bundles` packed on one node; returns (the reservation, its node). Raises
+        TimeoutError when they cannot be placed in time (the reservation is then undone)."""
+
+    @abstractmethod
+    def unreserve(self, reservation: Any) -> None:
+        """Give a reservation's resources back."""
+
 
 class RayActorPool(ReplicaPool):
     """Replicas as Ray actors, each in its bundle of a cell's placement group."""
@@ -137,6 +150,27 @@ class RayActorPool(ReplicaPool):
         with contextlib.suppress(Exception):  # a dead replica has nothing left to release
             replica.handle.release.remote(requests)
 
+    def inventory(self) -> dict[str, float]:
+        import ray
+
+        return {n["NodeID"]: n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["Alive"]}
+
+    async def reserve(self, bundles: list[dict[str, float]], name: str, timeout_s: float) -> tuple[Any, str]:
+        from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+        group = placement_group(bundles, strategy="STRICT_PACK", name=name)
+        try:
+            await asyncio.wait_for(group.ready(), timeout_s)
+        except TimeoutError:
+            remove_placement_group(group)
+            raise
+        return group, placement_group_table(group)["bundles_to_node_id"][0]
+
+    def unreserve(self, reservation: Any) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(reservation)
+
 
 class ReplicaGone(RuntimeError):
     """An in-process replica was stopped while it held a call (the in-process form of a dead actor)."""
@@ -147,12 +181,17 @@ class ReplicaGone(RuntimeError):
 
 
 class InProcessPool(ReplicaPool):
-    """Replicas in this process: the replica class Ray runs, called directly, outputs kept local."""
+    """Replicas in this process: the replica class Ray runs, called directly, outputs kept local.
+
+    `gpus` declares nodes and their GPUs (default: one node without any) for cells to be placed on.
+    """
 
     _starts = itertools.count()
 
-    def __init__(self) -> None:
+    def __init__(self, gpus: dict[str, float] | None = None) -> None:
         self._calls: dict[str, set[asyncio.Task[Any]]] = {}
+        self._gpus = dict(gpus or {"local": 0.0})
+        self._reserved: dict[int, tuple[str, float]] = {}  # id of a reservation -> (node, GPUs)
 
     async def start(self, manager: TaskManager, replica: Replica) -> None:
         from prismserve.runtime.replica import ExecutorReplica
@@ -225,6 +264,24 @@ class InProcessPool(ReplicaPool):
     def release(self, replica: Replica, requests: list[str]) -> None:
         if replica.handle is not None:
             replica.handle.release(requests)
+
+    def inventory(self) -> dict[str, float]:
+        return dict(self._gpus)
+
+    async def reserve(self, bundles: list[dict[str, float]], name: str, timeout_s: float) -> tuple[Any, str]:
+        needed = sum(b.get("GPU", 0.0) for b in bundles)
+        free = dict(self._gpus)
+        for node, gpus in self._reserved.values():
+            free[node] -= gpus
+        node = next((n for n, f in free.items() if f >= needed), None)
+        if node is None:
+            raise TimeoutError(f"no node has {needed} free GPUs")
+        reservation = object()
+        self._reserved[id(reservation)] = (node, needed)
+        return reservation, node
+
+    def unreserve(self, reservation: Any) -> None:
+        self._reserved.pop(id(reservation), None)
 
 
 async def _item(whole: asyncio.Task[Any], index: int) -> Any:

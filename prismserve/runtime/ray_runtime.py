@@ -16,6 +16,7 @@ from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
 from prismserve.runtime.dispatcher import ReplicaDispatcher, RoutingPolicy, request_scope
+from prismserve.runtime.pool import RayActorPool, ReplicaPool
 from prismserve.runtime.resources import ResourceManager
 from prismserve.runtime.task_manager import TaskManager
 from prismserve.task import Dispatcher, UnitTask
@@ -31,7 +32,8 @@ class RayRuntime(Runtime):
     Unit tasks that name an `executor_class` run on it (real models); the others, and deployments a plan
     gives a `sim` profile, run on `sim` executors. `values` maps a unit-task class to the function
     that computes its `sim` outputs (for example the toy executors); other tasks get outputs
-    synthesised from their output type.
+    synthesised from their output type. `pool` runs the replicas (Ray actors by default; an
+    `InProcessPool` with declared GPUs runs the same control plane in this process, without Ray).
     """
 
     def __init__(
@@ -45,8 +47,10 @@ class RayRuntime(Runtime):
         slab_bytes: int = DEFAULT_SLAB_BYTES,
         health_interval_s: float = 2.0,
         restart_wait_s: float = 60.0,
+        pool: ReplicaPool | None = None,
     ) -> None:
         super().__init__()
+        self.pool = pool or RayActorPool()
         self.address = address
         self.fake_gpus = fake_gpus
         self.values = dict(values or {})
@@ -55,7 +59,7 @@ class RayRuntime(Runtime):
         self.health_interval_s = health_interval_s
         self.restart_wait_s = restart_wait_s
         self.managers: dict[str, TaskManager] = {}
-        self.resources = ResourceManager()
+        self.resources = ResourceManager(pool=self.pool)
         self._dispatcher = ReplicaDispatcher(self.managers, policy)
         self._health: asyncio.Task[None] | None = None
 
@@ -73,7 +77,8 @@ class RayRuntime(Runtime):
         self._dispatcher.policy = value
 
     async def start(self) -> None:
-        connect(self.address, fake_gpus=self.fake_gpus)
+        if isinstance(self.pool, RayActorPool):
+            connect(self.address, fake_gpus=self.fake_gpus)
         if self._health is None:
             self._health = asyncio.get_running_loop().create_task(self._check_health())
 
@@ -95,17 +100,20 @@ class RayRuntime(Runtime):
         return {key: manager.queue_depth() for key, manager in self.managers.items()}
 
     async def _on_register(self, app: App) -> None:
-        from ray import cloudpickle  # the pickler Ray serialises with
+        if isinstance(self.pool, RayActorPool):
+            from ray import cloudpickle  # the pickler Ray serialises with
 
-        # App files are not importable in Ray workers: their classes travel by value.
-        cloudpickle.register_pickle_by_value(app.module)
+            # App files are not importable in Ray workers: their classes travel by value.
+            cloudpickle.register_pickle_by_value(app.module)
         tasks = {task.deployment_key(): task for task in app.named_unit_tasks().values()}
         # Every spec first: one that cannot be built (an executor environment missing) leaves nothing behind.
         specs = {key: self._spec(task, None) for key, task in tasks.items() if key not in self.managers}
         missing = {}
         for key, task in tasks.items():
             if key in specs:
-                self.managers[key] = TaskManager(key, task, specs[key], self.slab_bytes, restart_wait_s=self.restart_wait_s)
+                self.managers[key] = TaskManager(
+                    key, task, specs[key], self.slab_bytes, pool=self.pool, restart_wait_s=self.restart_wait_s
+                )
             if not self.managers[key].replicas:
                 missing[key] = task
         # One single-replica cell per deployment that has none yet; a plan replaces them.

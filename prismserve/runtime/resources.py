@@ -1,4 +1,4 @@
-"""ResourceManager: the GPU inventory, and cells placed as Ray placement groups packed on one node."""
+"""ResourceManager: the GPU inventory, and cells placed packed on one node (Ray placement groups)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prismserve.planner import CellPlan, Plan, plan_changes
+from prismserve.runtime.pool import RayActorPool, ReplicaPool
 from prismserve.runtime.task_manager import Placement, Replica, TaskManager
 
 _cell_ids = itertools.count()
@@ -31,17 +32,19 @@ class Cell:
 
 
 class ResourceManager:
-    """Places cells on the cluster's GPUs and applies new plans by changing only what differs."""
+    """Places cells on the cluster's GPUs and applies new plans by changing only what differs.
 
-    def __init__(self, place_timeout_s: float = 60.0) -> None:
+    Reservations go through the replica pool (Ray placement groups by default).
+    """
+
+    def __init__(self, place_timeout_s: float = 60.0, pool: ReplicaPool | None = None) -> None:
         self.cells: list[Cell] = []
         self.place_timeout_s = place_timeout_s
+        self.pool = pool or RayActorPool()
 
     def inventory(self) -> dict[str, float]:
         """GPUs of each alive node (real or declared)."""
-        import ray
-
-        return {n["NodeID"]: n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["Alive"]}
+        return self.pool.inventory()
 
     def free_gpus(self) -> dict[str, float]:
         """GPUs of each node not taken by a cell."""
@@ -52,10 +55,7 @@ class ResourceManager:
         return free
 
     async def create_cell(self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]) -> Cell:
-        """Reserve a placement group for the cell's replicas on one node and start them."""
-        import ray
-        from ray.util.placement_group import placement_group, placement_group_table
-
+        """Reserve the cell's replicas' resources on one node and start them."""
         members = [managers[key] for key, n in sorted(replicas.items()) for _ in range(n)]
         needed = sum(m.task.gpus_per_replica for m in members)
         if needed > gpus:
@@ -68,13 +68,12 @@ class ResourceManager:
             )
         bundles = [{"GPU": m.task.gpus_per_replica} if m.task.gpus_per_replica else {"CPU": 0.001} for m in members]
         cell = Cell(next(_cell_ids), owner, gpus, dict(replicas))
-        cell.placement_group = placement_group(bundles, strategy="STRICT_PACK", name=f"prismserve-cell-{cell.id}")
         try:
-            await asyncio.wait_for(cell.placement_group.ready(), self.place_timeout_s)
-        except asyncio.TimeoutError:
-            ray.util.remove_placement_group(cell.placement_group)
+            cell.placement_group, cell.node_id = await self.pool.reserve(
+                bundles, f"prismserve-cell-{cell.id}", self.place_timeout_s
+            )
+        except TimeoutError:
             raise PlacementError(f"cell of {needed} GPUs could not be placed within {self.place_timeout_s:.0f} s") from None
-        cell.node_id = placement_group_table(cell.placement_group)["bundles_to_node_id"][0]
         self.cells.append(cell)
         started = await asyncio.gather(
             *(
@@ -92,15 +91,13 @@ class ResourceManager:
 
     async def remove_cell(self, cell: Cell) -> None:
         """Stop the cell's replicas and give its GPUs back."""
-        from ray.util import remove_placement_group
-
         await asyncio.gather(*(manager.remove_replica(replica) for manager, replica in cell.members))
         # A replica that failed to start is still listed by its manager.
         for manager in {m for m, _ in cell.members}:
             for replica in [r for r in manager.replicas if r.placement.placement_group is cell.placement_group]:
                 await manager.remove_replica(replica)
         if cell.placement_group is not None:
-            remove_placement_group(cell.placement_group)
+            self.pool.unreserve(cell.placement_group)
         if cell in self.cells:
             self.cells.remove(cell)
 

@@ -1,0 +1,78 @@
+"""Cells, plans and GPUs of the runtime on in-process replicas with declared GPUs. No Ray."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from runtime_apps import ROUTED_MLLM, SOLO
+
+from prismserve.app.chat import ChatRequest
+from prismserve.planner import Plan
+from prismserve.runtime.pool import InProcessPool
+from prismserve.runtime.ray_runtime import RayRuntime
+from prismserve.runtime.resources import PlacementError
+from prismserve.task import use_dispatcher
+from prismserve.toy.executors import VALUES
+
+ROUTED_PLAN = {
+    "cells": [
+        {"gpus": 2, "count": 1, "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1}},
+        {"gpus": 1, "count": 2, "replicas": {"router.paths.E->L.llm": 1}},
+    ],
+    "routing": {"text": {"EL": 0.5, "E->L": 0.5}, "image+text": {"EL": 0.5, "E->L": 0.5}},
+}
+
+
+def run(scenario, gpus=None):
+    async def main():
+        runtime = RayRuntime(values=VALUES, pool=InProcessPool(gpus or {"a": 4, "b": 4}))
+        await runtime.start()
+        try:
+            return await asyncio.wait_for(scenario(runtime), 60)
+        finally:
+            await runtime.close()
+
+    return asyncio.run(main())
+
+
+def cells_of(runtime):
+    return {c.id: (c.node_id, c.gpus, tuple(sorted(c.replicas.items()))) for c in runtime.resources.cells}
+
+
+def test_a_new_plan_keeps_identical_cells_and_changes_only_the_rest():
+    async def scenario(runtime):
+        app = await runtime.register_app(ROUTED_MLLM, "mllm")
+        await runtime.deploy("mllm", Plan.model_validate(ROUTED_PLAN))
+        first = cells_of(runtime)
+        bigger = {**ROUTED_PLAN, "cells": [ROUTED_PLAN["cells"][0], {**ROUTED_PLAN["cells"][1], "count": 3}]}
+        await runtime.deploy("mllm", Plan.model_validate(bigger))
+        second = cells_of(runtime)
+        await runtime.deploy("mllm", Plan.model_validate({**ROUTED_PLAN, "cells": ROUTED_PLAN["cells"][:1]}))
+        third = cells_of(runtime)
+        async with runtime.request_scope("mllm"):
+            with use_dispatcher(runtime.dispatcher):
+                answer = await app.serve(ChatRequest.of("still served"))
+        return first, second, third, runtime.resources.free_gpus(), answer
+
+    first, second, third, free, answer = run(scenario)
+    assert len(first) == 3 and all(second[c] == first[c] for c in first) and len(second) == 4
+    (kept,) = third  # the 2-GPU cell stayed up through both changes
+    assert kept in first and third[kept][1] == 2
+    assert sum(free.values()) == 8 - 2
+    assert answer.tokens[-2:] == ["still", "served"]
+
+
+def test_cells_are_packed_on_one_node_and_a_cell_larger_than_any_node_is_refused():
+    async def scenario(runtime):
+        await runtime.register_app(SOLO, "solo")
+        encoder = next(k for k, m in runtime.managers.items() if type(m.task).__name__ == "EncoderTask")
+        cells = [await runtime.resources.create_cell("solo", 3, {encoder: 3}, runtime.managers) for _ in range(2)]
+        with pytest.raises(PlacementError, match=r"no node has 3 free GPUs .*\[0, 0\]"):
+            await runtime.resources.create_cell("solo", 3, {encoder: 3}, runtime.managers)
+        return [c.node_id for c in cells], runtime.resources.free_gpus()
+
+    # The app's three 1-GPU cells (image and audio encoders, LLM) fill half of node a.
+    nodes, free = run(scenario, gpus={"a": 6, "b": 3})
+    assert sorted(nodes) == ["a", "b"]  # 3 free GPUs on each node, not one 3-GPU cell split over both
+    assert free == {"a": 0, "b": 0}
