@@ -21,6 +21,7 @@ SCRIPTS = {
     "bench_planner.py": ["--repeats", "1"],
     "bench_dataplane.py": ["--mb", "4", "--repeats", "3"],
     "bench_control_plane.py": ["--requests", "60", "--concurrency", "4"],
+    "bench_transports.py": ["--calls", "20"],
     "bench_routing.py": ["--clients", "4", "--seconds", "1"],
     "bench_omni.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
     "bench_vllm.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
