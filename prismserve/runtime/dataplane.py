@@ -147,10 +147,13 @@ class ShmSlab:
         """Bytes held by live payloads."""
         return sum(length for _, length, _ in self._used.values())
 
-    def write(self, data_id: str, value: Any) -> ShmRef | None:
-        """Store `value`; None when it does not fit even after evicting expired payloads."""
+    def write(self, data_id: str, value: Any, pickled: bytes | None = None) -> ShmRef | None:
+        """Store `value` (`pickled`: its pickle, when the caller has it); None when it does not fit
+        even after evicting expired payloads."""
         kind, dtype, shape = "pickle", "", ()
-        if isinstance(value, np.ndarray):
+        if pickled is not None:
+            raw = np.frombuffer(pickled, dtype=np.uint8)
+        elif isinstance(value, np.ndarray):
             value = np.ascontiguousarray(value)
             kind, dtype, shape, raw = "ndarray", value.dtype.str, value.shape, value.reshape(-1).view(np.uint8)
         elif isinstance(value, (bytes, bytearray, memoryview)):

@@ -123,7 +123,9 @@ class RayActorPool(ReplicaPool):
     def submit(self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]) -> list[Any]:
         # Producers' references as arguments: Ray starts the call once they exist and moves the
         # (small) outputs straight between the actors.
-        result = replica.handle.invoke.options(num_returns=len(calls)).remote(calls, producers, *produced)
+        from prismserve.runtime.replica import pickle_calls
+
+        result = replica.handle.invoke.options(num_returns=len(calls)).remote(pickle_calls(calls), producers, *produced)
         return [result] if len(calls) == 1 else list(result)
 
     async def result(self, ref: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -46,6 +47,16 @@ class ObjectStoreRef:
 
     async def fetch_async(self) -> Any:
         return await self.ref
+
+
+def pickle_calls(calls: list[Call]) -> bytes:
+    """Calls as one pickle. Ray's own serialisation of the pydantic inputs cost about 0.25 ms a call
+    each way here (a call with a `list[Call]` argument: 1.85 ms, the same calls as bytes: 1.22 ms,
+    an empty call: 1.31 ms); bytes cross as they are. Ray's cloudpickle, so that classes of app
+    files travel by value as with Ray's own pickling."""
+    from ray import cloudpickle
+
+    return cloudpickle.dumps(calls)
 
 
 def localize(output: Any) -> Any:
@@ -129,11 +140,16 @@ class ExecutorReplica:
         """Invocations running or waiting here (streams until they end)."""
         return self._active
 
-    async def invoke(self, calls: list[Call], producers: list[int], *produced: Any) -> Any:
+    async def invoke(self, calls: list[Call] | bytes, producers: list[int], *produced: Any) -> Any:
         """Run invocations (independent of each other) of one graph; producers' outputs follow.
 
-        Returns the output of the single call, or a list of outputs in call order.
+        `calls` may come pickled (`pickle_calls`). Returns the output of the single call, or a list
+        of outputs in call order.
         """
+        if isinstance(calls, bytes):
+            from ray import cloudpickle
+
+            calls = cloudpickle.loads(calls)
         outputs: dict[int, Any] = dict(zip(producers, produced, strict=True))
         if len(calls) == 1:
             return await self._invoke(calls[0], outputs)
@@ -204,9 +220,12 @@ class ExecutorReplica:
         for name, value in output.__dict__.items():
             data_id = f"{call.request}/{call.index}.{name}"
             if isinstance(value, DataHandle) and value.is_local:
+                # A value measured only by pickling it (a list, a dict) is pickled once: small ones
+                # travel inline, like small arrays, instead of through the slab and a reference.
                 size = payload_size(value.value)
-                if size < 0 or size > INLINE_BYTES:
-                    update[name] = DataHandle(data_id, ref=self._store(data_id, value.value))
+                pickled = pickle.dumps(value.value, protocol=5) if size < 0 else None
+                if (len(pickled) if pickled is not None else size) > INLINE_BYTES:
+                    update[name] = DataHandle(data_id, ref=self._store(data_id, value.value, pickled))
             elif isinstance(value, Stream) and not value.is_placeholder:
                 # Held under the call's id, so that the request's release frees it.
                 renamed: Stream[Any] = Stream(data_id)
@@ -217,8 +236,8 @@ class ExecutorReplica:
                 update[name] = RemoteStreamRef(self._me, renamed.id)
         return output.model_copy(update=update) if update else output
 
-    def _store(self, data_id: str, value: Any) -> Any:
-        ref = self._slab.write(data_id, value) if self._slab is not None else None
+    def _store(self, data_id: str, value: Any, pickled: bytes | None) -> Any:
+        ref = self._slab.write(data_id, value, pickled) if self._slab is not None else None
         if ref is None:
             import ray
 
