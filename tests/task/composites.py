@@ -122,3 +122,35 @@ class FormatOutput(Task[ChatRequest, ChatOutput]):
     def invoke(self, request: ChatRequest) -> ChatOutput:
         embedding = self.encoder.invoke(MediaInput(modality="image", data=b"x")).embedding
         return ChatOutput(text=self.llm.invoke(LLMInput(prompt=f"{embedding}")))
+
+
+COMPARISONS = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "in": lambda a, b: b in a,
+    "is in": lambda a, b: a in [b],
+    "hash": lambda a, b: {a},
+    "handles ==": lambda a, b: a == a,  # noqa: PLR0124 - two placeholders
+}
+
+
+class CompareOutput(Task[ChatRequest, ChatOutput]):
+    """Compares a unit-task output (`of`: a data handle or a stream) with `op`: not possible during record."""
+
+    op: str
+    of: str = "embedding"
+
+    def post_init(self) -> None:
+        self.encoder = EncoderTask(model_id="m", modality="image")
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: ChatRequest) -> ChatOutput:
+        embedding = self.encoder.invoke(MediaInput(modality="image", data=b"x")).embedding
+        text = self.llm.invoke(LLMInput(prompt=request.prompt))
+        if COMPARISONS[self.op](embedding if self.of == "embedding" else text, request.prompt):
+            pass
+        return ChatOutput(text=text)

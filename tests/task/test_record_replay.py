@@ -6,7 +6,7 @@ import asyncio
 import random
 
 import pytest
-from composites import Flip, FormatOutput, Outer, PeekAtOutput, Refine, RefineRequest, Router, SideEffect
+from composites import COMPARISONS, CompareOutput, Flip, FormatOutput, Outer, PeekAtOutput, Refine, RefineRequest, Router, SideEffect
 
 from prismserve.task import (
     LocalDispatcher,
@@ -204,6 +204,13 @@ def test_branching_on_a_placeholder_is_a_clear_error():
 def test_formatting_a_placeholder_is_a_clear_error():
     with pytest.raises(RecordError, match=r"'0.embedding' was used while recording"):
         FormatOutput().record(ChatRequest.of("x"))
+
+
+@pytest.mark.parametrize("of", ["embedding", "text"])
+@pytest.mark.parametrize("op", sorted(COMPARISONS))
+def test_comparing_or_hashing_a_placeholder_is_a_clear_error(op, of):
+    with pytest.raises(RecordError, match=r"'\d(\.embedding)?' was (compared|hashed|searched).* does not exist yet.*replayable_choice"):
+        CompareOutput(op=op, of=of).record(ChatRequest.of("x"))
 
 
 def test_unit_invoke_outside_record_and_replay_says_how_to_call_it():
