@@ -30,15 +30,27 @@ InT = TypeVar("InT")
 OutT = TypeVar("OutT")
 
 
+# Types that never hold a placeholder: checked first, by exact type, to keep record fast.
+_LEAVES = frozenset({str, bytes, int, float, bool, type(None)})
+
+
 def _holds_placeholder(obj: Any) -> bool:
+    cls = type(obj)
+    if cls in _LEAVES:
+        return False
     if isinstance(obj, (DataHandle, Stream)):
         return obj.is_placeholder
-    if isinstance(obj, dict):
-        return any(_holds_placeholder(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_holds_placeholder(v) for v in obj)
-    if isinstance(obj, BaseModel):
-        return any(_holds_placeholder(v) for v in obj.__dict__.values())
+    if cls is dict or isinstance(obj, dict):
+        values: Any = obj.values()
+    elif cls is list or cls is tuple or isinstance(obj, (list, tuple)):
+        values = obj
+    elif hasattr(obj, "__pydantic_fields__"):  # a model; faster than isinstance(obj, BaseModel)
+        values = obj.__dict__.values()
+    else:
+        return False
+    for value in values:
+        if _holds_placeholder(value):
+            return True
     return False
 
 
@@ -177,6 +189,16 @@ class Task(BaseModel, Generic[InT, OutT]):
                 stack.extend((f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(task.__dict__))
         return found
 
+    def path_to(self, task: Task[Any, Any]) -> str | None:
+        """The attribute path of `task` (that very object) inside this task, as named_unit_tasks names it."""
+        stack: list[tuple[str, Task[Any, Any]]] = [("", self)]
+        while stack:
+            path, current = stack.pop(0)
+            if current is task:
+                return path
+            stack.extend((f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(current.__dict__))
+        return None
+
     def unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
         """Every unit task reachable from this task, one per deployment key."""
         return {task.deployment_key(): task for task in self.named_unit_tasks().values()}
@@ -192,7 +214,7 @@ class Task(BaseModel, Generic[InT, OutT]):
 
     def record(self, task_input: InT, *, rng: random.Random | None = None) -> TaskGraph:
         """Run invoke with placeholder outputs and return the graph of unit-task calls."""
-        session = Session(TaskGraph(type(self).__qualname__), rng=rng)
+        session = Session(TaskGraph(type(self).__qualname__), rng=rng, root=self)
         token = current_session.set(session)
         lenient = accepting_placeholders.set(True)
         try:
@@ -210,7 +232,7 @@ class Task(BaseModel, Generic[InT, OutT]):
 
     def replay(self, task_input: InT, graph: TaskGraph, outputs: list[Any]) -> OutT:
         """Run invoke again, each unit task returning its real output from `outputs`."""
-        session = Session(graph, outputs=outputs)
+        session = Session(graph, outputs=outputs, root=self)
         token = current_session.set(session)
         try:
             result = self.invoke(task_input)

@@ -154,3 +154,34 @@ class CompareOutput(Task[ChatRequest, ChatOutput]):
         if COMPARISONS[self.op](embedding if self.of == "embedding" else text, request.prompt):
             pass
         return ChatOutput(text=text)
+
+
+class SwapOnReplay(Task[ChatRequest, ChatOutput]):
+    """Same calls on replay, but the LLM gets its embeddings in the other order, or another prompt."""
+
+    change: str = "producer"  # or "prompt"
+
+    def post_init(self) -> None:
+        self.calls = count()
+        self.encoders = {"image": EncoderTask(model_id="m", modality="image")}
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: ChatRequest) -> ChatOutput:
+        first = self.encoders["image"].invoke(MediaInput(modality="image", data=b"1")).embedding
+        second = self.encoders["image"].invoke(MediaInput(modality="image", data=b"2")).embedding
+        replaying = next(self.calls) > 0
+        embeddings = [second, first] if replaying and self.change == "producer" else [first, second]
+        prompt = f"{request.prompt} again" if replaying and self.change == "prompt" else request.prompt
+        return ChatOutput(text=self.llm.invoke(LLMInput(prompt=prompt, embeddings=embeddings)))
+
+
+class Nest(Task[ChatRequest, ChatOutput]):
+    """SwapOnReplay one level down, so that divergence errors must name the unit task by its path."""
+
+    change: str = "producer"
+
+    def post_init(self) -> None:
+        self.thinker = SwapOnReplay(change=self.change)
+
+    def invoke(self, request: ChatRequest) -> ChatOutput:
+        return self.thinker.invoke(request)
