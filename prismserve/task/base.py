@@ -49,7 +49,7 @@ def _holds_placeholder(obj: Any) -> bool:
     else:
         return False
     for value in values:
-        if _holds_placeholder(value):
+        if type(value) not in _LEAVES and _holds_placeholder(value):
             return True
     return False
 

@@ -161,8 +161,6 @@ def _sample(rng: random.Random, n: int, p: Sequence[float] | None) -> int:
 
 def _collect_placeholders(obj: Any, deps: dict[str, int], consumer: int, task: Any) -> None:
     """Find every placeholder inside a unit-task input (nested models, lists, dicts)."""
-    if type(obj) in _PLAIN:
-        return
     if isinstance(obj, (DataHandle, Stream)):
         if obj.is_placeholder:
             producer = producer_of(obj.id) if obj.id[:1].isdigit() else -1
@@ -172,16 +170,18 @@ def _collect_placeholders(obj: Any, deps: dict[str, int], consumer: int, task: A
                     "produced (was it kept from another request?)"
                 )
             deps[obj.id] = producer
-    elif hasattr(obj, "__pydantic_fields__"):
-        for value in obj.__dict__.values():
-            _collect_placeholders(value, deps, consumer, task)
+        return
+    if hasattr(obj, "__pydantic_fields__"):
+        children: Any = obj.__dict__.values()
     elif isinstance(obj, (list, tuple, set, frozenset)):
-        for item in obj:
-            _collect_placeholders(item, deps, consumer, task)
+        children = obj
     elif isinstance(obj, dict):
-        for value in obj.values():
-            _collect_placeholders(value, deps, consumer, task)
-
+        children = obj.values()
+    else:
+        return
+    for child in children:
+        if type(child) not in _PLAIN:  # most fields are plain: skip them without a call
+            _collect_placeholders(child, deps, consumer, task)
 
 
 # Compared by value between record and replay; anything else is compared structurally or not at all.
@@ -224,7 +224,8 @@ def _compare(recorded: Any, replayed: Any, outputs: Any) -> None:
             raise _Differs(f"a different {{where}} than record did ({len(recorded)} items at record)")
         for i, rec in enumerate(recorded):
             try:
-                _compare(rec, replayed[i], outputs)
+                if rec is not replayed[i]:
+                    _compare(rec, replayed[i], outputs)
             except _Differs as differs:
                 differs.path.append(f"[{i}]")
                 raise
@@ -236,7 +237,7 @@ def _compare_fields(recorded: Any, replayed: Any, outputs: Any) -> None:
     if type(rep) is not dict or (type(recorded) is dict is type(replayed) and rec.keys() != rep.keys()):
         raise _Differs("a different {where} than record did")
     for key, value in rec.items():
-        if key in rep:
+        if key in rep and value is not rep[key]:
             try:
                 _compare(value, rep[key], outputs)
             except _Differs as differs:
