@@ -278,6 +278,7 @@ def _source_of(value: Any, outputs: Any) -> str:
         fields = output.__dict__ if isinstance(output, BaseModel) else {}
         if output is value or any(v is value for v in fields.values()):
             return f"call #{index}"
-        if isinstance(value, DataHandle) and any(v is value.value for v in fields.values() if v is not None):
+        wrapped = value.value if isinstance(value, DataHandle) and value.is_local else value  # never fetch
+        if wrapped is not None and any(v is wrapped for v in fields.values()):
             return f"call #{index}"
     return "no earlier call of this replay"
