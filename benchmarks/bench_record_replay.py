@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     results = asyncio.run(measure(args.requests, args.warmup))
-    print(f"{'per request, 5 invocations':<26} {'median µs':>10} {'p99 µs':>10}  (target: record+replay median <= 300)")
+    print(f"{'per request, 5 invocations':<26} {'median µs':>10} {'p99 µs':>10}  (target: record+replay median <= 100)")
     for name, row in results.items():
         print(f"{name:<26} {row['median_us']:>10.1f} {row['p99_us']:>10.1f}")
     if args.out:

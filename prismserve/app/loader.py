@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from prismserve.app.app import App
 from prismserve.app.config import AppConfig
-from prismserve.task import Task
+from prismserve.task import Task, TaskDefinitionError
 
 MODALITIES = frozenset({"text", "image", "audio", "video"})
 APP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -76,6 +76,8 @@ def _execute(source: str, name: str, filename: str) -> ModuleType:
             None,
         )
         where = f"{filename}:{line}" if line else filename
+        if isinstance(exc, TaskDefinitionError):  # already says which task and what to fix
+            raise AppLoadError(f"{where}: {exc}") from None
         raise AppLoadError(f"{where}: error while importing the app: {type(exc).__name__}: {exc}") from None
     return module
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar, Generic, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from prismserve.task.data import DataHandle, Stream, accepting_placeholders
 from prismserve.task.dispatch import current_dispatcher
@@ -29,15 +30,27 @@ InT = TypeVar("InT")
 OutT = TypeVar("OutT")
 
 
+# Types that never hold a placeholder: checked first, by exact type, to keep record fast.
+_LEAVES = frozenset({str, bytes, int, float, bool, type(None)})
+
+
 def _holds_placeholder(obj: Any) -> bool:
+    cls = type(obj)
+    if cls in _LEAVES:
+        return False
     if isinstance(obj, (DataHandle, Stream)):
         return obj.is_placeholder
-    if isinstance(obj, dict):
-        return any(_holds_placeholder(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_holds_placeholder(v) for v in obj)
-    if isinstance(obj, BaseModel):
-        return any(_holds_placeholder(v) for v in obj.__dict__.values())
+    if cls is dict or isinstance(obj, dict):
+        values: Any = obj.values()
+    elif cls is list or cls is tuple or isinstance(obj, (list, tuple)):
+        values = obj
+    elif hasattr(obj, "__pydantic_fields__"):  # a model; faster than isinstance(obj, BaseModel)
+        values = obj.__dict__.values()
+    else:
+        return False
+    for value in values:
+        if type(value) not in _LEAVES and _holds_placeholder(value):
+            return True
     return False
 
 
@@ -176,6 +189,16 @@ class Task(BaseModel, Generic[InT, OutT]):
                 stack.extend((f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(task.__dict__))
         return found
 
+    def path_to(self, task: Task[Any, Any]) -> str | None:
+        """The attribute path of `task` (that very object) inside this task, as named_unit_tasks names it."""
+        stack: list[tuple[str, Task[Any, Any]]] = [("", self)]
+        while stack:
+            path, current = stack.pop(0)
+            if current is task:
+                return path
+            stack.extend((f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(current.__dict__))
+        return None
+
     def unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
         """Every unit task reachable from this task, one per deployment key."""
         return {task.deployment_key(): task for task in self.named_unit_tasks().values()}
@@ -191,7 +214,7 @@ class Task(BaseModel, Generic[InT, OutT]):
 
     def record(self, task_input: InT, *, rng: random.Random | None = None) -> TaskGraph:
         """Run invoke with placeholder outputs and return the graph of unit-task calls."""
-        session = Session(TaskGraph(type(self).__qualname__), rng=rng)
+        session = Session(TaskGraph(type(self).__qualname__), rng=rng, root=self)
         token = current_session.set(session)
         lenient = accepting_placeholders.set(True)
         try:
@@ -209,7 +232,7 @@ class Task(BaseModel, Generic[InT, OutT]):
 
     def replay(self, task_input: InT, graph: TaskGraph, outputs: list[Any]) -> OutT:
         """Run invoke again, each unit task returning its real output from `outputs`."""
-        session = Session(graph, outputs=outputs)
+        session = Session(graph, outputs=outputs, root=self)
         token = current_session.set(session)
         try:
             result = self.invoke(task_input)
@@ -297,6 +320,7 @@ class UnitTask(Task[InT, OutT]):
                 f"{cls.__qualname__} cannot be deployed: a unit task class needs `executor_kind = '...'` and "
                 "its types, as in `class MyTask(UnitTask[MyInput, MyOutput])`"
             )
+        self._key = _deployment_key(self)  # refuses configuration that cannot be serialised, now
         super().model_post_init(context)
 
     @final
@@ -312,11 +336,8 @@ class UnitTask(Task[InT, OutT]):
 
     def deployment_key(self) -> str:
         """Stable id of this unit task's deployment: class and field values; equal for equivalent tasks."""
-        if self._key is None:
-            cls = type(self)
-            config = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-            digest = hashlib.sha256(config.encode()).hexdigest()[:16]
-            self._key = f"{cls.__module__}.{cls.__qualname__}:{digest}"
+        if self._key is None:  # built without model_post_init (model_construct)
+            self._key = _deployment_key(self)
         return self._key
 
     @classmethod
@@ -329,3 +350,46 @@ class UnitTask(Task[InT, OutT]):
             for name, is_stream in cls._output_fields
         }
         return cls.output_type.construct_unvalidated(values)
+
+
+def _deployment_key(task: UnitTask[Any, Any]) -> str:
+    """`module.Class:digest` of the canonical configuration; raises TaskDefinitionError naming the
+    field whose value cannot be serialised (the key, graphs and replicas all need it as JSON)."""
+    cls = type(task)
+    config = {}
+    for name in cls.__pydantic_fields__:
+        try:
+            config[name] = _canonical(getattr(task, name))
+        except (PydanticSerializationError, UnicodeDecodeError, TypeError, ValueError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TaskDefinitionError(
+                f"{cls.__qualname__}.{name} cannot be serialised ({reason}): unit-task configuration must "
+                "be plain data (str, UTF-8 bytes, numbers, lists, dicts, sets, pydantic models); build "
+                "locks, callables and other live objects in the executor instead"
+            ) from None
+    digest = hashlib.sha256(_dumps(config).encode()).hexdigest()[:16]
+    return f"{cls.__module__}.{cls.__qualname__}:{digest}"
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def _canonical(value: Any) -> Any:
+    """`value` as JSON data equal in every process for equal values: sets sorted (their iteration
+    order follows PYTHONHASHSEED), -0.0 as 0.0, models as their dumped fields, dict keys as strings."""
+    if value is None or isinstance(value, (str, int)):  # bool is an int
+        return value
+    if isinstance(value, float):
+        return 0.0 if value == 0 else value
+    if isinstance(value, BaseModel):
+        return _canonical(value.model_dump(mode="python"))
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else _dumps(_canonical(k)): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_canonical(v) for v in value), key=_dumps)
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode()  # pydantic writes bytes to JSON as UTF-8 text
+    return _canonical(to_jsonable_python(value))  # enums, paths, dates; raises for live objects

@@ -22,11 +22,12 @@ _fresh_ids = itertools.count()
 accepting_placeholders: ContextVar[bool] = ContextVar("accepting_placeholders", default=False)
 
 
-def _placeholder_error(kind: str, data_id: str) -> NoReturn:
+def _placeholder_error(kind: str, data_id: str, use: str = "used") -> NoReturn:
     raise RecordError(
-        f"the value of {kind} {data_id!r} was used while recording: during record, unit-task outputs are "
-        "placeholders that can only be passed on to other tasks or returned. Branch, format or compute "
-        "on model outputs in the app's serve() instead, where real values are available."
+        f"the value of {kind} {data_id!r} was {use} while recording, but it does not exist yet: during "
+        "record, unit-task outputs are placeholders that can only be passed on to other tasks or returned. "
+        "Decide on request fields or with replayable_choice(), or branch, format or compute on model "
+        "outputs in the app's serve() instead, where real values are available."
     )
 
 
@@ -106,17 +107,34 @@ class DataHandle(Generic[T]):
             state = "placeholder" if self._ref is None else "remote"
         return f"DataHandle({self.id!r}, {state})"
 
-    # Two handles with one id name the same payload.
+    # A placeholder must not leak into control flow, comparisons, sets or strings: the recorded graph
+    # would silently differ from what replay computes. The framework keys handles by `.id` instead.
     def __eq__(self, other: object) -> bool:
+        self._refuse_placeholder(other, "compared")
         if not isinstance(other, DataHandle):
             return NotImplemented
-        return self.id == other.id
+        return self.id == other.id  # two resolved handles with one id name the same payload
 
     def __hash__(self) -> int:
+        self._refuse_placeholder(None, "hashed (put in a set or used as a dict key)")
         return hash(self.id)
 
-    # A placeholder must not leak into control flow or into strings: the recorded graph would
-    # silently differ from what replay computes.
+    def __lt__(self, other: object) -> bool:
+        self._refuse_placeholder(other, "compared")
+        return NotImplemented
+
+    __le__ = __gt__ = __ge__ = __lt__
+
+    def _refuse_placeholder(self, other: object, use: str) -> None:
+        if self.is_placeholder:
+            _placeholder_error("data", self.id, use)
+        if isinstance(other, DataHandle) and other.is_placeholder:
+            _placeholder_error("data", other.id, use)
+
+    def __contains__(self, item: object) -> bool:
+        self._refuse_placeholder(None, "searched with `in`")
+        return item in self.value
+
     def __bool__(self) -> bool:
         return bool(self.value)
 
@@ -255,6 +273,31 @@ class Stream(Generic[T]):
         if self._placeholder:
             _placeholder_error("stream", self.id)
         return True
+
+    # Streams are equal only to themselves; a placeholder cannot be compared or hashed (see DataHandle).
+    def __eq__(self, other: object) -> bool:
+        self._refuse_placeholder(other, "compared")
+        return self is other
+
+    def __hash__(self) -> int:
+        self._refuse_placeholder(None, "hashed (put in a set or used as a dict key)")
+        return id(self)
+
+    def __lt__(self, other: object) -> bool:
+        self._refuse_placeholder(other, "compared")
+        return NotImplemented
+
+    __le__ = __gt__ = __ge__ = __lt__
+
+    def __contains__(self, item: object) -> bool:
+        self._refuse_placeholder(None, "searched with `in`")
+        raise TypeError(f"stream {self.id!r} cannot be searched with `in`: `await stream.collect()` it first")
+
+    def _refuse_placeholder(self, other: object, use: str) -> None:
+        if self._placeholder:
+            _placeholder_error("stream", self.id, use)
+        if isinstance(other, Stream) and other._placeholder:
+            _placeholder_error("stream", other.id, use)
 
     def __repr__(self) -> str:
         state = "placeholder" if self._placeholder else f"{len(self._items)} items"

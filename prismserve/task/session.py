@@ -5,14 +5,16 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from pydantic import BaseModel
 
 from prismserve.task.data import DataHandle, Stream
 from prismserve.task.errors import RecordError, ReplayDivergenceError, TaskUsageError
-from prismserve.task.graph import Invocation, TaskGraph, producer_of
+from prismserve.task.graph import Invocation, TaskGraph, output_value, producer_of
 
 if TYPE_CHECKING:
-    from prismserve.task.base import UnitTask
+    from prismserve.task.base import Task, UnitTask
 
 # Stateless (draws from the OS), so sharing it is not shared mutable state.
 _DEFAULT_RNG = random.SystemRandom()
@@ -21,7 +23,7 @@ _DEFAULT_RNG = random.SystemRandom()
 class Session:
     """Record or replay of one top-level task call; lives in `current_session` while invoke runs."""
 
-    __slots__ = ("recording", "graph", "outputs", "cursor", "choice_cursor", "rng")
+    __slots__ = ("recording", "graph", "outputs", "cursor", "choice_cursor", "rng", "root")
 
     def __init__(
         self,
@@ -29,7 +31,9 @@ class Session:
         *,
         outputs: Sequence[Any] | None = None,
         rng: random.Random | None = None,
+        root: Task[Any, Any] | None = None,
     ) -> None:
+        self.root = root  # the task recorded or replayed: divergence errors name unit tasks by path in it
         self.recording = outputs is None
         self.graph = graph
         self.outputs = outputs
@@ -41,7 +45,7 @@ class Session:
         """What a unit task's invoke returns: a placeholder (record) or the real output (replay)."""
         if self.recording:
             return self._record(task, task_input)
-        return self._replay(task)
+        return self._replay(task, task_input)
 
     def _record(self, task: UnitTask[Any, Any], task_input: Any) -> Any:
         nodes = self.graph.nodes
@@ -54,24 +58,33 @@ class Session:
         nodes.append(Invocation(index, task, task_input, deps))
         return type(task).placeholder_output(index)
 
-    def _replay(self, task: UnitTask[Any, Any]) -> Any:
+    def _replay(self, task: UnitTask[Any, Any], task_input: Any) -> Any:
         index = self.cursor
         nodes = self.graph.nodes
         if index >= len(nodes):
-            raise ReplayDivergenceError(
-                f"replay of {self.graph.root} diverged at unit-task call #{index}: it invoked "
-                f"{type(task).__name__}, but record made only {len(nodes)} calls. invoke() must take the "
-                "same path on replay: no side effects, no randomness except replayable_choice()"
-            )
+            self._diverged(index, f"it invoked {self._name(task)}, but record made only {len(nodes)} calls")
         node = nodes[index]
         if node.task is not task and node.task_key != task.deployment_key():
-            raise ReplayDivergenceError(
-                f"replay of {self.graph.root} diverged at unit-task call #{index}: record invoked "
-                f"{type(node.task).__name__}, replay invoked {type(task).__name__}. invoke() must take the "
-                "same path on replay: no side effects, no randomness except replayable_choice()"
-            )
+            self._diverged(index, f"record invoked {self._name(node.task)}, replay invoked {self._name(task)}")
+        input_type = type(task).input_type
+        if not isinstance(task_input, input_type):
+            task_input = input_type.model_validate(task_input)
+        difference = _difference(node.input, task_input, self.outputs, "input")
+        if difference is not None:
+            self._diverged(index, f"{self._name(task)} got {difference}")
         self.cursor = index + 1
         return self.outputs[index]  # type: ignore[index]
+
+    def _name(self, task: UnitTask[Any, Any]) -> str:
+        """`path.in.root (Class)`: equivalent unit tasks share a class, so the path tells them apart."""
+        path = self.root.path_to(task) if self.root is not None else None
+        return f"{path} ({type(task).__name__})" if path else type(task).__name__
+
+    def _diverged(self, index: int, what: str) -> NoReturn:
+        raise ReplayDivergenceError(
+            f"replay of {self.graph.root} diverged at unit-task call #{index}: {what}. invoke() must take the "
+            "same path with the same inputs on replay: no side effects, no randomness except replayable_choice()"
+        )
 
     def choose(self, n: int, p: Sequence[float] | None) -> int:
         """The record-time sample of `replayable_choice`, repeated on replay."""
@@ -97,9 +110,8 @@ class Session:
         """Check that replay made every call record made."""
         if self.cursor != len(self.graph.nodes):
             missing = self.graph.nodes[self.cursor]
-            raise ReplayDivergenceError(
-                f"replay of {self.graph.root} diverged at unit-task call #{self.cursor}: record invoked "
-                f"{type(missing.task).__name__} there, replay made only {self.cursor} calls"
+            self._diverged(
+                self.cursor, f"record invoked {self._name(missing.task)} there, replay made only {self.cursor} calls"
             )
         if self.choice_cursor != len(self.graph.choices):
             raise ReplayDivergenceError(
@@ -158,15 +170,115 @@ def _collect_placeholders(obj: Any, deps: dict[str, int], consumer: int, task: A
                     "produced (was it kept from another request?)"
                 )
             deps[obj.id] = producer
-    elif isinstance(obj, (str, bytes, int, float, bool)) or obj is None:
         return
-    elif hasattr(obj, "__pydantic_fields__"):
-        for value in obj.__dict__.values():
-            _collect_placeholders(value, deps, consumer, task)
+    if hasattr(obj, "__pydantic_fields__"):
+        children: Any = obj.__dict__.values()
     elif isinstance(obj, (list, tuple, set, frozenset)):
-        for item in obj:
-            _collect_placeholders(item, deps, consumer, task)
+        children = obj
     elif isinstance(obj, dict):
-        for value in obj.values():
-            _collect_placeholders(value, deps, consumer, task)
+        children = obj.values()
+    else:
+        return
+    for child in children:
+        if type(child) not in _PLAIN:  # most fields are plain: skip them without a call
+            _collect_placeholders(child, deps, consumer, task)
 
+
+# Compared by value between record and replay; anything else is compared structurally or not at all.
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+class _Differs(Exception):
+    """Replay's input differs from record's (control flow that never leaves this module); `path`,
+    innermost first, is filled in while unwinding."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why  # with `{where}` for the field's path
+        self.path: list[str] = []
+
+
+def _difference(recorded: Any, replayed: Any, outputs: Any, where: str) -> str | None:
+    """How replay's input differs from record's (`where` names the top), or None."""
+    try:
+        _compare(recorded, replayed, outputs)
+    except _Differs as differs:
+        return differs.why.format(where=where + "".join(reversed(differs.path)))
+    return None
+
+
+def _compare(recorded: Any, replayed: Any, outputs: Any) -> None:
+    """Raise _Differs where replay's value differs from record's. Cheap: identical objects (the
+    request's own fields, handles passed on) end the walk; plain values compare by value."""
+    if recorded is replayed:
+        return
+    cls = type(recorded)
+    if cls in _PLAIN:
+        if cls is type(replayed) and recorded != replayed == replayed:  # noqa: PLR0124 - NaN is no difference
+            raise _Differs("a different {where} than record did")
+    elif cls is DataHandle or cls is Stream:
+        _compare_data(recorded, replayed, outputs)
+    elif hasattr(recorded, "__pydantic_fields__") or cls is dict:  # faster than isinstance(BaseModel)
+        _compare_fields(recorded, replayed, outputs)
+    elif cls is list or cls is tuple:
+        if not isinstance(replayed, (list, tuple)) or len(replayed) != len(recorded):
+            raise _Differs(f"a different {{where}} than record did ({len(recorded)} items at record)")
+        for i, rec in enumerate(recorded):
+            try:
+                if rec is not replayed[i]:
+                    _compare(rec, replayed[i], outputs)
+            except _Differs as differs:
+                differs.path.append(f"[{i}]")
+                raise
+
+
+def _compare_fields(recorded: Any, replayed: Any, outputs: Any) -> None:
+    rec = recorded if type(recorded) is dict else recorded.__dict__
+    rep = replayed if type(replayed) is dict else getattr(replayed, "__dict__", None)
+    if type(rep) is not dict or (type(recorded) is dict is type(replayed) and rec.keys() != rep.keys()):
+        raise _Differs("a different {where} than record did")
+    for key, value in rec.items():
+        if key in rep and value is not rep[key]:
+            try:
+                _compare(value, rep[key], outputs)
+            except _Differs as differs:
+                differs.path.append(f".{key}")
+                raise
+
+
+def _compare_data(recorded: Any, replayed: Any, outputs: Any) -> None:
+    if recorded.is_placeholder:
+        _compare_source(recorded.id, replayed, outputs)
+    elif isinstance(recorded, DataHandle) and isinstance(replayed, DataHandle):
+        if recorded.is_local and replayed.is_local:  # raw values wrapped afresh on each run
+            _compare(recorded.value, replayed.value, outputs)
+        elif recorded.id != replayed.id:
+            raise _Differs("another handle at {where} than record did")
+
+
+def _compare_source(data: str, replayed: Any, outputs: Any) -> None:
+    """Pass when `replayed` is (or wraps) output `data`, as record's placeholder says it should be."""
+    expected = output_value(outputs, data)
+    if replayed is expected:
+        return
+    if isinstance(replayed, DataHandle) and replayed.is_local and replayed.value is expected:
+        return
+    if isinstance(expected, DataHandle) and expected.is_local and expected.value is replayed:
+        return
+    recorded = f"output {data!r} of call #{producer_of(data)}"
+    if isinstance(replayed, (DataHandle, Stream)) or isinstance(expected, (DataHandle, Stream)):
+        raise _Differs(f"{{where}} from {_source_of(replayed, outputs)}, where record had {recorded}")
+    if type(replayed) is type(expected) and type(expected) in _PLAIN and replayed != expected:
+        raise _Differs(f"a different {{where}} than {recorded}, which record passed there")
+    # A plain container copied by validation: where it came from cannot be told cheaply.
+
+
+def _source_of(value: Any, outputs: Any) -> str:
+    """Which call's output `value` is (only on the error path: scans every output)."""
+    for index, output in enumerate(outputs):
+        fields = output.__dict__ if isinstance(output, BaseModel) else {}
+        if output is value or any(v is value for v in fields.values()):
+            return f"call #{index}"
+        wrapped = value.value if isinstance(value, DataHandle) and value.is_local else value  # never fetch
+        if wrapped is not None and any(v is wrapped for v in fields.values()):
+            return f"call #{index}"
+    return "no earlier call of this replay"

@@ -157,6 +157,16 @@ BAD_APPS = {
         HEADER + "MLLMTask(model_id=3)\n",
         r"raises_at_import\.py:6: error while importing the app: ValidationError: 1 validation error for MLLMTask",
     ),
+    "unserialisable_unit_config": (
+        HEADER
+        + "from prismserve.toy.tasks import EncoderTask\n"
+        + "class Bad(EncoderTask):\n    hook: object = None\n"
+        + "class Config(AppConfig):\n    tasks = {'e': Bad(model_id='m', modality='image', hook=lambda x: x)}\n",
+        (
+            r"unserialisable_unit_config\.py:10: Bad\.hook cannot be serialised \(Unable to serialize unknown "
+            r"type: <class 'function'>\): unit-task configuration must be plain data"
+        ),
+    ),
 }
 
 

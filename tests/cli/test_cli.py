@@ -90,3 +90,18 @@ def test_check_reports_a_bad_app_in_one_line_without_traceback(tmp_path):
     result = prismserve("check", str(bad))
     assert result.returncode == 2
     assert result.stderr == f"error: {bad}: Config.tasks must be a non-empty dict of name -> task\n"
+
+
+def test_check_refuses_unserialisable_unit_task_configuration_in_one_line(tmp_path):
+    bad = tmp_path / "locked.py"
+    bad.write_text(
+        "import threading\n"
+        "from prismserve.app import AppConfig\n"
+        "from prismserve.toy.tasks import EncoderTask\n"
+        "class Locked(EncoderTask):\n    guard: object = None\n"
+        "class Config(AppConfig):\n    tasks = {'e': Locked(model_id='m', modality='image', guard=threading.Lock())}\n"
+    )
+    result = prismserve("check", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {bad}:7: Locked.guard cannot be serialised (")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

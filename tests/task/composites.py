@@ -122,3 +122,66 @@ class FormatOutput(Task[ChatRequest, ChatOutput]):
     def invoke(self, request: ChatRequest) -> ChatOutput:
         embedding = self.encoder.invoke(MediaInput(modality="image", data=b"x")).embedding
         return ChatOutput(text=self.llm.invoke(LLMInput(prompt=f"{embedding}")))
+
+
+COMPARISONS = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "in": lambda a, b: b in a,
+    "is in": lambda a, b: a in [b],
+    "hash": lambda a, b: {a},
+    "handles ==": lambda a, b: a == a,  # noqa: PLR0124 - two placeholders
+}
+
+
+class CompareOutput(Task[ChatRequest, ChatOutput]):
+    """Compares a unit-task output (`of`: a data handle or a stream) with `op`: not possible during record."""
+
+    op: str
+    of: str = "embedding"
+
+    def post_init(self) -> None:
+        self.encoder = EncoderTask(model_id="m", modality="image")
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: ChatRequest) -> ChatOutput:
+        embedding = self.encoder.invoke(MediaInput(modality="image", data=b"x")).embedding
+        text = self.llm.invoke(LLMInput(prompt=request.prompt))
+        if COMPARISONS[self.op](embedding if self.of == "embedding" else text, request.prompt):
+            pass
+        return ChatOutput(text=text)
+
+
+class SwapOnReplay(Task[ChatRequest, ChatOutput]):
+    """Same calls on replay, but the LLM gets its embeddings in the other order, or another prompt."""
+
+    change: str = "producer"  # or "prompt"
+
+    def post_init(self) -> None:
+        self.calls = count()
+        self.encoders = {"image": EncoderTask(model_id="m", modality="image")}
+        self.llm = LLMTask(model_id="m")
+
+    def invoke(self, request: ChatRequest) -> ChatOutput:
+        first = self.encoders["image"].invoke(MediaInput(modality="image", data=b"1")).embedding
+        second = self.encoders["image"].invoke(MediaInput(modality="image", data=b"2")).embedding
+        replaying = next(self.calls) > 0
+        embeddings = [second, first] if replaying and self.change == "producer" else [first, second]
+        prompt = f"{request.prompt} again" if replaying and self.change == "prompt" else request.prompt
+        return ChatOutput(text=self.llm.invoke(LLMInput(prompt=prompt, embeddings=embeddings)))
+
+
+class Nest(Task[ChatRequest, ChatOutput]):
+    """SwapOnReplay one level down, so that divergence errors must name the unit task by its path."""
+
+    change: str = "producer"
+
+    def post_init(self) -> None:
+        self.thinker = SwapOnReplay(change=self.change)
+
+    def invoke(self, request: ChatRequest) -> ChatOutput:
+        return self.thinker.invoke(request)

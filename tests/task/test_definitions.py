@@ -105,3 +105,14 @@ def test_data_handle_wraps_raw_values_and_guards_placeholders():
     for use in (bool, str, len, list, lambda h: h.value, lambda h: h[0]):
         with pytest.raises(RecordError, match="'0.x' was used while recording"):
             use(placeholder)
+
+
+def test_resolved_handles_and_streams_still_compare_and_hash():
+    one, same = DataHandle("v1", 1), DataHandle("v1", 1)
+    assert one == same and {one, same} == {one} and one != DataHandle("v2", 1)
+    stream, other = Stream("s"), Stream("s")
+    assert stream == stream and stream != other and stream in {stream}  # noqa: PLR0124 - self-equality
+    with pytest.raises(RecordError, match="'0.x' was compared while recording"):
+        _ = one == DataHandle("0.x")
+    with pytest.raises(RecordError, match=r"'1' was hashed \(put in a set"):
+        hash(Stream("1", placeholder=True))

@@ -6,7 +6,7 @@ import asyncio
 import random
 
 import pytest
-from composites import Flip, FormatOutput, Outer, PeekAtOutput, Refine, RefineRequest, Router, SideEffect
+from composites import COMPARISONS, CompareOutput, Flip, Nest, FormatOutput, Outer, PeekAtOutput, Refine, RefineRequest, Router, SideEffect
 
 from prismserve.app.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
@@ -179,20 +179,43 @@ def test_loop_replay_resolves_every_round():
 
 
 def test_replay_with_more_calls_than_record_names_task_and_index():
-    with pytest.raises(ReplayDivergenceError, match=r"SideEffect diverged at unit-task call #2: it invoked EncoderTask, but record made only 2"):
+    with pytest.raises(ReplayDivergenceError, match=r"SideEffect diverged at unit-task call #2: it invoked encoder \(EncoderTask\), but record made only 2"):
         run(call(SideEffect(), ChatRequest.of("x")))
 
 
 def test_replay_invoking_another_task_names_both_and_the_index():
-    with pytest.raises(ReplayDivergenceError, match=r"call #0: record invoked EncoderTask, replay invoked LLMTask"):
+    with pytest.raises(ReplayDivergenceError, match=r"call #0: record invoked encoder \(EncoderTask\), replay invoked llm \(LLMTask\)"):
         run(call(Flip(), ChatRequest.of("x")))
+
+
+def test_replay_feeding_a_unit_task_from_another_producer_names_its_path_and_both_sources():
+    with pytest.raises(ReplayDivergenceError) as info:
+        run(call(Nest(change="producer"), ChatRequest.of("x")))
+    assert str(info.value).startswith(
+        "replay of Nest diverged at unit-task call #2: thinker.llm (LLMTask) got input.embeddings[0] from call #1, "
+        "where record had output '0.embedding' of call #0. invoke() must take the same path with the same inputs"
+    )
+
+
+def test_replay_feeding_a_unit_task_another_input_names_its_path_and_the_field():
+    with pytest.raises(ReplayDivergenceError, match=r"call #2: thinker\.llm \(LLMTask\) got a different input\.prompt than"):
+        run(call(Nest(change="prompt"), ChatRequest.of("x")))
+
+
+def test_replay_input_check_accepts_copies_of_plain_outputs_and_rewrapped_handles():
+    # The talker gets the LLM's stream, the vocoder the talker's codes: both pass on replay.
+    result, graph = run(call(OmniTask(model_id="m"), ChatRequest.of("hi", audio_out=True)))
+    assert kinds(graph) == ["LLMTask", "TalkerTask", "VocoderTask"]
+    refine = Refine()
+    graph = refine.record(RefineRequest(image=b"i", rounds=1))
+    refine.replay(RefineRequest(image=b"i", rounds=1), graph, [EncoderOutput(embedding=[1.0]), Stream()])
 
 
 def test_replay_with_fewer_calls_than_record_is_detected():
     refine = Refine()
     graph = refine.record(RefineRequest(image=b"i", rounds=2))
     outputs = [EncoderOutput(embedding=[1.0]), Stream()] * 2
-    with pytest.raises(ReplayDivergenceError, match=r"call #2: record invoked EncoderTask there, replay made only 2"):
+    with pytest.raises(ReplayDivergenceError, match=r"call #2: record invoked encoder \(EncoderTask\) there, replay made only 2"):
         refine.replay(RefineRequest(image=b"i", rounds=1), graph, outputs)
 
 
@@ -204,6 +227,13 @@ def test_branching_on_a_placeholder_is_a_clear_error():
 def test_formatting_a_placeholder_is_a_clear_error():
     with pytest.raises(RecordError, match=r"'0.embedding' was used while recording"):
         FormatOutput().record(ChatRequest.of("x"))
+
+
+@pytest.mark.parametrize("of", ["embedding", "text"])
+@pytest.mark.parametrize("op", sorted(COMPARISONS))
+def test_comparing_or_hashing_a_placeholder_is_a_clear_error(op, of):
+    with pytest.raises(RecordError, match=r"'\d(\.embedding)?' was (compared|hashed|searched).* does not exist yet.*replayable_choice"):
+        CompareOutput(op=op, of=of).record(ChatRequest.of("x"))
 
 
 def test_unit_invoke_outside_record_and_replay_says_how_to_call_it():
