@@ -1,4 +1,4 @@
-"""HTTP helpers shared by the routes: body limits, SSE framing, the gateway's state."""
+"""HTTP helpers of the routes: request ids, body checks, JSON parsing, SSE framing, the gateway's state."""
 
 from __future__ import annotations
 
