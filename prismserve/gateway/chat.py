@@ -6,12 +6,12 @@ so an undecodable image or a modality the app does not take is refused the same 
 
 from __future__ import annotations
 
-import json
 from pydantic import ValidationError
 
 from prismserve.app import App
 from prismserve.app.chat import ChatRequest
 from prismserve.gateway.errors import HTTPError, validation_message
+from prismserve.gateway.http import parse_json
 from prismserve.gateway.media import check_audio, check_image, decode_base64
 
 
@@ -22,19 +22,16 @@ def speaks_chat(app: App) -> bool:
 
 def parse_chat_json(app: App, body: bytes) -> ChatRequest:
     """The invoke API's JSON as the app's ChatRequest: image and audio `data` are base64."""
-    try:
-        payload = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPError(400, f"malformed JSON: {exc}") from None
+    payload = parse_json(body)
     if isinstance(payload, dict) and isinstance(payload.get("messages"), list):
         kinds = {"image": 0, "audio": 0}
         for i, message in enumerate(payload["messages"]):
             content = message.get("content") if isinstance(message, dict) else None
             for j, part in enumerate(content if isinstance(content, list) else []):
-                if isinstance(part, dict) and part.get("type") in kinds and isinstance(part.get("data"), str):
-                    what = f"{part['type']} #{kinds[part['type']]} (messages.{i}.content.{j}.data)"
-                    part["data"] = decode_base64(part["data"], what)
-                    kinds[part["type"]] += 1
+                kind = part.get("type") if isinstance(part, dict) else None  # any JSON value; only a str is a key
+                if isinstance(kind, str) and kind in kinds and isinstance(part.get("data"), str):
+                    part["data"] = decode_base64(part["data"], f"{kind} #{kinds[kind]} (messages.{i}.content.{j}.data)")
+                    kinds[kind] += 1
     try:
         request = app.request_type.model_validate(payload)
     except ValidationError as exc:

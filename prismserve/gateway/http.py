@@ -1,9 +1,11 @@
-"""HTTP helpers shared by the routes: body limits, SSE framing, the gateway's state."""
+"""HTTP helpers of the routes: request ids, body checks, JSON parsing, SSE framing, the gateway's state."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +30,43 @@ class GatewayState:
     max_request_bytes: int
 
 
+_CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")
+
+
 def state(request: Request) -> GatewayState:
     """The gateway state of the app serving `request`."""
     return request.app.state.gateway
 
 
+def new_request_id(given: str) -> str:
+    """The client's `X-Request-Id` when it is a sane token, else a fresh one."""
+    return given if _CLIENT_REQUEST_ID.match(given) else uuid.uuid4().hex
+
+
+def request_id(request: Request) -> str:
+    """The id RequestIds gave `request`: in its response's `X-Request-Id`, its error body, its log lines."""
+    return request.state.request_id
+
+
+def is_json(content_type: str | None) -> bool:
+    """True for `application/json` and `application/*+json` (any parameters), and for no type at all:
+    clients that send none (raw sockets, some scripts) mean JSON on these routes."""
+    if content_type is None:
+        return True
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 async def read_body(request: Request) -> bytes:
-    """The request body; 413 when it is larger than the gateway accepts."""
+    """The body of a JSON route's request; 415 for another Content-Type, 413 when it is larger than
+    the gateway accepts."""
+    content_type = request.headers.get("content-type")
+    if not is_json(content_type):
+        raise HTTPError(
+            415,
+            f"Content-Type {content_type!r} is not accepted: send the body as JSON with Content-Type: application/json",
+            "unsupported_media_type",
+        )
     limit = state(request).max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -47,12 +79,32 @@ async def read_body(request: Request) -> bytes:
     return bytes(body)
 
 
+# What to change, for the parser's (jiter's) terse reasons that a client cannot act on as they stand.
+_JSON_HINTS = {
+    "recursion limit": "nest arrays and objects at most 200 levels deep",
+    "number out of range": "send numbers of at most 4300 digits",
+    "surrogate": "strings must be valid Unicode: a \\ud800-\\udfff escape needs its pair",
+    "hex escape": "a \\u escape takes four hex digits, and a surrogate needs its pair",
+    "unicode code point": "send the body as UTF-8",
+}
+
+
+def malformed_json(reason: str) -> HTTPError:
+    """The 400 for a body the JSON parser refused, with a hint when the reason is terse."""
+    hint = next((hint for key, hint in _JSON_HINTS.items() if key in reason), None)
+    return HTTPError(400, f"malformed JSON: {reason}" + (f" ({hint})" if hint else ""))
+
+
 def parse_json(body: bytes) -> Any:
-    """JSON of the body; 400 when malformed."""
+    """JSON of the body; 400 when malformed.
+
+    pydantic's parser, the one pydantic uses for `model_validate_json`, so every route refuses the
+    same bodies: too deep, numbers too long, lone surrogates (which no response could encode).
+    """
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPError(400, f"malformed JSON: {exc}") from None
+        return pydantic_core.from_json(body)
+    except ValueError as exc:
+        raise malformed_json(str(exc)) from None
 
 
 def json_of(model: BaseModel) -> str:
@@ -68,14 +120,22 @@ def sse_event(data: str, event: str | None = None) -> bytes:
     return f"{head}data: {data}\n\n".encode()
 
 
-async def sse_chunks(first: BaseModel | None, rest: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
-    """Chunks as SSE `data:` events, then `[DONE]`; an error mid-stream becomes an `error` event."""
+def error_event(error: HTTPError, request_id: str) -> bytes:
+    """The `error` event that ends a stream whose status code was already sent."""
+    return sse_event(json.dumps(error.body(request_id)), "error")
+
+
+async def sse_chunks(
+    first: BaseModel | None, rest: AsyncIterator[BaseModel], request_id: str, failure: Callable[[Exception], HTTPError]
+) -> AsyncIterator[bytes]:
+    """Chunks as SSE `data:` events, then `[DONE]`; any error mid-stream becomes an `error` event
+    (`failure` maps it), so that the stream never ends without saying why."""
     try:
         if first is not None:
             yield sse_event(json_of(first))
             async for chunk in rest:
                 yield sse_event(json_of(chunk))
-    except HTTPError as exc:
-        yield sse_event(json.dumps({"error": {"message": exc.message, "type": exc.kind, "code": exc.status}}), "error")
+    except Exception as exc:  # noqa: BLE001 - the client hears of it as an error event
+        yield error_event(failure(exc), request_id)
         return
     yield sse_event("[DONE]")

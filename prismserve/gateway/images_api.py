@@ -73,4 +73,4 @@ async def images_generations(request: Request) -> JSONResponse:
     if not isinstance(result, ImageResponse):
         raise HTTPError(500, f"app {app.name!r} answered with {type(result).__name__}, not ImageResponse", "app_error")
     data = [{"b64_json": base64.b64encode(image).decode(), "revised_prompt": None} for image in result.images]
-    return JSONResponse({"created": int(time.time()), "data": data}, headers={"x-request-id": served.request_id})
+    return JSONResponse({"created": int(time.time()), "data": data})

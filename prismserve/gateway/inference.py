@@ -16,10 +16,10 @@ async def invoke(name: str, request: Request) -> Response:
     """Run the app's serve() on the body (its request type as JSON; bytes fields as base64)."""
     app = find_app(request.app.state.gateway.runtime, name)
     served = serving(request, app, parse_request(app, await read_body(request)))
-    headers = {"x-request-id": served.request_id}
     if not app.streaming:
         result = await served.response()
-        return Response(json_of(result), media_type="application/json", headers=headers)
+        return Response(json_of(result), media_type="application/json")
     chunks = served.chunks()
     first = await anext(chunks, None)  # errors before the first chunk get a proper status code
-    return StreamingResponse(sse_chunks(first, chunks), media_type="text/event-stream", headers=headers)
+    events = sse_chunks(first, chunks, served.request_id, served.failure)
+    return StreamingResponse(events, media_type="text/event-stream")

@@ -47,12 +47,14 @@ def video_from_url(url: str, index: int) -> tuple[bytes, str]:
 
 
 def check_image(data: bytes, index: int) -> None:
-    """A 400 unless `data` is an image PIL can decode."""
+    """A 400 unless `data` is an image PIL can decode, of no more pixels than PIL decodes safely."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.verify()
+    except Image.DecompressionBombError as exc:  # its header claims more pixels than memory should hold
+        raise HTTPError(400, f"image #{index} is too large to decode: {exc} Send a smaller image.") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise HTTPError(400, f"image #{index} could not be decoded: {exc}") from None
 

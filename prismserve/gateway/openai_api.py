@@ -22,7 +22,7 @@ from prismserve.app import App
 from prismserve.app.chat import AudioPart, ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ImagePart, TextPart, VideoPart
 from prismserve.gateway.chat import check_chat_request, speaks_chat
 from prismserve.gateway.errors import HTTPError, validation_message
-from prismserve.gateway.http import parse_json, read_body, sse_event, state
+from prismserve.gateway.http import error_event, parse_json, read_body, sse_event, state
 from prismserve.gateway.media import decode_base64, image_from_url, video_from_url, wav_bytes
 from prismserve.gateway.serving import Served, find_app, serving
 
@@ -151,13 +151,12 @@ async def chat_completions(request: Request) -> Response:
         )
     served = serving(request, app, to_chat_request(body, app))
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-    headers = {"x-request-id": served.request_id}
     if body.stream:
         chunks = served.chunks()
         first = await anext(chunks, None)  # errors before the first chunk get a proper status code
         usage = body.stream_options is not None and body.stream_options.include_usage
-        events = _stream(completion_id, body.model, first, chunks, include_usage=usage)
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        events = _stream(served, completion_id, first, chunks, include_usage=usage)
+        return StreamingResponse(events, media_type="text/event-stream")
     text, audio, sample_rate, count = await _collect(served)
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if "audio" in (body.modalities or []):
@@ -177,8 +176,7 @@ async def chat_completions(request: Request) -> Response:
             "model": body.model,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
             "usage": _usage(count),
-        },
-        headers=headers,
+        }
     )
 
 
@@ -216,15 +214,16 @@ async def _as_stream(result: BaseModel) -> AsyncIterator[BaseModel]:
 
 
 async def _stream(
+    served: Served,
     completion_id: str,
-    model: str,
     first: BaseModel | None,
     rest: AsyncIterator[BaseModel],
     *,
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
-    """`chat.completion.chunk` events: role, a delta per text or audio chunk, stop, [usage], [DONE]."""
-    created = int(time.time())
+    """`chat.completion.chunk` events: role, a delta per text or audio chunk, stop, [usage], [DONE];
+    any error on the way ends the stream with an `error` event."""
+    created, model = int(time.time()), served.app.name
 
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
         chunk = {
@@ -252,8 +251,8 @@ async def _stream(
             if chunk.audio:
                 yield delta({"audio": {"id": f"audio-{completion_id}", "data": base64.b64encode(chunk.audio).decode()}})
             result = await anext(rest, None)
-    except HTTPError as exc:
-        yield sse_event(json.dumps({"error": {"message": exc.message, "type": exc.kind, "code": exc.status}}), "error")
+    except Exception as exc:  # noqa: BLE001 - the client hears of it as an error event
+        yield error_event(served.failure(exc), served.request_id)
         return
     yield delta({}, "stop")
     if include_usage:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -13,13 +12,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prismserve import __version__
 from prismserve.gateway import admin, images_api, inference, openai_api
-from prismserve.gateway.errors import HTTPError, error_response, validation_message
-from prismserve.gateway.http import GatewayState, state
+from prismserve.gateway.errors import HTTPError, validation_message
+from prismserve.gateway.http import GatewayState, request_id, state
 from prismserve.gateway.metrics import GatewayMetrics
+from prismserve.gateway.middleware import RequestIds
 from prismserve.observability import get_tracer
 from prismserve.runtime import Runtime
-
-log = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20
 
@@ -48,23 +46,19 @@ def create_gateway(
     app.include_router(inference.router)
     app.include_router(openai_api.router)
     app.include_router(images_api.router)
+    app.add_middleware(RequestIds)  # request ids, and every other exception as a 500 (no Exception handler)
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
-        return exc.response()
+        return exc.response(request_id(request))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(422, validation_message(exc))
+        return HTTPError(422, validation_message(exc)).response(request_id(request))
 
     @app.exception_handler(StarletteHTTPException)
     async def _starlette_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, f"internal error: {type(exc).__name__}", "internal_error")
+        return HTTPError(exc.status_code, str(exc.detail)).response(request_id(request))
 
     @app.get("/health")
     async def health(request: Request) -> dict[str, object]:

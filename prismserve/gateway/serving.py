@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import re
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,21 +14,11 @@ from pydantic import BaseModel, ValidationError
 
 from prismserve.app import App, AppRegistryError
 from prismserve.gateway.chat import parse_chat_json, speaks_chat
-from prismserve.gateway.errors import HTTPError, validation_message
-from prismserve.gateway.http import state
+from prismserve.gateway.errors import HTTPError, as_http_error, validation_message
+from prismserve.gateway.http import malformed_json, request_id, state
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
-from prismserve.task import DispatchError, InvalidInputError, TaskError, use_dispatcher
-
-log = logging.getLogger(__name__)
-
-_CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")
-
-
-def request_id(request: Request) -> str:
-    """The client's `X-Request-Id` when it is a sane token, else a fresh one."""
-    given = request.headers.get("x-request-id", "")
-    return given if _CLIENT_REQUEST_ID.match(given) else uuid.uuid4().hex
+from prismserve.task import use_dispatcher
 
 
 def find_app(runtime: Runtime, name: str) -> App:
@@ -46,14 +33,17 @@ def parse_request(app: App, body: bytes) -> BaseModel:
     """The body as the app's request type; 400 for malformed JSON, 422 for invalid fields.
 
     Chat requests carry their images and audio as base64, and are checked like OpenAI requests.
+    Other apps parse the body in pydantic's JSON mode (their bytes fields follow their config), with
+    the parser of `parse_json`, so malformed bodies get the same 400 as on every other route.
     """
     if speaks_chat(app):
         return parse_chat_json(app, body)
     try:
         return app.parse_request(body)
     except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise HTTPError(400, f"malformed JSON: {exc.errors()[0]['msg']}") from None
+        invalid = [e["msg"] for e in exc.errors() if e["type"] == "json_invalid"]
+        if invalid:
+            raise malformed_json(invalid[0].removeprefix("Invalid JSON: ")) from None
         raise HTTPError(422, f"invalid request for app {app.name!r}: {validation_message(exc)}") from None
 
 
@@ -62,29 +52,6 @@ def request_type(request: BaseModel) -> str:
     modality, `image+text->audio`; image requests `text->image`), else `default`."""
     kind = getattr(request, "request_type", None)
     return kind if isinstance(kind, str) else "default"
-
-
-def rejected_input(error: BaseException | None) -> InvalidInputError | None:
-    """The InvalidInputError behind `error` (itself or a cause), if a unit task rejected the request's content."""
-    while error is not None:
-        if isinstance(error, InvalidInputError):
-            return error
-        error = error.__cause__
-    return None
-
-
-def failure(app: App, error: Exception) -> HTTPError:
-    """The HTTP error for an exception raised while serving."""
-    if isinstance(error, HTTPError):
-        return error
-    if rejected_input(error) is not None:
-        return HTTPError(400, f"app {app.name!r}: {rejected_input(error)}", "invalid_input")
-    if isinstance(error, DispatchError):
-        return HTTPError(502, f"app {app.name!r}: {error}", "executor_error")
-    if isinstance(error, TaskError):
-        return HTTPError(500, f"app {app.name!r}: {error}", "app_error")
-    log.exception("app %s failed", app.name, exc_info=error)
-    return HTTPError(500, f"app {app.name!r} failed: {type(error).__name__}: {error}", "app_error")
 
 
 def serving(request: Request, app: App, body: BaseModel) -> Served:
@@ -109,20 +76,20 @@ class Served:
         self.start = time.perf_counter()
 
     async def response(self) -> BaseModel:
-        """The whole (non-streaming) response."""
-        with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
-            try:
+        """The whole (non-streaming) response; the span records the error itself, the client gets `failure`'s."""
+        try:
+            with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
                 async with self.runtime.request_scope(self.app.name):
                     with use_dispatcher(self.runtime.dispatcher):
                         result = await self.app.serve(self.request)
                         if self.app.streaming:
                             raise HTTPError(500, f"app {self.app.name!r} streams; ask for it as a stream")
-            except asyncio.CancelledError:
-                self._done("cancelled")
-                raise
-            except Exception as exc:
-                self._done("error")
-                raise failure(self.app, exc) from exc
+        except asyncio.CancelledError:
+            self._done("cancelled")
+            raise
+        except Exception as exc:
+            self._done("error")
+            raise self.failure(exc) from exc
         self._done("ok")
         return result  # type: ignore[return-value]
 
@@ -167,9 +134,13 @@ class Served:
             status = "cancelled"
             raise
         except Exception as exc:  # noqa: BLE001 - handed to the reader as an HTTP error
-            await queue.put(("error", failure(self.app, exc)))
+            await queue.put(("error", self.failure(exc)))
         finally:
             self._done(status)
+
+    def failure(self, error: Exception) -> HTTPError:
+        """What the client gets for `error`; a 5xx's details go to the log under the request id."""
+        return as_http_error(error, self.request_id, f"app {self.app.name!r}")
 
     def _attributes(self) -> dict[str, Any]:
         return {

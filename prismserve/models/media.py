@@ -17,6 +17,8 @@ def load_image(data: bytes) -> Any:
 
     try:
         return Image.open(io.BytesIO(data)).convert("RGB")
+    except Image.DecompressionBombError as exc:  # not an OSError: without this, a 5xx instead of the client's 4xx
+        raise MediaError(f"image too large to decode: {exc} Send a smaller image.") from None
     except (UnidentifiedImageError, OSError) as exc:
         raise MediaError(f"not a decodable image ({len(data)} bytes): {exc}") from None
 
@@ -58,6 +60,8 @@ def load_video_frames(data: bytes, max_frames: int) -> tuple[list[Any], float]:
     try:
         clip = Image.open(io.BytesIO(data))
         frames = [(frame.convert("RGB"), frame.info.get("duration") or 500) for frame in ImageSequence.Iterator(clip)]
+    except Image.DecompressionBombError as exc:
+        raise MediaError(f"video frames too large to decode: {exc} Send a smaller clip.") from None
     except (UnidentifiedImageError, OSError, EOFError) as exc:
         raise MediaError(f"not a decodable video clip ({len(data)} bytes; animated GIF, WebP or PNG): {exc}") from None
     seconds = sum(duration for _, duration in frames) / 1000

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
 import wave
+import zlib
 from pathlib import Path
 
 from prismserve.toy import APP_PATH
@@ -55,15 +57,43 @@ async def serve(request: Embed) -> Embedding:
 APPS = {"omni": OMNI, "answer": ANSWER, "embed": NOT_CHAT}
 """What the `gateway` fixture registers, in this order."""
 
+GARBLED = """
+from collections.abc import AsyncIterator
+from prismserve.app import AppConfig
+from prismserve.app.chat import ChatChunk, ChatCompletion, ChatRequest
+from prismserve.toy.tasks import MLLMTask
+
+class Config(AppConfig):
+    tasks = {{"mllm": MLLMTask(model_id="m")}}
+
+async def serve(request: ChatRequest) -> {returns}:
+    {body}
+"""
+GARBLED_ANSWER = GARBLED.format(returns="ChatCompletion", body='return ChatCompletion(text="\\ud800")')
+"""An app whose answer no JSON encoder takes (a lone surrogate, as a broken model may write)."""
+GARBLED_STREAM = GARBLED.format(
+    returns="AsyncIterator[ChatChunk]", body='yield ChatChunk(text="fine")\n    yield ChatChunk(text="\\ud800")'
+)
+"""A streaming app whose second chunk no JSON encoder takes."""
+
+RAY_INTERNALS = ("ActorID(9f8e7d6c5b4a3f2e01000000)", "pid=31337", "10.42.0.7", "prismserve-ns-3f2a")
+"""What a Ray failure's text carries and a client must not see."""
+RAY_FAILURE = (
+    f"The actor {RAY_INTERNALS[0]} died unexpectedly ({RAY_INTERNALS[1]}, ip={RAY_INTERNALS[2]}, "
+    f"namespace={RAY_INTERNALS[3]})"
+)
+
 
 async def flaky_llm(task, request):
-    """The toy LLM, except that prompts can make it crash: at once ("crash") or after two tokens ("midway")."""
+    """The toy LLM, except that prompts can make it crash: at once ("crash") or after two tokens
+    ("midway"); with "ray" in the prompt the error's text is a Ray failure's, full of internals."""
+    ray = "ray" in request.prompt
     if "crash" in request.prompt:
-        raise RuntimeError("CUDA error: device-side assert")
+        raise RuntimeError(RAY_FAILURE if ray else "CUDA error: device-side assert")
     count = 0
     async for token in EXECUTORS["llm"](task, request):
         if count == 2 and "midway" in request.prompt:
-            raise RuntimeError("replica lost mid-stream")
+            raise RuntimeError(RAY_FAILURE if ray else "replica lost mid-stream")
         count += 1
         yield token
 
@@ -75,6 +105,14 @@ def png(size: tuple[int, int] = (4, 4)) -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", size, (200, 30, 30)).save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def bomb_png(side: int = 100_000) -> bytes:
+    """A real 1×1 PNG whose header claims `side`×`side` pixels (CRC fixed): a decompression bomb to PIL."""
+    data = bytearray(png((1, 1)))
+    data[16:24] = struct.pack(">II", side, side)  # IHDR width, height
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))  # CRC of "IHDR" + its 13 bytes
+    return bytes(data)
 
 
 def wav(samples: int = 1600) -> bytes:
