@@ -193,13 +193,14 @@ class InProcessRuntime(Runtime):
         await self._executors.close()
 
     async def _on_register(self, app: App) -> None:
-        tasks = [deployment.task for deployment in self.registry.deployments.values()]
-        for task in tasks:
+        new = app.unit_tasks().values()
+        for task in new:
             _check_runs_in_process(task, app.name)
-        for task in tasks:
+        for task in new:
             await self._executors.get(task)  # a model that cannot load is reported at registration
         # Requests already running keep the dispatcher they started with.
-        self._dispatcher = LocalDispatcher(self._executors.callables({type(task) for task in tasks}))
+        classes = {type(deployment.task) for deployment in self.registry.deployments.values()}
+        self._dispatcher = LocalDispatcher(self._executors.callables(classes))
 
 
 def _check_runs_in_process(task: UnitTask[Any, Any], app_name: str) -> None:
