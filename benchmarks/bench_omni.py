@@ -26,6 +26,7 @@ from typing import Any
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
 from prismserve.demo import APP_SOURCE, media
+from prismserve.offline import go_offline
 from prismserve.planner import Plan
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
@@ -117,6 +118,7 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
 
 
 def main() -> None:
+    go_offline()  # the tiny checkpoint is built here: never reach the hub
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=96, help="per deployment and phase, after the warm-up")

@@ -26,6 +26,7 @@ from bench_omni import load
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
 from prismserve.demo import media
+from prismserve.offline import go_offline
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.testing import tiny
 
@@ -90,6 +91,7 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
 
 
 def main() -> None:
+    go_offline()  # the tiny checkpoint is built here: never reach the hub
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -2,7 +2,7 @@
 
 from prismserve.offline import disable_telemetry
 
-# Before anything imports Ray, vLLM or the Hugging Face libraries.
+# Before anything imports Ray, vLLM or the Hugging Face libraries. Hub offline mode stays the user's choice.
 disable_telemetry()
 
 __version__ = "0.1.0"

@@ -17,7 +17,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="serve a tiny random-weight Qwen2.5-Omni (Ray runtime, declared GPUs) and send it chat requests",
+        help="serve a tiny random-weight Qwen2.5-Omni (Ray runtime, declared GPUs, hub offline) and send it chat requests",
     )
     demo.add_argument("--in-process", action="store_true", help="record & replay in this process only: no Ray, no HTTP")
     demo.add_argument("--json", action="store_true", help="with --in-process: print each recorded graph as JSON")
@@ -40,7 +40,12 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--in-process",
         action="store_true",
-        help="no Ray: run unit tasks in this process on the toy executors (development and tests)",
+        help="no Ray, no declared GPUs: run unit tasks in this process on their real executors (development)",
+    )
+    serve.add_argument(
+        "--offline",
+        action="store_true",
+        help="never reach the model hub (HF_HUB_OFFLINE=1, here and on every replica): local checkpoints only",
     )
     serve.set_defaults(func=_serve)
 
@@ -146,6 +151,10 @@ def _tiny(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.offline:
+        from prismserve.offline import go_offline
+
+        go_offline()  # before the Hugging Face libraries are imported; replicas inherit it
     from prismserve.gateway.launch import ServeOptions, run_server
 
     return run_server(

@@ -6,7 +6,8 @@
   (text; an image; a spoken question answered with text and speech);
 - `--in-process`: the same model with record & replay in this process only: no Ray, no HTTP.
 Each request's recorded task graph is printed with its response. The weights are random, so the
-answers are gibberish; every component runs for real.
+answers are gibberish; every component runs for real. The model is built locally, so the demo runs
+in hub offline mode (its replicas too).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from prismserve.app import AppRegistry, load_app_source
 from prismserve.app.chat import ChatRequest
+from prismserve.offline import go_offline
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import TaskGraph, use_dispatcher
 
@@ -201,6 +203,7 @@ async def _server(fake_gpus: int) -> None:
 
 
 def run_demo(as_json: bool = False, in_process: bool = False, fake_gpus: int = 8) -> int:
-    """Run the demo; returns the process exit code."""
+    """Run the demo; returns the process exit code. The model is built here: the hub is never needed."""
+    go_offline()
     asyncio.run(_in_process(as_json) if in_process else _server(fake_gpus))
     return 0

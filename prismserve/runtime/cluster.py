@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from prismserve.offline import TELEMETRY_OFF, disable_telemetry
+from prismserve.offline import disable_telemetry, replica_env
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ def connect(address: str | None = None, *, fake_gpus: int | None = None, num_cpu
 
     if ray.is_initialized():
         return False
-    env = dict(TELEMETRY_OFF)
+    env = replica_env()  # replicas download (or not) as this process does
     if "OTEL_EXPORTER_OTLP_ENDPOINT" in os.environ:  # replicas export their spans there too
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     options = {

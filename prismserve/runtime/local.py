@@ -46,22 +46,50 @@ class LocalDispatcher(ReplicaDispatcher):
         if self._on_graph is not None:
             self._on_graph(graph)
         for node in graph.nodes:
-            if node.executor_kind not in self._executors and not type(node.task).executor_class:
-                raise DispatchError(
-                    f"no executor registered for kind {node.executor_kind!r} (needed by call #{node.index}, "
-                    f"{type(node.task).__qualname__}); registered: {sorted(self._executors)}"
-                )
+            reason = self.unrunnable(node.task)
+            if reason is not None:
+                raise DispatchError(f"call #{node.index}: {reason}")
         return await super().execute(graph)
 
-    async def _manager(self, node: Invocation) -> TaskManager:
-        key = node.task_key
+    def unrunnable(self, task: UnitTask[Any, Any]) -> str | None:
+        """Why `task` cannot run here, or None: its kind has no function and its class names no
+        executor that runs in this process."""
+        cls = type(task)
+        if cls.executor_kind in self._executors:
+            return None
+        if not cls.executor_class:
+            return (
+                f"{cls.__qualname__} names no executor_class and no executor function is registered for kind "
+                f"{cls.executor_kind!r} (registered: {sorted(self._executors)}), so it cannot run in this process: "
+                "serve it without --in-process (the Ray runtime), or give the task an executor_class"
+            )
+        if cls.executor_env:
+            return (
+                f"{cls.__qualname__} runs in the {cls.executor_env!r} executor environment, not in this process: "
+                "serve it without --in-process (the Ray runtime)"
+            )
+        return None
+
+    async def deploy(self, task: UnitTask[Any, Any]) -> TaskManager:
+        """Start `task`'s deployment unless it runs already (its executor loads); raises what starting raised."""
+        key = task.deployment_key()
         if key in self.managers:
             return self.managers[key]
         starting = self._starting.get(key)
         if starting is None or (starting.done() and starting.exception() is not None):
-            starting = self._starting[key] = asyncio.get_running_loop().create_task(self._start(node.task))
+            starting = self._starting[key] = asyncio.get_running_loop().create_task(self._start(task))
+        return await asyncio.shield(starting)
+
+    async def undeploy(self, key: str) -> None:
+        """Stop a deployment's replica (a real executor frees its model)."""
+        self._starting.pop(key, None)
+        manager = self.managers.pop(key, None)
+        if manager is not None:
+            await manager.close()
+
+    async def _manager(self, node: Invocation) -> TaskManager:
         try:
-            return await asyncio.shield(starting)
+            return await self.deploy(node.task)
         except Exception as exc:  # noqa: BLE001 - named for the caller, tried again on the next request
             raise DispatchError(f"call #{node.index} ({type(node.task).__name__}) cannot start: {exc}") from exc
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
 import os
 import signal
@@ -10,11 +12,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from gateway_apps import ANSWER, TOKEN, chat_body
+from gateway_apps import ANSWER, TOKEN, chat_body, png
 
 from prismserve.cli import main
 from prismserve.gateway.launch import ServeOptions, prepare_server, run_server
@@ -23,6 +26,7 @@ from prismserve.toy import APP_PATH
 from prismserve.toy.executors import EXECUTORS
 
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
 
 
 @pytest.fixture
@@ -157,31 +161,69 @@ def test_serve_reports_a_busy_port(capsys):
     assert capsys.readouterr().err.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_serve_command_closes_the_runtime_and_exits_cleanly_when_stopped(stop):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PRISMSERVE_ADMIN_TOKEN": "chosen-token"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "prismserve", "serve", str(APP_PATH), "--in-process", "--port", "0"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+@contextlib.contextmanager
+def serving(*args: str, deadline: float = 180, **settings: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`python -m prismserve serve ARGS… --port 0` in a subprocess: (the process, its URL) once /health
+    answers; `settings` are more environment variables. A server that has not announced itself
+    within `deadline` seconds is killed."""
+    command = [sys.executable, "-m", "prismserve", "serve", *args, "--port", "0"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PRISMSERVE_ADMIN_TOKEN": "chosen-token", **settings}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(deadline, process.kill)
+    watchdog.start()
     try:
         first = process.stdout.readline()  # printed once the app is registered
-        assert first.startswith("prismserve: serving app 'omni_app' at http://127.0.0.1:"), process.stderr.read()
+        watchdog.cancel()
+        assert first.startswith("prismserve: serving app "), process.stderr.read()
         url = first.rsplit(" ", 1)[1].strip()
         _wait_for_health(url)
-        answer = httpx.post(f"{url}/v1/apps/omni_app/invoke", json=chat_body("hi"), timeout=30)
-        assert answer.status_code == 200 and "[DONE]" in answer.text
-        process.send_signal(stop)
-        out, err = process.communicate(timeout=30)
+        yield process, url
     finally:
+        watchdog.cancel()
         if process.poll() is None:
             process.kill()
+            process.wait()
+
+
+def stopped(process: subprocess.Popen[str], stop: signal.Signals, deadline: float = 60) -> tuple[str, str]:
+    """Send `stop` and wait (at most `deadline` seconds) for the process to exit: its stdout and stderr."""
+    process.send_signal(stop)
+    return process.communicate(timeout=deadline)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_serve_in_process_runs_the_apps_real_executors_and_exits_cleanly_when_stopped(stop):
+    """A tiny Qwen2.5-VL (image encoder fissioned from the transformers LLM) served without Ray."""
+    from prismserve.testing import tiny
+
+    model = str(tiny.build("qwen2.5-vl"))
+    image = "data:image/png;base64," + base64.b64encode(png((56, 56))).decode()
+    content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": "What is this?"}]
+    body = {"model": "qwen2_5_vl", "messages": [{"role": "user", "content": content}], "max_tokens": 4}
+    with serving(str(EXAMPLES / "qwen2_5_vl.py"), "--in-process", PRISMSERVE_MODEL=model) as (process, url):
+        answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"]  # random weights: some text
+        out, err = stopped(process, stop)
     assert process.returncode == 0, err
     assert out == "prismserve: stopped\n" and "Traceback" not in err  # a token from the environment is not printed
+
+
+def test_serve_in_process_rejects_a_task_without_a_real_executor(capsys):
+    assert run_server(ServeOptions(str(APP_PATH), in_process=True, port=0)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: app 'omni_app': ") and err.count("\n") == 1
+    assert "names no executor_class, so it cannot run in this process: serve it without --in-process" in err
+
+
+def test_serve_on_ray_exits_0_after_a_clean_stop_by_sigterm():
+    """`ray.init` replaces the SIGTERM handler with one that exits with status 15 at once."""
+    with serving(str(APP_PATH), "--fake-gpus", "8") as (process, url):
+        answer = httpx.post(f"{url}/v1/apps/omni_app/invoke", json=chat_body("hi"), timeout=60)
+        assert answer.status_code == 200 and "[DONE]" in answer.text
+        out, err = stopped(process, signal.SIGTERM)
+    assert process.returncode == 0, err
+    assert out == "prismserve: stopped\n"
 
 
 def _wait_for_health(url: str, timeout: float = 30) -> None:
