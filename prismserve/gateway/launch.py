@@ -139,11 +139,15 @@ class GatewayServer:
             return 0
         finally:
             self.listener.close()
-            await self.runtime.close()
+            # Ctrl-C: uvicorn hands the signal back once it has stopped, and asyncio's runner then
+            # cancels this task; the runtime must still close (replicas, models) before we exit.
+            cancelled = await _to_the_end(self.runtime.close())
             if self.tracer_provider is not None:
                 self.tracer_provider.shutdown()  # flush spans still queued for the OTLP exporter
             if serving:
                 print("prismserve: stopped", flush=True)
+            if cancelled:
+                raise asyncio.CancelledError
 
     async def _register(self) -> None:
         await self.runtime.register_app(self.source, self.app_name, filename=self.filename)
@@ -172,6 +176,19 @@ class GatewayServer:
     def stop(self) -> None:
         """Ask the server to finish its requests and stop (what Ctrl-C does)."""
         self.server.should_exit = True
+
+
+async def _to_the_end(work: Awaitable[None]) -> bool:
+    """Await `work` to its end even when this task is cancelled meanwhile; whether it was."""
+    done = asyncio.ensure_future(work)
+    cancelled = False
+    while not done.done():
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            cancelled = True
+    done.result()
+    return cancelled
 
 
 async def _reported(step: Awaitable[object]) -> bool:

@@ -112,7 +112,7 @@ def test_missing_executor_kind_is_reported_before_anything_runs():
         with use_dispatcher(LocalDispatcher({"encoder": encoder})):
             await MLLMTask(model_id="m")(ChatRequest.of("x", images=[b"a"]))
 
-    with pytest.raises(DispatchError, match=r"no executor registered for kind 'llm'.*registered: \['encoder'\]"):
+    with pytest.raises(DispatchError, match=r"no executor function is registered for kind 'llm' \(registered: \['encoder'\]\)"):
         run(scenario())
     assert calls == []
 
