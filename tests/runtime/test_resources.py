@@ -48,7 +48,8 @@ def test_a_new_plan_keeps_identical_cells_and_changes_only_the_rest():
         bigger = {**ROUTED_PLAN, "cells": [ROUTED_PLAN["cells"][0], {**ROUTED_PLAN["cells"][1], "count": 3}]}
         await runtime.deploy("mllm", Plan.model_validate(bigger))
         second = cells_of(runtime)
-        await runtime.deploy("mllm", Plan.model_validate({**ROUTED_PLAN, "cells": ROUTED_PLAN["cells"][:1]}))
+        only_el = {"cells": ROUTED_PLAN["cells"][:1], "routing": {"text": {"EL": 1.0}}}  # E->L's LLM cells go
+        await runtime.deploy("mllm", Plan.model_validate(only_el))
         third = cells_of(runtime)
         async with runtime.request_scope("mllm"):
             with use_dispatcher(runtime.dispatcher):
