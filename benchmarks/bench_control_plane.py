@@ -19,9 +19,9 @@ import time
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.chat import ChatRequest
-from prismserve.toy import MLLM_APP_PATH
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import LocalDispatcher, use_dispatcher
+from prismserve.toy import MLLM_APP_PATH
 from prismserve.toy.executors import EXECUTORS, VALUES
 
 APP = MLLM_APP_PATH.read_text()  # the toy MLLM: image encoder fissioned from the LLM

@@ -31,6 +31,7 @@ from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
 from prismserve.testing import tiny
 
+
 def requests(image: bytes, audio: bytes, max_tokens: int) -> list[ChatRequest]:
     """The cycle of request types every client sends."""
     return [

@@ -16,9 +16,9 @@ import statistics
 import time
 
 import prismserve  # noqa: F401  (telemetry off)
+from prismserve.app.chat import ChatRequest
 from prismserve.task import LocalDispatcher
 from prismserve.toy.executors import EXECUTORS
-from prismserve.app.chat import ChatRequest
 from prismserve.toy.tasks import OmniTask
 
 

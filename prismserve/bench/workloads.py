@@ -219,7 +219,7 @@ def servegen(
         times = scaled_trace_times(raw, arrivals.rate, count, duration)
         owners = owners[: len(times)]
     specs = []
-    for t, owner in zip(times, owners):
+    for t, owner in zip(times, owners, strict=True):
         client = clients[int(owner)]
         slot = max(s for s in client.tables if s <= (start_s + t) % 86400) if client.tables else 0
         images = client.sample(rng, "image_count", slot, at_least=1 if any_to_any else -math.inf)
@@ -285,7 +285,7 @@ def _text_workload(rows, arrivals: Arrivals, count, duration, seed: int) -> list
     else:
         times = scaled_trace_times(np.array([r[0] for r in rows]), arrivals.rate, count, duration)
         picked = list(rows[: len(times)])
-    return [RequestSpec(float(t), max(1, r[1]), max(1, r[2])) for t, r in zip(times, picked)]
+    return [RequestSpec(float(t), max(1, r[1]), max(1, r[2])) for t, r in zip(times, picked, strict=True)]
 
 
 # --- controlled (000 Table 3) -----------------------------------------------------------------------

@@ -32,10 +32,9 @@ class VLLMExecutor(Executor):
     async def load(self) -> None:
         os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.task.kv_cache_gib))
+        import torch
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
-
-        import torch
 
         settings: dict[str, Any] = {
             "model": self.task.model,

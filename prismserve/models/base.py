@@ -18,7 +18,6 @@ import numpy as np
 
 from prismserve.offline import disable_telemetry
 
-
 # transformers' from_pretrained builds models under a process-wide meta-device context: two loads in
 # threads of one process (in-process executors) corrupt each other. Replicas are processes of their own.
 LOADING = threading.Lock()

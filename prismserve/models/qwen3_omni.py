@@ -49,7 +49,9 @@ class Qwen3Omni(Qwen25Omni):
         ]
 
     def audio_token_counts(self, feature_lengths: Any) -> list[int]:
-        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import _get_feat_extract_output_lengths
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+            _get_feat_extract_output_lengths,
+        )
 
         return _get_feat_extract_output_lengths(feature_lengths, self.model.audio_tower.n_window).tolist()
 
@@ -58,7 +60,9 @@ class Qwen3Omni(Qwen25Omni):
 
     def place_images(self, inputs: dict[str, Any], embeds: Any, images: list[Encoded]) -> Any:
         import torch
-        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import BaseModelOutputWithDeepstackFeatures
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+            BaseModelOutputWithDeepstackFeatures,
+        )
 
         stacks = [torch.tensor(np.asarray(e.embeddings)).to(self.device, embeds.dtype) for e in images]  # copies
         inputs["mm_encoder_outputs"] = {

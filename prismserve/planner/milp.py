@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 import highspy
 

@@ -16,9 +16,16 @@ Columns grow as hops × (executors × nodes) × nodes: meant for small clusters.
 
 from __future__ import annotations
 
-
 from prismserve.planner.errors import InfeasibleError, SpecError
-from prismserve.planner.milp import _INF, Solution, _fewest_gpus_at, _Program, check_target, fewest_gpus, split_paths
+from prismserve.planner.milp import (
+    _INF,
+    Solution,
+    _fewest_gpus_at,
+    _Program,
+    check_target,
+    fewest_gpus,
+    split_paths,
+)
 from prismserve.planner.paths import Hop
 from prismserve.planner.throughput import Model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prismserve.app.images import ImageRequest, ImageResponse
 from prismserve.task import DataHandle, Task, TaskOutput, replayable_choice
-from prismserve.tasklib.units import ImageGenInput, ImageGeneratorTask, PromptInput, TextEncoderTask
+from prismserve.tasklib.units import ImageGeneratorTask, ImageGenInput, PromptInput, TextEncoderTask
 
 
 class ImagesOutput(TaskOutput):

@@ -240,7 +240,7 @@ def _qwen3_omni(out: Path) -> None:
     # The talker's vocabulary: codebook 0 below CODEC_VOCAB, then (as in the real model) a top range of
     # 1024 control ids that generation suppresses, the codec end token excepted.
     codec = dict(zip(["codec_pad_id", "codec_bos_id", "codec_eos_token_id", "codec_nothink_id",
-                      "codec_think_bos_id", "codec_think_eos_id"], range(CODEC_VOCAB + 1000, CODEC_VOCAB + 1006)))  # fmt: skip
+                      "codec_think_bos_id", "codec_think_eos_id"], range(CODEC_VOCAB + 1000, CODEC_VOCAB + 1006), strict=True))  # fmt: skip
     small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
              "num_key_value_heads": 1, "head_dim": 16}  # fmt: skip
     talker = {
@@ -283,7 +283,12 @@ def _qwen3_omni(out: Path) -> None:
 
 def _qwen_image(out: Path) -> None:
     import torch
-    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImagePipeline,
+        QwenImageTransformer2DModel,
+    )
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     tok = tokenizer()
