@@ -88,6 +88,7 @@ def workloads_dir() -> Path:
 def poisson_times(rng: np.random.Generator, rate: float, count: int | None, duration: float | None) -> np.ndarray:
     """Arrival times of a Poisson process: `count` of them, or all before `duration` seconds."""
     if count is None:
+        assert duration is not None, "give a count or a duration"
         count = int(rate * duration * 1.5 + 50)  # enough to pass `duration`; cut below
     times = np.cumsum(rng.exponential(1.0 / rate, size=count))
     return times[times < duration] if duration is not None else times
@@ -211,6 +212,7 @@ def servegen(
     rng = np.random.default_rng(seed)
     clients = _servegen_clients(str(root or workloads_dir()))
     if arrivals.kind == "poisson":
+        assert arrivals.rate is not None  # Arrivals checks that poisson has one
         times = poisson_times(rng, arrivals.rate, count, duration)
         weights = np.array([c.rate for c in clients])
         owners = rng.choice(len(clients), size=len(times), p=weights / weights.sum())
@@ -280,6 +282,7 @@ def _text_workload(rows, arrivals: Arrivals, count, duration, seed: int) -> list
     _check_size(count, duration)
     rng = np.random.default_rng(seed)
     if arrivals.kind == "poisson":
+        assert arrivals.rate is not None  # Arrivals checks that poisson has one
         times = poisson_times(rng, arrivals.rate, count, duration)
         picked = [rows[i % len(rows)] for i in range(len(times))]  # the trace's lengths, in order
     else:
