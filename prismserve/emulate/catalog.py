@@ -18,7 +18,6 @@ from prismserve.emulate.costs import InternVL3Costs, QwenOmniCosts
 from prismserve.emulate.model import EmulatedExecutor, EmulatedModel
 
 
-
 class Batching(TypedDict, total=False):
     """An `EmulatedExecutor`'s batching fields, shared by the executors of one kind."""
 

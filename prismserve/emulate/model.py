@@ -15,7 +15,7 @@ from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.costs import CostModel
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import ExecutorOption, Plan, PlanSpec, RequestType
-from prismserve.runtime.plan import DeploymentPlan
+from prismserve.runtime.plan import CellSpec, DeploymentPlan
 
 DEPLOYMENT_PREFIX = "model.executors."  # the app's unit-task paths: `model.executors.<executor>`
 
@@ -181,7 +181,11 @@ class EmulatedModel(BaseModel):
         """The runtime plan for a planner result: cells and routing, with every executor's sim profile."""
         return DeploymentPlan(
             cells=[
-                {"gpus": cell.gpus, "count": cell.count, "replicas": {DEPLOYMENT_PREFIX + n: r for n, r in cell.replicas.items() if r}}
+                CellSpec(
+                    gpus=cell.gpus,
+                    count=cell.count,
+                    replicas={DEPLOYMENT_PREFIX + n: r for n, r in cell.replicas.items() if r},
+                )
                 for cell in plan.cells
             ],
             routing=plan.routing,
