@@ -66,9 +66,10 @@ class Qwen3Omni(Qwen25Omni):
 
         stacks = [torch.tensor(np.asarray(e.embeddings)).to(self.device, embeds.dtype) for e in images]  # copies
         inputs["mm_encoder_outputs"] = {
+            # transformers annotates these as tensors; the thinker takes a tuple of them, one per image.
             "image": BaseModelOutputWithDeepstackFeatures(
-                pooler_output=tuple(s[0] for s in stacks),
-                deepstack_features=[tuple(s[level] for s in stacks) for level in range(1, stacks[0].shape[0])],
+                pooler_output=tuple(s[0] for s in stacks),  # type: ignore[arg-type]
+                deepstack_features=[tuple(s[level] for s in stacks) for level in range(1, stacks[0].shape[0])],  # type: ignore[misc]
             )
         }
         return embeds  # the thinker places them (and adds the DeepStack rows in its first layers)
@@ -129,8 +130,8 @@ class Qwen3Omni(Qwen25Omni):
         max_codes: int,
         *,
         temperature: float = 0.0,
-        on_code: Callable[[list[int]], None] | None = None,
-    ) -> list[list[int]]:
+        on_code: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
         """Codec frames (one id per codebook) for the thinker's output, built as transformers'
         `generate` builds the talker's prompt; `on_code` sees each frame as it is generated."""
         import torch
