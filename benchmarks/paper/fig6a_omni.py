@@ -100,7 +100,7 @@ def table2(runs: dict, speedup: float) -> dict:
         ours = {label: run.summary["by_type"].get(request_type, {}).get("latency_s", {}) for label, run in runs.items()}
         rows[name] = {
             label: {p: (stats.get(p) or 0.0) * speedup for p in ("p50", "p90", "p99")} for label, stats in ours.items()
-        } | {"paper": dict(zip(("mono_p50", "mono_p90", "mono_p99", "ours_p50", "ours_p90", "ours_p99"), PAPER_TABLE2[name]))}
+        } | {"paper": dict(zip(("mono_p50", "mono_p90", "mono_p99", "ours_p50", "ours_p90", "ours_p99"), PAPER_TABLE2[name], strict=True))}
     return rows
 
 

@@ -6,13 +6,19 @@ can be called through `/v1/chat/completions`; the gateway translates the OpenAI 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from prismserve.task import TaskInput
 
 Modality = Literal["text", "audio"]
+
+
+def _text_only() -> list[Modality]:
+    return ["text"]
+
 
 # Bytes (media in, audio out) travel as base64 in JSON.
 _BASE64 = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
@@ -76,7 +82,7 @@ class ChatRequest(TaskInput):
     model_config = _BASE64
 
     messages: list[ChatMessage] = Field(min_length=1)
-    modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1)
+    modalities: list[Modality] = Field(default_factory=_text_only, min_length=1)
     max_tokens: int = Field(default=256, ge=1, le=32768)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     seed: int | None = None
@@ -85,11 +91,11 @@ class ChatRequest(TaskInput):
     def of(
         cls,
         text: str,
-        images: list[bytes] = (),  # type: ignore[assignment]
-        audios: list[bytes] = (),  # type: ignore[assignment]
+        images: Sequence[bytes] = (),
+        audios: Sequence[bytes] = (),
         audio_out: bool = False,
-        videos: list[bytes] = (),  # type: ignore[assignment]
-        **fields: object,
+        videos: Sequence[bytes] = (),
+        **fields: Any,
     ) -> ChatRequest:
         """A one-message user request: text, then images, audio clips and videos."""
         content: list[Part] = [TextPart(text=text)]

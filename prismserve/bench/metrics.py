@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +33,7 @@ class SLO:
         return self.tbt_s is None or not len(gaps) or float(gaps.mean()) <= self.tbt_s
 
 
-def percentiles(values: list[float] | np.ndarray) -> dict[str, float | None]:
+def percentiles(values: Sequence[float] | np.ndarray) -> dict[str, float | None]:
     """p50/p90/p95/p99 and mean (None when there are no values)."""
     if len(values) == 0:
         return {**{f"p{p}": None for p in PERCENTILES}, "mean": None}
@@ -39,7 +41,7 @@ def percentiles(values: list[float] | np.ndarray) -> dict[str, float | None]:
     return {**{f"p{p}": float(np.percentile(array, p)) for p in PERCENTILES}, "mean": float(array.mean())}
 
 
-def summarize(results: list[RequestResult], warmup: int = 0, slo: SLO | None = None) -> dict:
+def summarize(results: list[RequestResult], warmup: int = 0, slo: SLO | None = None) -> dict[str, Any]:
     """Metrics over the requests after the first `warmup` (by arrival).
 
     `throughput_rps` is completed requests / makespan, the makespan running from the first measured
@@ -57,7 +59,7 @@ def summarize(results: list[RequestResult], warmup: int = 0, slo: SLO | None = N
     slo = slo or SLO()
     good = [r for r in ok if slo.met(r)]
     gaps = [g for r in ok for g in np.diff(r.token_s)]
-    summary = {
+    summary: dict[str, Any] = {
         "requests": len(measured),
         "completed": len(ok),
         "failed": len(measured) - len(ok),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prismserve.bench.workloads import RequestSpec, workloads_dir
 
-_WORDS = "the a car street red blue city photo what is in this picture describe drive road sky".split()
+_WORDS = ["the", "a", "car", "street", "red", "blue", "city", "photo", "what", "is", "in", "this", "picture", "describe", "drive", "road", "sky"]
 
 
 @lru_cache(maxsize=512)

@@ -88,6 +88,7 @@ def workloads_dir() -> Path:
 def poisson_times(rng: np.random.Generator, rate: float, count: int | None, duration: float | None) -> np.ndarray:
     """Arrival times of a Poisson process: `count` of them, or all before `duration` seconds."""
     if count is None:
+        assert duration is not None, "give a count or a duration"
         count = int(rate * duration * 1.5 + 50)  # enough to pass `duration`; cut below
     times = np.cumsum(rng.exponential(1.0 / rate, size=count))
     return times[times < duration] if duration is not None else times
@@ -211,6 +212,7 @@ def servegen(
     rng = np.random.default_rng(seed)
     clients = _servegen_clients(str(root or workloads_dir()))
     if arrivals.kind == "poisson":
+        assert arrivals.rate is not None  # Arrivals checks that poisson has one
         times = poisson_times(rng, arrivals.rate, count, duration)
         weights = np.array([c.rate for c in clients])
         owners = rng.choice(len(clients), size=len(times), p=weights / weights.sum())
@@ -219,7 +221,7 @@ def servegen(
         times = scaled_trace_times(raw, arrivals.rate, count, duration)
         owners = owners[: len(times)]
     specs = []
-    for t, owner in zip(times, owners):
+    for t, owner in zip(times, owners, strict=True):
         client = clients[int(owner)]
         slot = max(s for s in client.tables if s <= (start_s + t) % 86400) if client.tables else 0
         images = client.sample(rng, "image_count", slot, at_least=1 if any_to_any else -math.inf)
@@ -280,12 +282,13 @@ def _text_workload(rows, arrivals: Arrivals, count, duration, seed: int) -> list
     _check_size(count, duration)
     rng = np.random.default_rng(seed)
     if arrivals.kind == "poisson":
+        assert arrivals.rate is not None  # Arrivals checks that poisson has one
         times = poisson_times(rng, arrivals.rate, count, duration)
         picked = [rows[i % len(rows)] for i in range(len(times))]  # the trace's lengths, in order
     else:
         times = scaled_trace_times(np.array([r[0] for r in rows]), arrivals.rate, count, duration)
         picked = list(rows[: len(times)])
-    return [RequestSpec(float(t), max(1, r[1]), max(1, r[2])) for t, r in zip(times, picked)]
+    return [RequestSpec(float(t), max(1, r[1]), max(1, r[2])) for t, r in zip(times, picked, strict=True)]
 
 
 # --- controlled (000 Table 3) -----------------------------------------------------------------------

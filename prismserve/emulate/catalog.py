@@ -12,20 +12,38 @@ Batching assumptions (used for latency at low load; throughput at full batch com
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from prismserve.emulate.costs import InternVL3Costs, QwenOmniCosts
 from prismserve.emulate.model import EmulatedExecutor, EmulatedModel
 
-ENCODER = {"max_batch": 8, "batch_gain": 2.0}
-DECODER = {"max_batch": 8, "batch_gain": 4.0, "continuous": True}
-PREFILL = {"max_batch": 8, "batch_gain": 1.5}
-TP2 = {"gpus": 2, "speed": 1.8}
+
+class Batching(TypedDict, total=False):
+    """An `EmulatedExecutor`'s batching fields, shared by the executors of one kind."""
+
+    max_batch: int
+    batch_gain: float
+    continuous: bool
+
+
+class Parallelism(TypedDict):
+    """An `EmulatedExecutor`'s GPU count and speed under tensor parallelism."""
+
+    gpus: int
+    speed: float
+
+
+ENCODER: Batching = {"max_batch": 8, "batch_gain": 2.0}
+DECODER: Batching = {"max_batch": 8, "batch_gain": 4.0, "continuous": True}
+PREFILL: Batching = {"max_batch": 8, "batch_gain": 1.5}
+TP2: Parallelism = {"gpus": 2, "speed": 1.8}
 
 # Qwen2.5-Omni-7B (000 §7.2). The monolith is the paper's baseline, a Hugging Face transformers
 # server: every component in one process, one at a time, whole static batches (assumed: padded
 # batches, sized as the decoders), and "implementing continuous batching alongside
 # LLM is technically challenging" (000 §7.2), so the audio generator runs at batch 1 there: its work
 # is multiplied by the decoder's batch gain (4).
-HF_STATIC = {**DECODER, "continuous": False}
+HF_STATIC: Batching = {**DECODER, "continuous": False}
 QWEN25_OMNI = EmulatedModel(
     name="qwen25-omni",
     costs=QwenOmniCosts(),

@@ -9,6 +9,7 @@ Every assumption is a named constant with its reason beside it.
 from __future__ import annotations
 
 import math
+
 from prismserve.bench.workloads import RequestSpec
 
 

@@ -161,7 +161,7 @@ class EmulatedModel(BaseModel):
                 for executor, role in paths[name]:
                     load[executor] = load.get(executor, 0.0) + p * self.executor(executor).seconds(work, role)
         busy = [load[s] / len(workload) / n for s, n in replicas.items() if n and load.get(s)]
-        unserved = [s for s, l in load.items() if l and not replicas.get(s)]
+        unserved = [s for s, seconds in load.items() if seconds and not replicas.get(s)]
         return 0.0 if unserved or not busy else 1.0 / max(busy)
 
     def restricted(self, spec: PlanSpec, allowed: Iterable[str]) -> PlanSpec:

@@ -100,10 +100,11 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
         planned = (current_routing.get() or self.routing).get(request.request_type)
         # A type the plan does not route is spread over all its paths.
         weights = [planned.get(n, 0.0) for n in names] if planned and any(planned.get(n) for n in names) else None
-        output = None
+        output: StageOutput | None = None
         for name, role in paths[names[replayable_choice(len(names), weights)]]:
             seconds = self.spec.executor(name).seconds(work, role)
             output = self.executors[name].invoke(StageInput(sim_work=seconds, previous=output.payload if output else None))
+        assert output is not None  # every path has a hop
         return output
 
 

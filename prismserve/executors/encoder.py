@@ -7,7 +7,7 @@ from typing import Any
 
 from prismserve.executors.base import Batcher, Executor, media_rejected
 from prismserve.models import Encoded, adapter_for
-from prismserve.task import InvalidInputError
+from prismserve.task import DataHandle, InvalidInputError
 from prismserve.tasklib.units import EncoderOutput, EncoderTask, MediaItem
 
 
@@ -44,4 +44,4 @@ class EncoderExecutor(Executor):
             result = await self.batcher.submit(item)
             if isinstance(result, Exception):
                 raise result
-        return EncoderOutput(embeddings=result.embeddings, meta=result.meta)
+        return EncoderOutput(embeddings=DataHandle.wrap(result.embeddings), meta=DataHandle.wrap(result.meta))

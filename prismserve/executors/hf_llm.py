@@ -15,7 +15,7 @@ from typing import Any
 from prismserve.executors.base import Executor, media_rejected
 from prismserve.models import Encoded, Generated, MediaInput, adapter_for
 from prismserve.task import Stream
-from prismserve.tasklib.units import LLMInput, ThinkerOutput
+from prismserve.tasklib.units import LLMInput, LLMTask, OmniMonolithTask, ThinkerOutput, ThinkerTask
 
 _END = object()
 
@@ -23,14 +23,16 @@ _END = object()
 class HFLLMExecutor(Executor):
     """Streams the text an LLM generates for a conversation with precomputed embeddings or raw media."""
 
+    task: LLMTask | ThinkerTask | OmniMonolithTask  # the Omni monolith reuses the generation loop
+
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
-        await asyncio.to_thread(self.adapter.load_llm, self.task.with_encoders)
+        await asyncio.to_thread(self.adapter.load_llm, self.takes_media)
 
     @property
     def takes_media(self) -> bool:
-        """Whether this deployment holds the encoders (takes raw media)."""
-        return self.task.with_encoders
+        """Whether this deployment holds the encoders (takes raw media); the Omni monolith always does."""
+        return isinstance(self.task, OmniMonolithTask) or self.task.with_encoders
 
     async def inputs(self, task_input: Any) -> tuple[LLMInput, dict[str, Any]]:
         """The request and the model inputs built from it; bad media is an InvalidInputError."""
@@ -78,6 +80,8 @@ class HFLLMExecutor(Executor):
 
 class ThinkerExecutor(HFLLMExecutor):
     """An Omni thinker: streams text, then (when speech is asked for) the talker's conditioning."""
+
+    task: ThinkerTask
 
     async def run(self, task_input: Any) -> ThinkerOutput:
         request, inputs = await self.inputs(task_input)  # bad input fails the call itself

@@ -9,11 +9,20 @@ from typing import Any
 from prismserve.executors.base import Executor
 from prismserve.models import adapter_for
 from prismserve.task import InvalidInputError
-from prismserve.tasklib.units import ImageGenInput, ImageOutput, PromptEmbeddings, PromptInput
+from prismserve.tasklib.units import (
+    ImageGeneratorTask,
+    ImageGenInput,
+    ImageOutput,
+    PromptEmbeddings,
+    PromptInput,
+    TextEncoderTask,
+)
 
 
 class TextEncoderExecutor(Executor):
     """Encodes prompts for an image generator."""
+
+    task: TextEncoderTask
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
@@ -26,6 +35,8 @@ class TextEncoderExecutor(Executor):
 
 class ImageGeneratorExecutor(Executor):
     """Generates one image per call, one call at a time."""
+
+    task: ImageGeneratorTask
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)

@@ -8,6 +8,7 @@ a value function (for example the toy executors) or are synthesised from the out
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import types
 import typing
@@ -144,10 +145,8 @@ class SharedEngine:
             rate = self._rate()
             self._wake.clear()
             timeout = min(self._running.values()) / rate
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(timeout, 0.0))
-            except asyncio.TimeoutError:
-                pass
             now = loop.time()
             advanced = (now - last) * rate
             last = now

@@ -13,7 +13,14 @@ from prismserve.executors.base import Executor, media_rejected
 from prismserve.executors.hf_llm import HFLLMExecutor, TextDecoder
 from prismserve.models import adapter_for
 from prismserve.task import Stream
-from prismserve.tasklib.units import SpeechOutput, TalkerInput, VocoderInput
+from prismserve.tasklib.units import (
+    OmniMonolithTask,
+    SpeechOutput,
+    TalkerInput,
+    TalkerTask,
+    VocoderInput,
+    VocoderTask,
+)
 
 CHUNK_SAMPLES = 12000  # half a second at 24 kHz per streamed audio chunk
 
@@ -26,6 +33,8 @@ def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
 
 class TalkerExecutor(Executor):
     """Generates codes from the conditioning a thinker streams, streaming them in chunks."""
+
+    task: TalkerTask
 
     chunk_codes = 25  # per chunk: half a second of Qwen2.5-Omni's speech, two seconds of Qwen3-Omni's frames
 
@@ -66,6 +75,8 @@ class TalkerExecutor(Executor):
 class VocoderExecutor(Executor):
     """Turns codes into 24 kHz audio, streamed in half-second chunks."""
 
+    task: VocoderTask
+
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
         await asyncio.to_thread(self.adapter.load_vocoder)
@@ -86,6 +97,8 @@ class VocoderExecutor(Executor):
 class OmniMonolithExecutor(HFLLMExecutor):
     """The whole Omni model in one process, run by transformers' `generate`: text streams as the
     thinker generates it, audio follows once the talker and token2wav are done."""
+
+    task: OmniMonolithTask
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
@@ -120,10 +133,6 @@ class OmniMonolithExecutor(HFLLMExecutor):
 
         self.spawn(speak())
         return SpeechOutput(text=text, audio=audio)
-
-    @property
-    def takes_media(self) -> bool:
-        return True
 
     def _generate(self, inputs: dict[str, Any], request: Any, speaker: str, on_token: Callable[[int], None]) -> Any:
         return self.adapter.generate_all(

@@ -19,7 +19,7 @@ from typing import Any
 
 from prismserve.executors.base import Executor, ExecutorUnhealthy, media_rejected
 from prismserve.task import InvalidInputError
-from prismserve.tasklib.units import LLMInput
+from prismserve.tasklib.units import LLMInput, VLLMTask
 
 AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; vLLM resamples otherwise
 
@@ -27,15 +27,15 @@ AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; v
 class VLLMExecutor(Executor):
     """Streams the text vLLM generates for a conversation with precomputed embeddings or raw media."""
 
+    task: VLLMTask
     _ids = itertools.count()
 
     async def load(self) -> None:
         os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.task.kv_cache_gib))
+        import torch
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
-
-        import torch
 
         settings: dict[str, Any] = {
             "model": self.task.model,
@@ -57,7 +57,7 @@ class VLLMExecutor(Executor):
         import torch
 
         request.check_media(self.task.with_encoders, self.task.model)
-        if any(m.modality == "video" for m in [*request.encoded, *request.media]):
+        if any(e.modality == "video" for e in request.encoded) or any(m.modality == "video" for m in request.media):
             raise InvalidInputError("vLLM executors take no video yet: serve video with the transformers engine")
         text = self.tokenizer.apply_chat_template(
             request.conversation, tokenize=False, add_generation_prompt=True

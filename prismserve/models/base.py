@@ -18,7 +18,6 @@ import numpy as np
 
 from prismserve.offline import disable_telemetry
 
-
 # transformers' from_pretrained builds models under a process-wide meta-device context: two loads in
 # threads of one process (in-process executors) corrupt each other. Replicas are processes of their own.
 LOADING = threading.Lock()
@@ -136,8 +135,11 @@ class Adapter(ABC):
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         class _Stop(StoppingCriteria):
+            def __init__(self, stop: Callable[[], bool]) -> None:
+                self.stop = stop
+
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                return torch.full((input_ids.shape[0],), should_stop(), dtype=torch.bool, device=input_ids.device)
+                return torch.full((input_ids.shape[0],), self.stop(), dtype=torch.bool, device=input_ids.device)
 
         sampling = {"do_sample": False} if temperature <= 0 else {"do_sample": True, "temperature": temperature}
         with self.lock, torch.inference_mode():
@@ -147,7 +149,7 @@ class Adapter(ABC):
                 **inputs,
                 max_new_tokens=max_tokens,
                 streamer=token_streamer(on_token) if on_token is not None else None,
-                stopping_criteria=StoppingCriteriaList([_Stop()] if should_stop is not None else []),
+                stopping_criteria=StoppingCriteriaList([_Stop(should_stop)] if should_stop is not None else []),
                 output_logits=with_logits,
                 output_hidden_states=with_hidden,
                 return_dict_in_generate=True,
@@ -193,7 +195,7 @@ def token_streamer(on_token: Callable[[int], None]) -> Any:
     return _Streamer()
 
 
-def build_processor(processor_class: type, path: str, **parts: Any) -> Any:
+def build_processor(processor_class: type[Any], path: str, **parts: Any) -> Any:
     """`processor_class` assembled from the checkpoint's tokenizer and image processor.
 
     Assembled from parts because `AutoProcessor` insists on a video processor (torchvision-backed)
@@ -201,7 +203,7 @@ def build_processor(processor_class: type, path: str, **parts: Any) -> Any:
     """
     from transformers import AutoImageProcessor, AutoTokenizer
 
-    class _Processor(processor_class):  # type: ignore[misc, valid-type]
+    class _Processor(processor_class):
         def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
             if argument is None:  # a part this deployment does without
                 return None
@@ -216,7 +218,7 @@ def build_processor(processor_class: type, path: str, **parts: Any) -> Any:
     return _Processor(tokenizer=tokenizer, chat_template=tokenizer.chat_template, **{**defaults, **_settings(processor_class, path), **parts})
 
 
-def _settings(processor_class: type, path: str) -> dict[str, Any]:
+def _settings(processor_class: type[Any], path: str) -> dict[str, Any]:
     """The processor's own settings from the checkpoint's processor_config.json (`image_seq_length` …)."""
     import inspect
     import json

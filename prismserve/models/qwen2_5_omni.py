@@ -19,7 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import LOADING, Adapter, Encoded, MediaError, MediaInput, as_numpy, build_processor, token_streamer
+from prismserve.models.base import (
+    LOADING,
+    Adapter,
+    Encoded,
+    MediaError,
+    MediaInput,
+    as_numpy,
+    build_processor,
+    token_streamer,
+)
 from prismserve.models.media import load_audio, load_image
 
 SAMPLE_RATE_IN = 16000

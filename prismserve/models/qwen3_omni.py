@@ -49,7 +49,9 @@ class Qwen3Omni(Qwen25Omni):
         ]
 
     def audio_token_counts(self, feature_lengths: Any) -> list[int]:
-        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import _get_feat_extract_output_lengths
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+            _get_feat_extract_output_lengths,
+        )
 
         return _get_feat_extract_output_lengths(feature_lengths, self.model.audio_tower.n_window).tolist()
 
@@ -58,13 +60,16 @@ class Qwen3Omni(Qwen25Omni):
 
     def place_images(self, inputs: dict[str, Any], embeds: Any, images: list[Encoded]) -> Any:
         import torch
-        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import BaseModelOutputWithDeepstackFeatures
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+            BaseModelOutputWithDeepstackFeatures,
+        )
 
         stacks = [torch.tensor(np.asarray(e.embeddings)).to(self.device, embeds.dtype) for e in images]  # copies
         inputs["mm_encoder_outputs"] = {
+            # transformers annotates these as tensors; the thinker takes a tuple of them, one per image.
             "image": BaseModelOutputWithDeepstackFeatures(
-                pooler_output=tuple(s[0] for s in stacks),
-                deepstack_features=[tuple(s[level] for s in stacks) for level in range(1, stacks[0].shape[0])],
+                pooler_output=tuple(s[0] for s in stacks),  # type: ignore[arg-type]
+                deepstack_features=[tuple(s[level] for s in stacks) for level in range(1, stacks[0].shape[0])],  # type: ignore[misc]
             )
         }
         return embeds  # the thinker places them (and adds the DeepStack rows in its first layers)
@@ -125,8 +130,8 @@ class Qwen3Omni(Qwen25Omni):
         max_codes: int,
         *,
         temperature: float = 0.0,
-        on_code: Callable[[list[int]], None] | None = None,
-    ) -> list[list[int]]:
+        on_code: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
         """Codec frames (one id per codebook) for the thinker's output, built as transformers'
         `generate` builds the talker's prompt; `on_code` sees each frame as it is generated."""
         import torch

@@ -16,7 +16,7 @@ from prismserve.models.media import load_image
 class VisionLLM(Adapter):
     """An image encoder and an LLM; the encoder's per-image output replaces the image's placeholder."""
 
-    encoder_modalities = ("image",)
+    encoder_modalities: ClassVar[tuple[str, ...]] = ("image",)
     model_class: ClassVar[str]  # transformers class of the whole model
     processor_class: ClassVar[str]  # transformers processor class (assembled from the checkpoint's parts)
 

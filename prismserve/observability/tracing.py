@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
 OTLP_ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -35,15 +35,17 @@ def setup_tracing(
     caller passes the provider on (`create_gateway(..., tracer_provider=...)`).
     """
     otlp_endpoint = otlp_endpoint or os.environ.get(OTLP_ENDPOINT_VARIABLE)
-    if exporter is None and not otlp_endpoint:
-        return None
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    processor: SpanProcessor
     if exporter is not None:
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-    else:
+        processor = SimpleSpanProcessor(exporter)
+    elif otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_endpoint(otlp_endpoint))))
+        processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_endpoint(otlp_endpoint)))
+    else:
+        return None
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(processor)
     if install:
         trace.set_tracer_provider(provider)
     return provider

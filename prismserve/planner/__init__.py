@@ -12,12 +12,37 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from prismserve.planner.cells import Cell, greedy_mixture, mixture_for_budget, mixture_for_target, mixture_throughput, plan_cells
+from prismserve.planner.cells import (
+    Cell,
+    greedy_mixture,
+    mixture_for_budget,
+    mixture_for_target,
+    mixture_throughput,
+    plan_cells,
+)
 from prismserve.planner.errors import InfeasibleError, PlannerError, SpecError
 from prismserve.planner.milp import Solution, max_throughput, min_gpus, split_paths
 from prismserve.planner.paths import Hop, Path, RouteGraph, route_graph, valid_paths
-from prismserve.planner.plan import CellPlan, Plan, PlanChange, load_plan, make_plan, path_probabilities, plan_changes, topology_plan
-from prismserve.planner.spec import ExecutorOption, Link, Node, PlanSpec, RequestType, Topology, load_spec, parse_spec
+from prismserve.planner.plan import (
+    CellPlan,
+    Plan,
+    PlanChange,
+    load_plan,
+    make_plan,
+    path_probabilities,
+    plan_changes,
+    topology_plan,
+)
+from prismserve.planner.spec import (
+    ExecutorOption,
+    Link,
+    Node,
+    PlanSpec,
+    RequestType,
+    Topology,
+    load_spec,
+    parse_spec,
+)
 from prismserve.planner.throughput import Model, build_model
 from prismserve.planner.topology import max_throughput_on_topology, min_gpus_on_topology
 

@@ -41,7 +41,7 @@ def plan_cells(model: Model, max_exponent: int = 6) -> list[Cell]:
     with ThreadPoolExecutor(max_workers=2) as pool:
         solutions = list(pool.map(lambda size: max_throughput(model, size), sizes[::-1]))[::-1]
     kept: list[Cell] = []
-    for size, solution in zip(sizes, solutions):
+    for size, solution in zip(sizes, solutions, strict=True):
         if solution.throughput <= 0:
             continue  # no complete instance fits in this size
         if not kept or solution.throughput > (size // kept[-1].gpus) * kept[-1].throughput * (1 + 1e-9):

@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 import highspy
 
 from prismserve.planner.errors import InfeasibleError, SpecError
-from prismserve.planner.paths import path_name
+from prismserve.planner.paths import Hop, path_name
 from prismserve.planner.throughput import Model
 
 _INF = highspy.kHighsInf
@@ -150,7 +151,7 @@ class _Program:
 
 
 def split_paths(
-    edges: list[tuple[Hashable, Hashable, str, float]], start: Hashable, end: Hashable, total: float
+    edges: Sequence[tuple[Hashable, Hashable, str, float]], start: Hashable, end: Hashable, total: float
 ) -> dict[str, float]:
     """Path rates from hop flows: at each state, split in proportion to the flows leaving it.
 
@@ -190,7 +191,7 @@ class _Routes:
         self.executors = list(model.gpus)
         self.r = {s: p.column(integer=True, upper=budget // model.gpus[s] if budget is not None else _INF) for s in self.executors}
         self.rate = p.column() if target is None else None
-        self.flows: dict[str, list[tuple[object, int]]] = {}
+        self.flows: dict[str, list[tuple[Hop, int]]] = {}
         load: dict[str, dict[int, float]] = {s: {self.r[s]: -1.0} for s in self.executors}
         for request_type in model.spec.request_types:
             graph = model.graphs[request_type.name]
@@ -206,6 +207,7 @@ class _Routes:
             # Σ flow out of the start = π_t R: the type's rate enters its route graph.
             demand = {col: 1.0 for hop, col in columns if hop.source == graph.start}
             if target is None:
+                assert self.rate is not None  # no target: the rate is a column
                 demand[self.rate] = -request_type.share
                 p.row(0.0, 0.0, demand)
             else:
@@ -236,17 +238,18 @@ class _Routes:
 def max_throughput(model: Model, budget: int) -> Solution:
     """Highest throughput with at most `budget` GPUs (Appendix B), then the fewest GPUs reaching it."""
     routes = _Routes(model, budget, None)
-    program = routes.program
-    program.cost[routes.rate] = 1.0
+    program, rate = routes.program, routes.rate
+    assert rate is not None  # no target: the rate is a column
+    program.cost[rate] = 1.0
     program.build(maximize=True)
     values = program.solve()
     if values is None:
         raise InfeasibleError(f"the solver found no deployment for {budget} GPUs")
-    best = values[routes.rate]
+    best = values[rate]
     if best <= 1e-9:
         return Solution(0.0, {}, {}, 0)
     # Among deployments reaching that throughput, the fewest GPUs: no idle replicas in the plan.
-    leanest = _fewest_gpus_at(program, routes.rate, values, best, routes.gpu_costs())
+    leanest = _fewest_gpus_at(program, rate, values, best, routes.gpu_costs())
     return routes.solution(leanest, best)
 
 
@@ -254,18 +257,20 @@ def _fewest_gpus_at(program: _Program, rate_col: int, values: list[float], best:
     """Re-solve with R pinned to `best`, minimising GPUs, from the first solve's solution."""
     used = sum(cost * round(values[col]) for col, cost in costs.items())
     h = program.h
+    assert h is not None  # built by the first solve
     program.restart(values, costs, maximize=False)
     integers = [j for j, integer in enumerate(program.integer) if integer]
     # R pinned exactly, and if rounding makes that infeasible, a hair below.
     for lower in (best, best * (1 - 1e-9)):
         h.changeColBounds(rate_col, lower, best)
         # The LP relaxation often proves the first solution already uses the fewest GPUs.
-        h.changeColsIntegrality(len(integers), integers, [highspy.HighsVarType.kContinuous] * len(integers))
+        # highspy's stubs ask for a numpy array; its binding converts any sequence.
+        h.changeColsIntegrality(len(integers), integers, [highspy.HighsVarType.kContinuous] * len(integers))  # type: ignore[arg-type]
         h.run()
         relaxed = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         bound = h.getInfo().objective_function_value if relaxed else None
-        h.changeColsIntegrality(len(integers), integers, [highspy.HighsVarType.kInteger] * len(integers))
-        if relaxed and math.ceil(bound - 1e-6) >= used:
+        h.changeColsIntegrality(len(integers), integers, [highspy.HighsVarType.kInteger] * len(integers))  # type: ignore[arg-type]
+        if bound is not None and math.ceil(bound - 1e-6) >= used:
             return values
         program.restart(values, costs, maximize=False)
         leanest = program.solve()

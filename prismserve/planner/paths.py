@@ -113,7 +113,7 @@ def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
                 )
             states = [0] + list(range(next_state, next_state + len(executors) - 1)) + [1]
             next_state += len(executors) - 1
-            for i, (name, role) in enumerate(zip(executors, roles)):
+            for i, (name, role) in enumerate(zip(executors, roles, strict=True)):
                 graph.hops.append(Hop(states[i], states[i + 1], name, role))
         return graph
     ordered = sorted(request_type.components, key=spec.components.index)

@@ -54,7 +54,7 @@ class Model:
         work: dict[tuple[str, str, int], float] = {}
         for t, paths in self.paths.items():
             for index, path in enumerate(paths):
-                for name, role in zip(path.executors, path.roles):
+                for name, role in zip(path.executors, path.roles, strict=True):
                     key = (name, t, index)
                     work[key] = work.get(key, 0.0) + self.seconds(name, role, t)
         return work

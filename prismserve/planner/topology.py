@@ -16,9 +16,16 @@ Columns grow as hops × (executors × nodes) × nodes: meant for small clusters.
 
 from __future__ import annotations
 
-
 from prismserve.planner.errors import InfeasibleError, SpecError
-from prismserve.planner.milp import _INF, Solution, _fewest_gpus_at, _Program, check_target, fewest_gpus, split_paths
+from prismserve.planner.milp import (
+    _INF,
+    Solution,
+    _fewest_gpus_at,
+    _Program,
+    check_target,
+    fewest_gpus,
+    split_paths,
+)
 from prismserve.planner.paths import Hop
 from prismserve.planner.throughput import Model
 
@@ -66,6 +73,7 @@ class _Placed:
                         if hop.target != graph.end:
                             balance.setdefault((hop.target, hop.executor, node), {})[col] = 1.0
             if target is None:
+                assert self.rate is not None  # no target: the rate is a column
                 demand[self.rate] = -request_type.share
                 p.row(0.0, 0.0, demand)
             else:
@@ -115,19 +123,20 @@ class _Placed:
 def max_throughput_on_topology(model: Model, budget: int | None = None) -> Solution:
     """Highest throughput on the spec's nodes and links (optionally within `budget` GPUs), fewest GPUs."""
     placed = _Placed(model, budget, None)
-    program = placed.program
-    program.cost[placed.rate] = 1.0
+    program, rate = placed.program, placed.rate
+    assert rate is not None  # no target: the rate is a column
+    program.cost[rate] = 1.0
     program.build(maximize=True)
     values = program.solve()
     if values is None:
         raise InfeasibleError("the topology-aware problem has no solution")
-    best = values[placed.rate]
+    best = values[rate]
     if best <= 1e-9:
         raise InfeasibleError(
             "no placement on the topology's nodes serves every request type: a node needs enough GPUs "
             "for each executor of some path, or the links need bandwidth for the edges between nodes"
         )
-    return placed.solution(_fewest_gpus_at(program, placed.rate, values, best, placed.gpu_costs()), best)
+    return placed.solution(_fewest_gpus_at(program, rate, values, best, placed.gpu_costs()), best)
 
 
 def min_gpus_on_topology(model: Model, target: float) -> Solution:

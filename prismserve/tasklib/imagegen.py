@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prismserve.app.images import ImageRequest, ImageResponse
 from prismserve.task import DataHandle, Task, TaskOutput, replayable_choice
-from prismserve.tasklib.units import ImageGenInput, ImageGeneratorTask, PromptInput, TextEncoderTask
+from prismserve.tasklib.units import ImageGeneratorTask, ImageGenInput, PromptInput, TextEncoderTask
 
 
 class ImagesOutput(TaskOutput):
@@ -29,13 +31,13 @@ class ImageGenTask(Task[ImageRequest, ImagesOutput]):
 
     def invoke(self, request: ImageRequest) -> ImagesOutput:
         seed = request.seed if request.seed is not None else replayable_choice(2**31)
-        shape = {"width": request.width, "height": request.height, "steps": request.steps, "guidance": request.guidance}
+        shape: dict[str, Any] = {"width": request.width, "height": request.height, "steps": request.steps, "guidance": request.guidance}
         if self.text_encoder_fission:
             embeds = self.text_encoder.invoke(PromptInput(prompt=request.prompt)).embeds
             negative = None
             if request.negative_prompt:
                 negative = self.text_encoder.invoke(PromptInput(prompt=request.negative_prompt)).embeds
-            prompt = {"embeds": embeds, "negative": negative}
+            prompt: dict[str, Any] = {"embeds": embeds, "negative": negative}
         else:
             prompt = {"prompt": request.prompt, "negative_prompt": request.negative_prompt}
         images = [self.generator.invoke(ImageGenInput(**prompt, **shape, seed=seed + i)).image for i in range(request.n)]

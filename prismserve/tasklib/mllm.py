@@ -8,7 +8,17 @@ from pydantic import Field
 
 from prismserve.app.chat import AudioPart, ChatRequest, ImagePart, TextPart, VideoPart
 from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
-from prismserve.tasklib.units import EncodedMedia, EncoderTask, LLMInput, LLMTask, MediaItem, VLLMTask
+from prismserve.tasklib.units import (
+    EncodedMedia,
+    EncoderTask,
+    LLMInput,
+    LLMTask,
+    MediaItem,
+    MediaModality,
+    VLLMTask,
+)
+
+_MODALITY: dict[type, MediaModality] = {ImagePart: "image", AudioPart: "audio", VideoPart: "video"}
 
 
 class TextOutput(TaskOutput):
@@ -26,7 +36,7 @@ def conversation(request: ChatRequest) -> tuple[list[dict[str, Any]], list[Media
             if isinstance(part, TextPart):
                 content.append({"type": "text", "text": part.text})
             else:
-                modality = {ImagePart: "image", AudioPart: "audio", VideoPart: "video"}[type(part)]
+                modality = _MODALITY[type(part)]
                 content.append({"type": modality})
                 media.append(MediaItem(modality=modality, data=part.data))
         messages.append({"role": message.role, "content": content})
@@ -34,7 +44,7 @@ def conversation(request: ChatRequest) -> tuple[list[dict[str, Any]], list[Media
 
 
 def llm_input(
-    request: ChatRequest, model: str, modalities: tuple[str, ...], encoders: dict[str, EncoderTask] | None, **extra: Any
+    request: ChatRequest, model: str, modalities: tuple[MediaModality, ...], encoders: dict[MediaModality, EncoderTask] | None, **extra: Any
 ) -> LLMInput:
     """An LLM's input for `request`: media encoded by `encoders` (invoked here), or raw without them."""
     messages, media = conversation(request)
@@ -62,7 +72,7 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
 
     model: str
     encoder_model: str | None = None
-    modalities: tuple[str, ...] = ("image",)
+    modalities: tuple[MediaModality, ...] = ("image",)
     encoder_fission: bool = True
     engine: Literal["transformers", "vllm"] = "transformers"
     vllm: dict[str, Any] = Field(default_factory=dict)
@@ -71,6 +81,7 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
         if self.encoder_fission:
             source = self.encoder_model or self.model
             self.encoders = {m: EncoderTask(model=source, modality=m) for m in self.modalities}
+        self.llm: VLLMTask | LLMTask
         if self.engine == "vllm":
             self.llm = VLLMTask(model=self.model, with_encoders=not self.encoder_fission, **self.vllm)
         else:

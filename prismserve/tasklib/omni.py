@@ -11,6 +11,7 @@ from prismserve.task import Stream, Task, TaskOutput
 from prismserve.tasklib.mllm import llm_input
 from prismserve.tasklib.units import (
     EncoderTask,
+    MediaModality,
     OmniMonolithTask,
     TalkerInput,
     TalkerTask,
@@ -34,7 +35,7 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     """
 
     model: str
-    modalities: tuple[str, ...] = ("image", "audio")
+    modalities: tuple[MediaModality, ...] = ("image", "audio")
     encoder_fission: bool = True
     monolith: bool = False
     speaker: str | None = None

@@ -123,7 +123,8 @@ def _qwen2_5_vl(out: Path) -> None:
 
     tok = tokenizer()
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    config = Qwen2_5_VLConfig(
+    # transformers' configs take extra keys (the token ids) as **kwargs; their typed signature omits them.
+    config = Qwen2_5_VLConfig(  # type: ignore[call-arg]
         text_config={
             **_text_config(tok, ids, rope_scaling={"type": "mrope", "mrope_section": MROPE_SECTION}),
             "tie_word_embeddings": False,
@@ -240,7 +241,7 @@ def _qwen3_omni(out: Path) -> None:
     # The talker's vocabulary: codebook 0 below CODEC_VOCAB, then (as in the real model) a top range of
     # 1024 control ids that generation suppresses, the codec end token excepted.
     codec = dict(zip(["codec_pad_id", "codec_bos_id", "codec_eos_token_id", "codec_nothink_id",
-                      "codec_think_bos_id", "codec_think_eos_id"], range(CODEC_VOCAB + 1000, CODEC_VOCAB + 1006)))  # fmt: skip
+                      "codec_think_bos_id", "codec_think_eos_id"], range(CODEC_VOCAB + 1000, CODEC_VOCAB + 1006), strict=True))  # fmt: skip
     small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
              "num_key_value_heads": 1, "head_dim": 16}  # fmt: skip
     talker = {
@@ -269,7 +270,7 @@ def _qwen3_omni(out: Path) -> None:
         # would not be reproducible.
         for name, weight in model.talker.named_parameters():
             if ".mlp.experts." in name:
-                weight.normal_(0.0, config.talker_config.initializer_range)
+                weight.normal_(0.0, model.talker.config.initializer_range)
         # Random code2wav weights give near silence (peaks ~1e-7): scale its output to ~0.5.
         frames = (torch.arange(40) % CODEC_VOCAB).repeat(1, QWEN3_CODEBOOKS, 1)
         model.code2wav.decoder[-1].conv.weight *= 0.5 / float(model.code2wav(frames).abs().max())
@@ -283,7 +284,12 @@ def _qwen3_omni(out: Path) -> None:
 
 def _qwen_image(out: Path) -> None:
     import torch
-    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImagePipeline,
+        QwenImageTransformer2DModel,
+    )
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     tok = tokenizer()
@@ -312,7 +318,7 @@ def _qwen_image(out: Path) -> None:
             in_channels=4 * latent, out_channels=latent, num_layers=2, attention_head_dim=16,
             num_attention_heads=2, joint_attention_dim=64, axes_dims_rope=(4, 6, 6),
         ),  # fmt: skip
-    ).save_pretrained(out)
+    ).save_pretrained(out)  # type: ignore[attr-defined]  # DiffusionPipeline's, which diffusers' types do not reach
 
 
 def _internvl3(out: Path) -> None:

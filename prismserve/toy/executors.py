@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from prismserve.task import DataHandle
 from prismserve.toy.tasks import (
     EncoderOutput,
     EncoderTask,
@@ -32,7 +33,7 @@ async def encoder(task: EncoderTask, item: MediaInput) -> EncoderOutput:
     """Encode one item."""
     if item.modality != task.modality:
         raise ValueError(f"{task.modality} encoder got a {item.modality} item")
-    return EncoderOutput(embedding=embed(item))
+    return EncoderOutput(embedding=DataHandle.wrap(embed(item)))
 
 
 async def llm(task: LLMTask, request: LLMInput) -> AsyncIterator[str]:
@@ -48,7 +49,7 @@ async def llm(task: LLMTask, request: LLMInput) -> AsyncIterator[str]:
 
 async def talker(task: TalkerTask, request: TalkerInput) -> TalkerOutput:
     """One speech code per word of the text."""
-    return TalkerOutput(codes=[len(word) for word in await request.text.collect()])
+    return TalkerOutput(codes=DataHandle.wrap([len(word) for word in await request.text.collect()]))
 
 
 async def vocoder(task: VocoderTask, request: VocoderInput) -> AsyncIterator[bytes]:
