@@ -18,7 +18,7 @@ import statistics
 import time
 
 import prismserve  # noqa: F401  (telemetry off)
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher

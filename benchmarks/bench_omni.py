@@ -24,10 +24,10 @@ import time
 from typing import Any
 
 import prismserve  # noqa: F401  (telemetry off)
-from prismserve.app.chat import ChatRequest
 from prismserve.demo import APP_SOURCE, media
 from prismserve.offline import go_offline
 from prismserve.planner import Plan
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
 from prismserve.testing import tiny

@@ -16,7 +16,7 @@ import statistics
 import time
 
 import prismserve  # noqa: F401  (telemetry off)
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.toy.executors import EXECUTORS
 from prismserve.toy.tasks import OmniTask

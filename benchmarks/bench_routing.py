@@ -17,8 +17,8 @@ import statistics
 import time
 
 import prismserve  # noqa: F401  (telemetry off)
-from prismserve.app.chat import ChatRequest
 from prismserve.planner import Plan
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
 from prismserve.toy import MLLM_APP_PATH

@@ -24,16 +24,16 @@ from typing import Any
 from bench_omni import load
 
 import prismserve  # noqa: F401  (telemetry off)
-from prismserve.app.chat import ChatRequest
 from prismserve.demo import media
 from prismserve.offline import go_offline
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.testing import tiny
 
 APP_SOURCE = """
 from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import MLLMTask
 
 vl = MLLMTask(model={model!r}, engine={engine!r}, vllm={vllm!r})

@@ -9,7 +9,7 @@ import os
 from collections.abc import AsyncIterator
 
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import MLLMTask
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "OpenGVLab/InternVL3-8B-hf")

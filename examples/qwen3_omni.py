@@ -10,7 +10,7 @@ import os
 from collections.abc import AsyncIterator
 
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import OmniTask, chat_chunks
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen3-Omni-30B-A3B-Instruct")

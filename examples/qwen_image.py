@@ -7,7 +7,7 @@ tiny qwen-image` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole pipel
 import os
 
 from prismserve.app import AppConfig
-from prismserve.app.images import ImageRequest, ImageResponse
+from prismserve.protocol.images import ImageRequest, ImageResponse
 from prismserve.tasklib.imagegen import ImageGenTask, image_response
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen-Image")

@@ -11,7 +11,7 @@ import os
 from pydantic import BaseModel
 
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.task import Stream, Task, TaskOutput
 from prismserve.tasklib import EncoderTask, LLMTask
 from prismserve.tasklib.mllm import llm_input

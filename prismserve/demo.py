@@ -23,15 +23,15 @@ import wave
 from typing import Any
 
 from prismserve.app import AppRegistry, load_app_source
-from prismserve.app.chat import ChatRequest
 from prismserve.offline import go_offline
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import TaskGraph, use_dispatcher
 
 APP_SOURCE = """
 from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import OmniTask, chat_chunks
 
 omni = OmniTask(model={model!r}, max_codes=50, monolith={monolith})

@@ -7,7 +7,7 @@ from prismserve.emulate.catalog import MODELS
 _TEMPLATE = '''"""Emulated {name}: `sim` executors along the planned paths (prismserve.emulate)."""
 
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatCompletion, ChatRequest
+from prismserve.protocol.chat import ChatCompletion, ChatRequest
 from prismserve.emulate.catalog import MODELS
 from prismserve.emulate.tasks import EmulatedTask, completion
 

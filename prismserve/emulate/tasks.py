@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import Field, InstanceOf
 
-from prismserve.app.chat import ChatCompletion, ChatRequest
 from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.model import EmulatedModel
+from prismserve.protocol.chat import ChatCompletion, ChatRequest
 from prismserve.task import DataHandle, Task, TaskInput, TaskOutput, UnitTask, replayable_choice
 from prismserve.task.routing import current_routing
 

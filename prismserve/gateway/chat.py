@@ -9,10 +9,10 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from prismserve.app import App
-from prismserve.app.chat import ChatRequest
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import parse_json
 from prismserve.gateway.media import check_audio, check_image, decode_base64
+from prismserve.protocol.chat import ChatRequest
 
 
 def speaks_chat(app: App) -> bool:

@@ -15,10 +15,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from prismserve.app.images import ImageRequest, ImageResponse
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import parse_json, read_body, state
 from prismserve.gateway.serving import find_app, serving
+from prismserve.protocol.images import ImageRequest, ImageResponse
 
 router = APIRouter()
 

@@ -19,12 +19,21 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prismserve.app import App
-from prismserve.app.chat import AudioPart, ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ImagePart, TextPart, VideoPart
 from prismserve.gateway.chat import check_chat_request, speaks_chat
 from prismserve.gateway.errors import HTTPError, validation_message
 from prismserve.gateway.http import error_event, parse_json, read_body, sse_event, state
 from prismserve.gateway.media import decode_base64, image_from_url, video_from_url, wav_bytes
 from prismserve.gateway.serving import Served, find_app, serving
+from prismserve.protocol.chat import (
+    AudioPart,
+    ChatChunk,
+    ChatCompletion,
+    ChatMessage,
+    ChatRequest,
+    ImagePart,
+    TextPart,
+    VideoPart,
+)
 
 router = APIRouter()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prismserve.app.images import ImageRequest, ImageResponse
+from prismserve.protocol.images import ImageRequest, ImageResponse
 from prismserve.task import DataHandle, Task, TaskOutput, replayable_choice
 from prismserve.tasklib.units import ImageGeneratorTask, ImageGenInput, PromptInput, TextEncoderTask
 

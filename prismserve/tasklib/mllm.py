@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from prismserve.app.chat import AudioPart, ChatRequest, ImagePart, TextPart, VideoPart
+from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart, TextPart, VideoPart
 from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
 from prismserve.tasklib.units import (
     EncodedMedia,

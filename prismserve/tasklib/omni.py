@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from pydantic import Field
 
-from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.task import Stream, Task, TaskOutput
 from prismserve.tasklib.mllm import llm_input
 from prismserve.tasklib.units import (

@@ -3,7 +3,7 @@
 from pydantic import BaseModel
 
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.toy.tasks import MLLMTask
 
 mllm = MLLMTask(model_id="toy-vl")

@@ -3,7 +3,7 @@
 from collections.abc import AsyncIterator
 
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.toy.tasks import OmniTask
 
 omni = OmniTask(model_id="toy-omni", encoder_fission=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.task import DataHandle, Stream, Task, TaskInput, TaskOutput, UnitTask
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from prismserve.app.chat import AudioPart, ChatRequest, ImagePart
+from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart
 
 
 def test_one_message_request_keeps_media_in_order_and_flags_audio_out():

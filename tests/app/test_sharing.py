@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from prismserve.app import AppRegistry, AppRegistryError, load_app_source
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
 from prismserve.toy.executors import EXECUTORS

@@ -9,7 +9,6 @@ import pytest
 from PIL import Image
 
 from prismserve.app import load_app_source
-from prismserve.app.chat import ChatRequest
 from prismserve.bench.workloads import RequestSpec, controlled
 from prismserve.emulate import DEPLOYMENT_PREFIX, INTERNVL3, QWEN25_OMNI
 from prismserve.emulate.app import app_source
@@ -17,6 +16,7 @@ from prismserve.emulate.catalog import INTERNVL3_BASELINES
 from prismserve.emulate.costs import internvl_tiles, qwen_image_tokens
 from prismserve.emulate.tasks import EmulatedTask, StageOutput, request_spec
 from prismserve.planner import plan_for_budget
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
 from prismserve.task.routing import use_routing

@@ -19,7 +19,7 @@ OMNI = Path(APP_PATH).read_text()
 
 ANSWER = """
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatCompletion, ChatRequest
+from prismserve.protocol.chat import ChatCompletion, ChatRequest
 from prismserve.toy.tasks import MLLMTask
 
 mllm = MLLMTask(model_id="m")
@@ -60,7 +60,7 @@ APPS = {"omni": OMNI, "answer": ANSWER, "embed": NOT_CHAT}
 GARBLED = """
 from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatChunk, ChatCompletion, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatCompletion, ChatRequest
 from prismserve.toy.tasks import MLLMTask
 
 class Config(AppConfig):

@@ -11,7 +11,6 @@ import openai
 import pytest
 from gateway_apps import ADMIN, OMNI, b64, chat_body, data_url, png, wav
 
-
 # --- admin API -----------------------------------------------------------------------------------
 
 

@@ -8,9 +8,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from prismserve.app.chat import ChatRequest
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaError, MediaInput, adapter_for
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import InvalidInputError, use_dispatcher
 from prismserve.tasklib import conversation

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from prismserve.app.chat import ChatRequest
 from prismserve.executors import envs
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaError, MediaInput, adapter_for
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import InvalidInputError, use_dispatcher
 from prismserve.tasklib import EncodedMedia, EncoderTask, LLMInput, LLMTask, MLLMTask, conversation

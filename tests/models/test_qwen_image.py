@@ -13,10 +13,10 @@ import openai
 import pytest
 from PIL import Image
 
-from prismserve.app.images import ImageRequest
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.gateway import create_gateway
 from prismserve.models import adapter_for
+from prismserve.protocol.images import ImageRequest
 from prismserve.runtime import LocalRuntime
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher

@@ -7,7 +7,14 @@ import random
 import pytest
 from planner_instances import random_spec
 
-from prismserve.planner import build_model, parse_spec, path_probabilities, plan_cells, plan_for_budget, split_paths
+from prismserve.planner import (
+    build_model,
+    parse_spec,
+    path_probabilities,
+    plan_cells,
+    plan_for_budget,
+    split_paths,
+)
 from prismserve.planner.cells import mixture_for_budget
 
 FIGURE_4 = {

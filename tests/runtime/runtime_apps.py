@@ -5,7 +5,7 @@ GPUS_PER_NODE = 4
 ROUTED_MLLM = """
 from pydantic import BaseModel
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.tasklib import Router
 from prismserve.toy.tasks import MLLMTask
 
@@ -29,7 +29,7 @@ ARENA = """
 import asyncio
 from pydantic import BaseModel
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.toy.tasks import MLLMTask
 
 models = ["gemma-4b", "gemma-12b"]
@@ -50,7 +50,7 @@ async def serve(request: ChatRequest) -> Answers:
 SOLO = """
 from pydantic import BaseModel
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.toy.tasks import MLLMTask
 
 mllm = MLLMTask(model_id="gemma-4b", encoder_model_id="siglip")

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from runtime_apps import ROUTED_MLLM
 
-from prismserve.app.chat import ChatRequest
 from prismserve.planner import Plan
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime import LocalRuntime
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from prismserve.app.chat import ChatRequest
 from prismserve.executors.spec import ExecutorSpec
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.dispatcher import ReplicaDispatcher
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.task_manager import Placement, TaskManager

@@ -23,7 +23,7 @@ TOKEN = "ray-test-token"
 ROUTED_CHAT = """
 from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
-from prismserve.app.chat import ChatChunk, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import Router
 from prismserve.toy.tasks import MLLMTask
 

@@ -21,13 +21,13 @@ import pytest
 from PIL import Image
 from runtime_apps import started_with_gateway
 
-from prismserve.app.chat import ChatRequest
-from prismserve.app.images import ImageRequest
 from prismserve.bench.payloads import video_url
 from prismserve.bench.workloads import workloads_dir
 from prismserve.executors import envs
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.gateway import create_gateway
+from prismserve.protocol.chat import ChatRequest
+from prismserve.protocol.images import ImageRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher

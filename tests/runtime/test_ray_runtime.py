@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from runtime_apps import ARENA, GPUS_PER_NODE, ROUTED_MLLM, SOLO
 
-from prismserve.app.chat import ChatRequest
 from prismserve.planner import Plan
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.runtime.resources import PlacementError
 from prismserve.task import DispatchError, use_dispatcher

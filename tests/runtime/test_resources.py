@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from runtime_apps import ROUTED_MLLM, SOLO
 
-from prismserve.app.chat import ChatRequest
 from prismserve.planner import Plan
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.runtime.resources import PlacementError

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from itertools import count
 
+from prismserve.protocol.chat import ChatRequest
 from prismserve.task import Task, TaskInput, TaskOutput, replayable_choice
-from prismserve.app.chat import ChatRequest
 from prismserve.toy.tasks import ChatOutput, EncoderTask, LLMInput, LLMTask, MediaInput, MLLMTask
 
 

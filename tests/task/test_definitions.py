@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from prismserve.protocol.chat import ChatRequest
 from prismserve.task import (
     DataHandle,
     RecordError,
@@ -14,7 +15,6 @@ from prismserve.task import (
     TaskOutput,
     UnitTask,
 )
-from prismserve.app.chat import ChatRequest
 from prismserve.toy.tasks import EncoderTask, MLLMTask, OmniTask
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import TaskError, TaskGraph
 from prismserve.toy.executors import EXECUTORS

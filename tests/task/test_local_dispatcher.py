@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import DispatchError, use_dispatcher
 from prismserve.toy.executors import EXECUTORS

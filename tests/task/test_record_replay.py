@@ -6,9 +6,21 @@ import asyncio
 import random
 
 import pytest
-from composites import COMPARISONS, CompareOutput, Flip, Nest, FormatOutput, Outer, PeekAtOutput, Refine, RefineRequest, Router, SideEffect
+from composites import (
+    COMPARISONS,
+    CompareOutput,
+    Flip,
+    FormatOutput,
+    Nest,
+    Outer,
+    PeekAtOutput,
+    Refine,
+    RefineRequest,
+    Router,
+    SideEffect,
+)
 
-from prismserve.app.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import (
     RecordError,
