@@ -68,7 +68,10 @@ async def measure(requests: int, concurrency: int) -> dict[str, dict[str, float]
         app = await runtime.register_app(APP, "bench")
         assert len(app.tasks["mllm"].record(REQUEST)) == 3
         results = {}
-        for name, dispatcher in (("in-process (LocalDispatcher)", LocalDispatcher(EXECUTORS)), ("ray runtime", runtime.dispatcher)):
+        for name, dispatcher in (
+            ("in-process (LocalDispatcher)", LocalDispatcher(EXECUTORS)),
+            ("ray runtime", runtime.dispatcher),
+        ):
             await latency(runtime, app, dispatcher, 50)  # warm-up
             samples = await latency(runtime, app, dispatcher, min(requests, 1000))
             rate = await throughput(runtime, app, dispatcher, requests, concurrency)
@@ -83,13 +86,17 @@ async def measure(requests: int, concurrency: int) -> dict[str, dict[str, float]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     results = asyncio.run(measure(args.requests, args.concurrency))
-    print(f"3-invocation graph, zero-latency executors   p50 ms   p99 ms    req/s  (concurrency {args.concurrency})")
+    print(
+        f"3-invocation graph, zero-latency executors   p50 ms   p99 ms    req/s  (concurrency {args.concurrency})"
+    )
     for name, row in results.items():
         print(f"{name:<42} {row['p50_ms']:>7.2f} {row['p99_ms']:>8.2f} {row['req_per_s']:>8.0f}")
     if args.out:

@@ -85,7 +85,9 @@ def measure(repeats: int, nbytes: int) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mb", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--out", help="write the results as JSON here")

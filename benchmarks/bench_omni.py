@@ -103,15 +103,23 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
                     row = await load(runtime, app, cycle, clients, total // rounds)
                     rows[label].append(row)
                     pair.append(row)
-                    print(f"{label:<10} {row['req_per_s']:6.2f} req/s  p50 {row['p50_s']:.2f} s  "
-                          f"p99 {row['p99_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s", flush=True)
+                    print(
+                        f"{label:<10} {row['req_per_s']:6.2f} req/s  p50 {row['p50_s']:.2f} s  "
+                        f"p99 {row['p99_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s",
+                        flush=True,
+                    )
                 pairs[name].append((pair[0], pair[1]))
     finally:
         await runtime.close()
-    results: dict[str, Any] = {name: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for name, runs in rows.items()}
+    results: dict[str, Any] = {
+        name: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for name, runs in rows.items()
+    }
     # Ratios round by round (split and the monolith ran back to back), then their median.
     results["split_over"] = {
-        name: {key: statistics.median(a[key] / b[key] for a, b in runs) for key in ("req_per_s", "p50_s", "p99_s", "ttft_p50_s")}
+        name: {
+            key: statistics.median(a[key] / b[key] for a, b in runs)
+            for key in ("req_per_s", "p50_s", "p99_s", "ttft_p50_s")
+        }
         for name, runs in pairs.items()
     }
     return results
@@ -119,21 +127,31 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
 
 def main() -> None:
     go_offline()  # the tiny checkpoint is built here: never reach the hub
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=96, help="per deployment and phase, after the warm-up")
+    parser.add_argument(
+        "--requests", type=int, default=96, help="per deployment and phase, after the warm-up"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds per phase (medians are reported)")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     results = asyncio.run(measure(args.clients, args.requests, args.rounds, args.max_tokens))
-    print(f"\ntiny Qwen2.5-Omni, {args.clients} clients, medians of rounds      req/s   p50 s   p99 s  ttft p50 s")
+    print(
+        f"\ntiny Qwen2.5-Omni, {args.clients} clients, medians of rounds      req/s   p50 s   p99 s  ttft p50 s"
+    )
     for name in ("split", "monolith", "monolith5"):
         row = results[name]
-        print(f"{name:<48} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p99_s']:7.2f} {row['ttft_p50_s']:9.2f}")
+        print(
+            f"{name:<48} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p99_s']:7.2f} {row['ttft_p50_s']:9.2f}"
+        )
     for base, ratio in results["split_over"].items():
-        print(f"split / {base} (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
-              f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x")
+        print(
+            f"split / {base} (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
+            f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x"
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

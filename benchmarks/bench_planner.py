@@ -48,8 +48,12 @@ def timed(function, repeats: int) -> tuple[float, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", default=str(DEFAULT_SPEC), help="plan spec (default: the Qwen2.5-Omni example)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--spec", default=str(DEFAULT_SPEC), help="plan spec (default: the Qwen2.5-Omni example)"
+    )
     parser.add_argument("--repeats", type=int, default=7, help="runs per measurement for cells (default 7)")
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
@@ -66,7 +70,11 @@ def main() -> None:
 
     results = {
         "spec": {
-            "file": str(Path(args.spec).resolve().relative_to(ROOT) if Path(args.spec).resolve().is_relative_to(ROOT) else args.spec),
+            "file": str(
+                Path(args.spec).resolve().relative_to(ROOT)
+                if Path(args.spec).resolve().is_relative_to(ROOT)
+                else args.spec
+            ),
             "components": len(spec.components),
             "executors": len(spec.executors),
             "request_types": len(spec.request_types),
@@ -89,13 +97,20 @@ def main() -> None:
         f"spec {s['file']}: {s['components']} components, {s['executors']} executors, {s['request_types']} request types, "
         f"{s['valid_paths']} valid paths ({s['hops']} hops in the MILP)"
     )
-    print("efficient cells: " + ", ".join(f"{c['gpus']} GPUs {c['throughput']:.2f} req/s" for c in results["cells"]))
+    print(
+        "efficient cells: "
+        + ", ".join(f"{c['gpus']} GPUs {c['throughput']:.2f} req/s" for c in results["cells"])
+    )
     print()
     print(f"{'measurement':<40} {'median':>12}   target")
     print(f"{'plan all cells up to 64 GPUs':<40} {cells_s * 1e3:>9.1f} ms   < 1000 ms")
     print(f"{'mixture for a 100,000-GPU budget':<40} {budget_s * 1e3:>9.3f} ms   < 10 ms")
-    print(f"{f'mixture for {rate:,.0f} req/s (exact)':<40} {target_s * 1e3:>9.3f} ms   < 10 ms   -> {results['target_mixture_gpus']:,} GPUs")
-    print(f"{'same target, greedy (paper Alg. 2)':<40} {greedy_s * 1e3:>9.3f} ms             -> {results['greedy_mixture_gpus']:,} GPUs")
+    print(
+        f"{f'mixture for {rate:,.0f} req/s (exact)':<40} {target_s * 1e3:>9.3f} ms   < 10 ms   -> {results['target_mixture_gpus']:,} GPUs"
+    )
+    print(
+        f"{'same target, greedy (paper Alg. 2)':<40} {greedy_s * 1e3:>9.3f} ms             -> {results['greedy_mixture_gpus']:,} GPUs"
+    )
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
         print(f"\nwrote {args.out}")

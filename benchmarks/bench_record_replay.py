@@ -55,13 +55,17 @@ async def measure(requests: int, warmup: int) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     results = asyncio.run(measure(args.requests, args.warmup))
-    print(f"{'per request, 5 invocations':<26} {'median µs':>10} {'p99 µs':>10}  (target: record+replay median <= 100)")
+    print(
+        f"{'per request, 5 invocations':<26} {'median µs':>10} {'p99 µs':>10}  (target: record+replay median <= 100)"
+    )
     for name, row in results.items():
         print(f"{name:<26} {row['median_us']:>10.1f} {row['p99_us']:>10.1f}")
     if args.out:

@@ -71,21 +71,30 @@ async def measure(clients: int, seconds: float) -> dict[str, dict[str, float]]:
         app = await runtime.register_app(APP, "bench")
         await runtime.deploy("bench", Plan.model_validate(PLAN))
         await run_policy(runtime, app, "static", clients, 3)  # warm-up
-        return {policy: await run_policy(runtime, app, policy, clients, seconds) for policy in ("static", "dynamic")}
+        return {
+            policy: await run_policy(runtime, app, policy, clients, seconds)
+            for policy in ("static", "dynamic")
+        }
     finally:
         await runtime.close()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--clients", type=int, default=48)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     results = asyncio.run(measure(args.clients, args.seconds))
-    print(f"routing    requests   req/s   p50 ms   p99 ms   ({args.clients} closed-loop clients, {args.seconds:.0f} s)")
+    print(
+        f"routing    requests   req/s   p50 ms   p99 ms   ({args.clients} closed-loop clients, {args.seconds:.0f} s)"
+    )
     for policy, row in results.items():
-        print(f"{policy:<8} {row['requests']:>9} {row['req_per_s']:>7.1f} {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f}")
+        print(
+            f"{policy:<8} {row['requests']:>9} {row['req_per_s']:>7.1f} {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f}"
+        )
     ratio = results["static"]["req_per_s"] / results["dynamic"]["req_per_s"]
     print(f"static / dynamic throughput: {ratio:.2f}x  (paper, 000 §7.4: 3.7x)")
     if args.out:

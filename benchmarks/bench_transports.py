@@ -121,7 +121,9 @@ async def _socket_rtt(calls: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()

@@ -84,7 +84,9 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
         name: {key: statistics.median(r[key] for r in runs) for key in METRICS} for name, runs in rows.items()
     }
     results["vllm_over_transformers"] = {
-        key: statistics.median(a[key] / b[key] for a, b in zip(rows["vllm"], rows["transformers"], strict=True))
+        key: statistics.median(
+            a[key] / b[key] for a, b in zip(rows["vllm"], rows["transformers"], strict=True)
+        )
         for key in METRICS
     }
     return results

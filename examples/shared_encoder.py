@@ -56,4 +56,6 @@ class Answers(BaseModel):
 
 async def serve(request: ChatRequest) -> Answers:
     out = await pair(request)
-    return Answers(answers={"base": "".join(await out.base.collect()), "tuned": "".join(await out.tuned.collect())})
+    return Answers(
+        answers={"base": "".join(await out.base.collect()), "tuned": "".join(await out.tuned.collect())}
+    )

@@ -19,9 +19,15 @@ def _build_parser() -> argparse.ArgumentParser:
         "demo",
         help="serve a tiny random-weight Qwen2.5-Omni (Ray runtime, declared GPUs, hub offline) and send it chat requests",
     )
-    demo.add_argument("--in-process", action="store_true", help="record & replay in this process only: no Ray, no HTTP")
-    demo.add_argument("--json", action="store_true", help="with --in-process: print each recorded graph as JSON")
-    demo.add_argument("--fake-gpus", type=int, default=8, help="GPUs to declare on the local Ray (default: 8)")
+    demo.add_argument(
+        "--in-process", action="store_true", help="record & replay in this process only: no Ray, no HTTP"
+    )
+    demo.add_argument(
+        "--json", action="store_true", help="with --in-process: print each recorded graph as JSON"
+    )
+    demo.add_argument(
+        "--fake-gpus", type=int, default=8, help="GPUs to declare on the local Ray (default: 8)"
+    )
     demo.set_defaults(func=_demo)
 
     check = sub.add_parser("check", help="validate an app file and list the unit-task deployments it needs")
@@ -32,11 +38,17 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument("app", metavar="APP.py", help="the app file to register at start")
     serve.add_argument("--name", help="app name (default: the file's stem)")
     serve.add_argument("--plan", metavar="PLAN.json", help="deployment plan to apply at start")
-    serve.add_argument("--fake-gpus", type=int, help="declare this many GPUs on a local Ray (CPU-only machines)")
+    serve.add_argument(
+        "--fake-gpus", type=int, help="declare this many GPUs on a local Ray (CPU-only machines)"
+    )
     serve.add_argument("--address", help="join this Ray cluster instead of starting a local one")
-    serve.add_argument("--routing", choices=["static", "dynamic"], default="static", help="replica choice policy")
+    serve.add_argument(
+        "--routing", choices=["static", "dynamic"], default="static", help="replica choice policy"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0 picks a free one)")
+    serve.add_argument(
+        "--port", type=int, default=8000, help="port to listen on (default: 8000; 0 picks a free one)"
+    )
     serve.add_argument(
         "--in-process",
         action="store_true",
@@ -72,7 +84,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "tiny", help="build tiny random-weight checkpoints (offline) and print their directories"
     )
     tiny.add_argument("families", nargs="*", metavar="FAMILY", help="families to build (default: all)")
-    tiny.add_argument("--dir", help="cache directory (default: $PRISMSERVE_TINY_CACHE or ~/.cache/prismserve/tiny)")
+    tiny.add_argument(
+        "--dir", help="cache directory (default: $PRISMSERVE_TINY_CACHE or ~/.cache/prismserve/tiny)"
+    )
     tiny.set_defaults(func=_tiny)
 
     vllm_env = sub.add_parser(
@@ -111,7 +125,9 @@ def _check(args: argparse.Namespace) -> int:
     except AppLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    kind = f"streams {app.response_type.__name__}" if app.streaming else f"returns {app.response_type.__name__}"
+    kind = (
+        f"streams {app.response_type.__name__}" if app.streaming else f"returns {app.response_type.__name__}"
+    )
     print(f"app {app.name!r}: serve({app.request_type.__name__}) {kind}; tasks: {', '.join(app.tasks)}")
     units = app.unit_tasks()
     print(f"{len(units)} unit-task deployments (equivalent unit tasks shared):")
@@ -139,7 +155,10 @@ def _tiny(args: argparse.Namespace) -> int:
     try:
         from prismserve.testing import tiny
     except ImportError as exc:
-        print(f"error: tiny checkpoints need the models extra (pip install 'prismserve[models]'): {exc}", file=sys.stderr)
+        print(
+            f"error: tiny checkpoints need the models extra (pip install 'prismserve[models]'): {exc}",
+            file=sys.stderr,
+        )
         return 2
     unknown = sorted(set(args.families) - set(tiny.BUILDERS))
     if unknown:

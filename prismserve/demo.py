@@ -22,9 +22,11 @@ import struct
 import wave
 from typing import Any
 
+from pydantic import BaseModel
+
 from prismserve.app import AppRegistry, load_app_source
 from prismserve.offline import go_offline
-from prismserve.protocol.chat import ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import TaskGraph, use_dispatcher
 
@@ -52,7 +54,9 @@ def describe_graph(graph: TaskGraph) -> str:
     lines = [f"recorded graph of {graph.root}: {len(graph)} unit-task invocations"]
     for node in graph:
         inputs = ", ".join(f"{data} from #{src}" for data, src in node.deps.items()) or "request only"
-        lines.append(f"  #{node.index} {type(node.task).__name__:<12} executor={node.executor_kind:<10} inputs: {inputs}")
+        lines.append(
+            f"  #{node.index} {type(node.task).__name__:<12} executor={node.executor_kind:<10} inputs: {inputs}"
+        )
     return "\n".join(lines)
 
 
@@ -76,7 +80,10 @@ def _png() -> bytes:
 
 
 def _wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
-    samples = b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate))) for i in range(int(seconds * rate)))
+    samples = b"".join(
+        struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
+        for i in range(int(seconds * rate))
+    )
     buffer = io.BytesIO()
     with wave.open(buffer, "wb") as out:
         out.setnchannels(1)
@@ -89,12 +96,21 @@ def _wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
 def chat_bodies(image: bytes, audio: bytes) -> list[dict[str, Any]]:
     """The demo's three OpenAI chat requests."""
     image_url = "data:image/jpeg;base64," + base64.b64encode(image).decode()
-    spoken = {"type": "input_audio", "input_audio": {"data": base64.b64encode(audio).decode(), "format": "wav"}}
+    spoken = {
+        "type": "input_audio",
+        "input_audio": {"data": base64.b64encode(audio).decode(), "format": "wav"},
+    }
     return [
         {"messages": [{"role": "user", "content": "What is prismserve?"}], "max_tokens": 12},
         {
             "messages": [
-                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_url}}, {"type": "text", "text": "What is in the picture?"}]}
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": image_url}},
+                        {"type": "text", "text": "What is in the picture?"},
+                    ],
+                }
             ],
             "max_tokens": 12,
         },
@@ -115,7 +131,6 @@ def _tiny_model() -> str:
 
 
 async def _in_process(as_json: bool) -> None:
-    from prismserve.executors.loading import InProcessExecutors
     from prismserve.gateway.openai_api import OpenAIChatRequest, to_chat_request
 
     registry = AppRegistry()
@@ -126,24 +141,31 @@ async def _in_process(as_json: bool) -> None:
     for key in registry.deployments:
         print(f"  {key}")
     graphs: list[TaskGraph] = []
-    executors = InProcessExecutors()
-    classes = {type(t) for t in app.unit_tasks().values()}
+    dispatcher = LocalDispatcher(on_graph=graphs.append)  # every unit task on its real executor
     image, audio, source = media()
     print(f"media from {source}")
-    with use_dispatcher(LocalDispatcher(executors.callables(classes), on_graph=graphs.append)):
+    with use_dispatcher(dispatcher):
         for body in chat_bodies(image, audio):
-            request: ChatRequest = to_chat_request(OpenAIChatRequest.model_validate({**body, "model": "omni"}), app)
+            request: ChatRequest = to_chat_request(
+                OpenAIChatRequest.model_validate({**body, "model": "omni"}), app
+            )
             print(f"\nrequest ({request.request_type})")
             text, samples = [], 0
-            async for chunk in await app.serve(request):
+            chunks = await app.serve(request)
+            assert not isinstance(chunks, BaseModel)  # the demo app streams ChatChunks
+            async for chunk in chunks:
+                assert isinstance(chunk, ChatChunk)
                 if chunk.text is not None:
                     text.append(chunk.text)
                 if chunk.audio is not None:
                     samples += len(chunk.audio) // 2
             graph = graphs[-1]
             print(graph.to_json(indent=2) if as_json else describe_graph(graph))
-            print(f"response: text={''.join(text)!r}" + (f", audio {samples} samples at 24000 Hz" if samples else ""))
-    await executors.close()
+            print(
+                f"response: text={''.join(text)!r}"
+                + (f", audio {samples} samples at 24000 Hz" if samples else "")
+            )
+    await dispatcher.close()
 
 
 async def _server(fake_gpus: int) -> None:
@@ -161,7 +183,11 @@ async def _server(fake_gpus: int) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_gateway(runtime, admin_token=token), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_gateway(runtime, admin_token=token), host="127.0.0.1", port=port, log_level="warning"
+        )
+    )
     serving = asyncio.get_running_loop().create_task(server.serve())
     try:
         while not server.started:
@@ -172,9 +198,13 @@ async def _server(fake_gpus: int) -> None:
         print(f"gateway at {url}; Ray runtime with {fake_gpus} declared GPUs, transformers executors")
         async with httpx.AsyncClient(base_url=url, timeout=600) as client:
             admin = {"Authorization": f"Bearer {token}"}
-            registered = await client.post("/admin/apps", json={"name": "omni", "source": source}, headers=admin)
+            registered = await client.post(
+                "/admin/apps", json={"name": "omni", "source": source}, headers=admin
+            )
             registered.raise_for_status()
-            print(f"registered app 'omni': {len(registered.json()['deployments'])} deployments, one replica each:")
+            print(
+                f"registered app 'omni': {len(registered.json()['deployments'])} deployments, one replica each:"
+            )
             status = (await client.get("/admin/status", headers=admin)).json()
             kinds = {key: d["executor_kind"] for key, d in status["deployments"].items()}
             for cell in status["cells"]:

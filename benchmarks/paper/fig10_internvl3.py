@@ -28,36 +28,67 @@ GPUS = 16
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--speedup", type=float, default=4.0, help="sim time divisor (default 4)")
     parser.add_argument("--load", type=float, default=1.25, help="arrival rate / plan's predicted throughput")
     parser.add_argument("--workloads", nargs="+", choices=list(TABLE3), default=list(TABLE3))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write JSON and PNG (default benchmarks/results)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="where to write JSON and PNG (default benchmarks/results)",
+    )
     args = parser.parse_args()
 
     model = INTERNVL3
-    out: dict = {"model": model.name, "gpus": GPUS, "requests": args.requests, "speedup": args.speedup, "workloads": {}}
+    out: dict = {
+        "model": model.name,
+        "gpus": GPUS,
+        "requests": args.requests,
+        "speedup": args.speedup,
+        "workloads": {},
+    }
     with Server(model, GPUS) as server:
         for name in args.workloads:
             resolution, images, text_in, text_out = TABLE3[name]
-            requests = controlled(1.0, resolution, images, text_in, text_out, count=args.requests, seed=args.seed)
-            spec = model.planner_spec(requests)  # the run's own requests: the planner's representative dataset
-            plans = {label: plan_for(model.restricted(spec, executors), GPUS) for label, executors in INTERNVL3_BASELINES.items()}
+            requests = controlled(
+                1.0, resolution, images, text_in, text_out, count=args.requests, seed=args.seed
+            )
+            spec = model.planner_spec(
+                requests
+            )  # the run's own requests: the planner's representative dataset
+            plans = {
+                label: plan_for(model.restricted(spec, executors), GPUS)
+                for label, executors in INTERNVL3_BASELINES.items()
+            }
             plans["prismserve"] = plan_for(spec, GPUS)
             rate = args.load * plans["prismserve"].throughput * args.speedup
             specs = retime(requests, rate)
-            print(f"{name}: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})", flush=True)
-            runs = {label: measure(server, label, plan, specs, args.speedup, args.requests // 10) for label, plan in plans.items()}
-            best = max((r for label, r in runs.items() if label != "prismserve"), key=lambda r: r.measured_rps)
+            print(
+                f"{name}: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})",
+                flush=True,
+            )
+            runs = {
+                label: measure(server, label, plan, specs, args.speedup, args.requests // 10)
+                for label, plan in plans.items()
+            }
+            best = max(
+                (r for label, r in runs.items() if label != "prismserve"), key=lambda r: r.measured_rps
+            )
             out["workloads"][name] = {
                 "workload": describe_workload(specs),
                 "runs": {label: run.to_json() for label, run in runs.items()},
                 "best_baseline": best.label,
                 "plan_over_best_baseline": runs["prismserve"].measured_rps / best.measured_rps,
             }
-            print(f"{name}: prismserve / best baseline ({best.label}) = {out['workloads'][name]['plan_over_best_baseline']:.2f}x", flush=True)
+            print(
+                f"{name}: prismserve / best baseline ({best.label}) = {out['workloads'][name]['plan_over_best_baseline']:.2f}x",
+                flush=True,
+            )
     for name, result in out["workloads"].items():
         runs = result["runs"]
         throughput_bars(
@@ -69,7 +100,13 @@ def main() -> None:
     print("wrote", write("fig10_internvl3", out, args.results))
     print(f"{'workload':<18}" + "".join(f"{label:>12}" for label in [*INTERNVL3_BASELINES, "prismserve"]))
     for name, result in out["workloads"].items():
-        print(f"{name:<18}" + "".join(f"{result['runs'][label]['measured_rps']:>12.3f}" for label in [*INTERNVL3_BASELINES, "prismserve"]))
+        print(
+            f"{name:<18}"
+            + "".join(
+                f"{result['runs'][label]['measured_rps']:>12.3f}"
+                for label in [*INTERNVL3_BASELINES, "prismserve"]
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -38,34 +38,61 @@ def paper_name(request_type: str) -> str:
     inputs, _, output = request_type.partition("->")
     letters = {"text": "T", "image": "I", "video": "V", "audio": "A"}
     kinds = inputs.split("+")
-    return "+".join(letters[k] for k in ("text", "image", "video", "audio") if k in kinds) + (" -> A" if output else " -> T")
+    return "+".join(letters[k] for k in ("text", "image", "video", "audio") if k in kinds) + (
+        " -> A" if output else " -> T"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--speedup", type=float, default=4.0, help="sim time divisor (default 4)")
     parser.add_argument("--load", type=float, default=1.25, help="arrival rate / plan's predicted throughput")
     parser.add_argument("--gpus", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write JSON and PNG (default benchmarks/results)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="where to write JSON and PNG (default benchmarks/results)",
+    )
     args = parser.parse_args()
 
     model = QWEN25_OMNI
     requests = servegen(Arrivals("poisson", 1.0), count=args.requests, any_to_any=True, seed=args.seed)
     spec = model.planner_spec(requests)
     warmup = args.requests // 10
-    out: dict = {"model": model.name, "requests": args.requests, "speedup": args.speedup, "load": args.load, "cells": {}}
+    out: dict = {
+        "model": model.name,
+        "requests": args.requests,
+        "speedup": args.speedup,
+        "load": args.load,
+        "cells": {},
+    }
     for gpus in args.gpus:
-        plans = {"Monolith": plan_for(model.restricted(spec, OMNI_BASELINES["Monolith"]), gpus), "prismserve": plan_for(spec, gpus)}
+        plans = {
+            "Monolith": plan_for(model.restricted(spec, OMNI_BASELINES["Monolith"]), gpus),
+            "prismserve": plan_for(spec, gpus),
+        }
         rate = args.load * plans["prismserve"].throughput * args.speedup
         specs = retime(requests, rate)
-        print(f"{gpus} GPUs: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})", flush=True)
+        print(
+            f"{gpus} GPUs: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})",
+            flush=True,
+        )
         with Server(model, gpus) as server:
-            runs = {label: measure(server, label, plan, specs, args.speedup, warmup) for label, plan in plans.items()}
+            runs = {
+                label: measure(server, label, plan, specs, args.speedup, warmup)
+                for label, plan in plans.items()
+            }
         ratio = runs["prismserve"].measured_rps / runs["Monolith"].measured_rps
         predicted_ratio = runs["prismserve"].predicted_rps / runs["Monolith"].predicted_rps
-        print(f"{gpus} GPUs: prismserve / monolith = {ratio:.2f}x (predicted {predicted_ratio:.2f}x, paper {PAPER_SPEEDUP[gpus]}x)", flush=True)
+        print(
+            f"{gpus} GPUs: prismserve / monolith = {ratio:.2f}x (predicted {predicted_ratio:.2f}x, paper {PAPER_SPEEDUP[gpus]}x)",
+            flush=True,
+        )
         out["cells"][str(gpus)] = {
             "workload": describe_workload(specs),
             "runs": {label: run.to_json() for label, run in runs.items()},
@@ -76,15 +103,26 @@ def main() -> None:
         if gpus == 16:
             out["table2"] = table2(runs, args.speedup)
             latency_cdf(
-                {label: [r.latency_s * args.speedup for r in run.results if r.ok] for label, run in runs.items()},
+                {
+                    label: [r.latency_s * args.speedup for r in run.results if r.ok]
+                    for label, run in runs.items()
+                },
                 args.results / "fig8a_omni_latency_cdf.png",
                 title="Qwen2.5-Omni-like, 16 GPUs: latency (A100 scale)",
             )
     cells = out["cells"]
     throughput_bars(
-        {f"{label} {g}": cells[g]["runs"][label]["measured_rps"] for g in cells for label in ("Monolith", "prismserve")},
+        {
+            f"{label} {g}": cells[g]["runs"][label]["measured_rps"]
+            for g in cells
+            for label in ("Monolith", "prismserve")
+        },
         args.results / "fig6a_omni_throughput.png",
-        predicted={f"{label} {g}": cells[g]["runs"][label]["predicted_rps"] for g in cells for label in ("Monolith", "prismserve")},
+        predicted={
+            f"{label} {g}": cells[g]["runs"][label]["predicted_rps"]
+            for g in cells
+            for label in ("Monolith", "prismserve")
+        },
         title="Qwen2.5-Omni-like throughput (req/s, A100 scale)",
     )
     print("wrote", write("fig6a_table2_omni", out, args.results))
@@ -97,15 +135,29 @@ def table2(runs: dict, speedup: float) -> dict:
     rows = {}
     for request_type in runs["prismserve"].summary["by_type"]:
         name = paper_name(request_type)
-        ours = {label: run.summary["by_type"].get(request_type, {}).get("latency_s", {}) for label, run in runs.items()}
+        ours = {
+            label: run.summary["by_type"].get(request_type, {}).get("latency_s", {})
+            for label, run in runs.items()
+        }
         rows[name] = {
-            label: {p: (stats.get(p) or 0.0) * speedup for p in ("p50", "p90", "p99")} for label, stats in ours.items()
-        } | {"paper": dict(zip(("mono_p50", "mono_p90", "mono_p99", "ours_p50", "ours_p90", "ours_p99"), PAPER_TABLE2[name], strict=True))}
+            label: {p: (stats.get(p) or 0.0) * speedup for p in ("p50", "p90", "p99")}
+            for label, stats in ours.items()
+        } | {
+            "paper": dict(
+                zip(
+                    ("mono_p50", "mono_p90", "mono_p99", "ours_p50", "ours_p90", "ours_p99"),
+                    PAPER_TABLE2[name],
+                    strict=True,
+                )
+            )
+        }
     return rows
 
 
 def print_table2(rows: dict) -> None:
-    print(f"{'type':<14} {'monolith P50/P90/P99 (s)':>26} {'prismserve P50/P90/P99 (s)':>28} {'paper mono':>20} {'paper ours':>18}")
+    print(
+        f"{'type':<14} {'monolith P50/P90/P99 (s)':>26} {'prismserve P50/P90/P99 (s)':>28} {'paper mono':>20} {'paper ours':>18}"
+    )
     for name, row in sorted(rows.items()):
         mono, ours, paper = row["Monolith"], row["prismserve"], row["paper"]
         print(

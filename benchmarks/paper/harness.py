@@ -47,10 +47,26 @@ class Server:
     def __enter__(self) -> Server:
         app = Path(self._dir.name) / f"{self.model.name}.py"
         app.write_text(app_source(self.model.name))
-        command = [sys.executable, "-m", "prismserve", "serve", str(app), "--offline", "--name", self.model.name,
-                   "--fake-gpus", str(self.gpus), "--port", "0", "--routing", self.routing]
+        command = [
+            sys.executable,
+            "-m",
+            "prismserve",
+            "serve",
+            str(app),
+            "--offline",
+            "--name",
+            self.model.name,
+            "--fake-gpus",
+            str(self.gpus),
+            "--port",
+            "0",
+            "--routing",
+            self.routing,
+        ]
         env = {**os.environ, "PRISMSERVE_ADMIN_TOKEN": self.token}
-        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self._process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
         deadline = time.monotonic() + 180
         lines = []
         while time.monotonic() < deadline:
@@ -78,8 +94,12 @@ class Server:
     def deploy(self, plan: Plan, speedup: float) -> None:
         """Apply a planner result (cells, routing, sim profiles); returns when its replicas are up."""
         body = self.model.deployment_plan(plan, speedup).model_dump(mode="json", exclude_none=True)
-        response = httpx.post(f"{self.url}/admin/apps/{self.model.name}/plan", json=body,
-                              headers={"authorization": f"Bearer {self.token}"}, timeout=600)
+        response = httpx.post(
+            f"{self.url}/admin/apps/{self.model.name}/plan",
+            json=body,
+            headers={"authorization": f"Bearer {self.token}"},
+            timeout=600,
+        )
         if response.status_code != 200:
             raise RuntimeError(f"deploying failed: {response.status_code} {response.text}")
 
@@ -141,10 +161,15 @@ def plan_for(spec, gpus: int) -> Plan:
     return plan_for_budget(spec, gpus, max_exponent=gpus.bit_length() - 1)
 
 
-def measure(server: Server, label: str, plan: Plan, specs: list[RequestSpec], speedup: float, warmup: int) -> Run:
+def measure(
+    server: Server, label: str, plan: Plan, specs: list[RequestSpec], speedup: float, warmup: int
+) -> Run:
     """Deploy `plan`, send `specs` (open loop), and summarise."""
     server.deploy(plan, speedup)
-    print(f"  {label}: {plan.gpus} GPUs, cells {[(c.gpus, c.count, c.replicas) for c in plan.cells]}", flush=True)
+    print(
+        f"  {label}: {plan.gpus} GPUs, cells {[(c.gpus, c.count, c.replicas) for c in plan.cells]}",
+        flush=True,
+    )
     results = asyncio.run(run_load(server.url, server.model.name, specs, progress=sys.stderr.isatty()))
     summary = summarize(results, warmup)
     replicas: dict[str, int] = {}

@@ -24,34 +24,64 @@ def main() -> None:
     if omni:
         for gpus, cell in omni["cells"].items():
             paper, ours = cell["paper_speedup_over_monolith"], cell["speedup_over_monolith"]
-            rows.append((f"Fig 6a: Qwen2.5-Omni, {gpus} GPUs, plan / monolith throughput", f"{paper:.2f}x",
-                         f"{ours:.2f}x (predicted {cell['predicted_speedup_over_monolith']:.2f}x)", f"{ours / paper:.2f}"))
+            rows.append(
+                (
+                    f"Fig 6a: Qwen2.5-Omni, {gpus} GPUs, plan / monolith throughput",
+                    f"{paper:.2f}x",
+                    f"{ours:.2f}x (predicted {cell['predicted_speedup_over_monolith']:.2f}x)",
+                    f"{ours / paper:.2f}",
+                )
+            )
             for label, run in cell["runs"].items():
-                accuracy.append((f"Fig 6a {gpus} GPUs", label, run["predicted_rps"], run["measured_rps"], run["accuracy"]))
+                accuracy.append(
+                    (f"Fig 6a {gpus} GPUs", label, run["predicted_rps"], run["measured_rps"], run["accuracy"])
+                )
         if "cells" in omni and "16" in omni["cells"]:
             runs = omni["cells"]["16"]["runs"]
             for p, paper in (("p50", 3.24), ("p95", 5.3), ("p99", 5.79)):
-                ours = runs["Monolith"]["summary"]["latency_s"][p] / runs["prismserve"]["summary"]["latency_s"][p]
-                rows.append((f"Fig 8a / Table 2: 16 GPUs, monolith / plan {p.upper()} latency", f"{paper}x", f"{ours:.2f}x", f"{ours / paper:.2f}"))
+                ours = (
+                    runs["Monolith"]["summary"]["latency_s"][p]
+                    / runs["prismserve"]["summary"]["latency_s"][p]
+                )
+                rows.append(
+                    (
+                        f"Fig 8a / Table 2: 16 GPUs, monolith / plan {p.upper()} latency",
+                        f"{paper}x",
+                        f"{ours:.2f}x",
+                        f"{ours / paper:.2f}",
+                    )
+                )
     internvl = load(folder, "fig10_internvl3")
     if internvl:
         for name, result in internvl["workloads"].items():
             paper = "> 1 (E + EPD mixture)" if name == "Less text" else "≈ 1 (matches the best)"
-            rows.append((f"Fig 10: InternVL3, {name}, plan / best baseline ({result['best_baseline']})", paper,
-                         f"{result['plan_over_best_baseline']:.2f}x", "-"))
+            rows.append(
+                (
+                    f"Fig 10: InternVL3, {name}, plan / best baseline ({result['best_baseline']})",
+                    paper,
+                    f"{result['plan_over_best_baseline']:.2f}x",
+                    "-",
+                )
+            )
             for label, run in result["runs"].items():
-                accuracy.append((f"Fig 10 {name}", label, run["predicted_rps"], run["measured_rps"], run["accuracy"]))
+                accuracy.append(
+                    (f"Fig 10 {name}", label, run["predicted_rps"], run["measured_rps"], run["accuracy"])
+                )
     routing = load(folder, "sec74_routing")
     if routing:
         ours, paper = routing["static_over_dynamic"], routing["paper"]["ratio"]
-        rows.append(("§7.4: static / dynamic routing throughput", f"{paper}x", f"{ours:.2f}x", f"{ours / paper:.2f}"))
+        rows.append(
+            ("§7.4: static / dynamic routing throughput", f"{paper}x", f"{ours:.2f}x", f"{ours / paper:.2f}")
+        )
         for label, run in routing["runs"].items():
             accuracy.append(("§7.4", label, run["predicted_rps"], run["measured_rps"], run["accuracy"]))
 
     print("| experiment | paper | ours | ours / paper |\n|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    print("\n| run | deployment | predicted req/s | measured req/s | achieved / predicted |\n|---|---|---|---|---|")
+    print(
+        "\n| run | deployment | predicted req/s | measured req/s | achieved / predicted |\n|---|---|---|---|---|"
+    )
     for run, label, predicted, measured, ratio in accuracy:
         print(f"| {run} | {label} | {predicted:.3f} | {measured:.3f} | {ratio:.2f} |")
     if omni and "table2" in omni:

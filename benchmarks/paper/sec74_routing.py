@@ -23,12 +23,19 @@ PAPER = {"static_rps": 9.27, "dynamic_rps": 2.50, "ratio": 3.7}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--speedup", type=float, default=4.0)
     parser.add_argument("--load", type=float, default=1.25)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write JSON and PNG (default benchmarks/results)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="where to write JSON and PNG (default benchmarks/results)",
+    )
     args = parser.parse_args()
 
     resolution, images, text_in, text_out = TABLE3["Less text"]
@@ -41,13 +48,22 @@ def main() -> None:
         with Server(INTERNVL3, GPUS, routing=policy) as server:
             runs[policy] = measure(server, policy, plan, specs, args.speedup, args.requests // 10)
     ratio = runs["static"].measured_rps / runs["dynamic"].measured_rps
-    print(f"static / dynamic = {ratio:.2f}x (paper {PAPER['ratio']}x: {PAPER['static_rps']} vs {PAPER['dynamic_rps']} req/s)")
-    print("wrote", write("sec74_routing", {
-        "workload": describe_workload(specs),
-        "runs": {policy: run.to_json() for policy, run in runs.items()},
-        "static_over_dynamic": ratio,
-        "paper": PAPER,
-    }, args.results))
+    print(
+        f"static / dynamic = {ratio:.2f}x (paper {PAPER['ratio']}x: {PAPER['static_rps']} vs {PAPER['dynamic_rps']} req/s)"
+    )
+    print(
+        "wrote",
+        write(
+            "sec74_routing",
+            {
+                "workload": describe_workload(specs),
+                "runs": {policy: run.to_json() for policy, run in runs.items()},
+                "static_over_dynamic": ratio,
+                "paper": PAPER,
+            },
+            args.results,
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import traceback
 import typing
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel
 
@@ -72,7 +72,11 @@ def _execute(source: str, name: str, filename: str) -> ModuleType:
         else:
             sys.modules[module_name] = previous
         line = next(
-            (frame.lineno for frame in reversed(traceback.extract_tb(exc.__traceback__)) if frame.filename == filename),
+            (
+                frame.lineno
+                for frame in reversed(traceback.extract_tb(exc.__traceback__))
+                if frame.filename == filename
+            ),
             None,
         )
         where = f"{filename}:{line}" if line else filename
@@ -85,7 +89,9 @@ def _execute(source: str, name: str, filename: str) -> ModuleType:
 def _config_tasks(module: ModuleType, filename: str) -> dict[str, Task[Any, Any]]:
     config = getattr(module, "Config", None)
     if config is None:
-        raise AppLoadError(f"{filename}: no `class Config(AppConfig)` found; declare one listing the app's tasks")
+        raise AppLoadError(
+            f"{filename}: no `class Config(AppConfig)` found; declare one listing the app's tasks"
+        )
     if not (inspect.isclass(config) and issubclass(config, AppConfig)):
         raise AppLoadError(f"{filename}: `Config` must be a class deriving from prismserve.app.AppConfig")
     tasks = config.tasks
@@ -138,5 +144,5 @@ def _serve_signature(module: ModuleType, filename: str) -> tuple[Any, type[BaseM
     return serve, request_type, response_type, streaming
 
 
-def _is_model(tp: Any) -> bool:
+def _is_model(tp: Any) -> TypeGuard[type[BaseModel]]:
     return inspect.isclass(tp) and issubclass(tp, BaseModel)

@@ -9,7 +9,15 @@ import os
 import sys
 from pathlib import Path
 
-WORKLOADS = ("any2any", "servegen", "azure-conv", "azure-code", "mooncake-conversation", "mooncake-synthetic", "controlled")
+WORKLOADS = (
+    "any2any",
+    "servegen",
+    "azure-conv",
+    "azure-code",
+    "mooncake-conversation",
+    "mooncake-synthetic",
+    "controlled",
+)
 
 
 def add_bench_command(sub: argparse._SubParsersAction) -> None:
@@ -22,19 +30,37 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("--url", default=os.environ.get("PRISMSERVE_URL", "http://127.0.0.1:8000"))
     bench.add_argument("--model", required=True, help="the app to send requests to")
-    bench.add_argument("--api-key", default=os.environ.get("PRISMSERVE_API_KEY"), help="bearer token, if the gateway needs one")
-    bench.add_argument("--workload", choices=WORKLOADS, default="any2any", help="default: any2any (000 §7.2 footnote 6)")
+    bench.add_argument(
+        "--api-key",
+        default=os.environ.get("PRISMSERVE_API_KEY"),
+        help="bearer token, if the gateway needs one",
+    )
+    bench.add_argument(
+        "--workload", choices=WORKLOADS, default="any2any", help="default: any2any (000 §7.2 footnote 6)"
+    )
     size = bench.add_mutually_exclusive_group(required=True)
     size.add_argument("--requests", type=int, help="send this many requests")
     size.add_argument("--duration", type=float, help="send requests arriving within this many seconds")
-    bench.add_argument("--arrivals", choices=["poisson", "trace"], default="poisson", help="default: poisson (needs --rate)")
-    bench.add_argument("--rate", type=float, help="mean requests/s (trace arrivals are scaled to it when given)")
+    bench.add_argument(
+        "--arrivals", choices=["poisson", "trace"], default="poisson", help="default: poisson (needs --rate)"
+    )
+    bench.add_argument(
+        "--rate", type=float, help="mean requests/s (trace arrivals are scaled to it when given)"
+    )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--warmup", type=int, default=0, help="leave the first N requests out of the metrics")
-    bench.add_argument("--no-stream", action="store_true", help="ask for whole answers instead of SSE streams")
-    bench.add_argument("--resolution", default="1920x1080", help="controlled: image size WxH (default 1920x1080)")
-    bench.add_argument("--images", type=float, default=1.0, help="controlled: mean images per request (default 1.0)")
-    bench.add_argument("--input-tokens", type=int, default=1000, help="controlled: text tokens in (default 1000)")
+    bench.add_argument(
+        "--no-stream", action="store_true", help="ask for whole answers instead of SSE streams"
+    )
+    bench.add_argument(
+        "--resolution", default="1920x1080", help="controlled: image size WxH (default 1920x1080)"
+    )
+    bench.add_argument(
+        "--images", type=float, default=1.0, help="controlled: mean images per request (default 1.0)"
+    )
+    bench.add_argument(
+        "--input-tokens", type=int, default=1000, help="controlled: text tokens in (default 1000)"
+    )
     bench.add_argument("--output-tokens", type=int, default=300, help="controlled: tokens out (default 300)")
     bench.add_argument("--slo-latency", type=float, help="goodput: request latency limit (s)")
     bench.add_argument("--slo-ttft", type=float, help="goodput: time to first token limit (s)")
@@ -62,7 +88,9 @@ def build_workload(args: argparse.Namespace):
     width, _, height = args.resolution.partition("x")
     if not (width.isdigit() and height.isdigit()):
         raise w.WorkloadError(f"--resolution must look like 1920x1080, got {args.resolution!r}")
-    return w.controlled(args.rate, (int(width), int(height)), args.images, args.input_tokens, args.output_tokens, **size)
+    return w.controlled(
+        args.rate, (int(width), int(height)), args.images, args.input_tokens, args.output_tokens, **size
+    )
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -79,19 +107,33 @@ def _bench(args: argparse.Namespace) -> int:
         print("error: the workload is empty (duration too short for the rate?)", file=sys.stderr)
         return 2
     if args.warmup >= len(specs):
-        print(f"error: --warmup {args.warmup} leaves none of the {len(specs)} requests to measure", file=sys.stderr)
+        print(
+            f"error: --warmup {args.warmup} leaves none of the {len(specs)} requests to measure",
+            file=sys.stderr,
+        )
         return 2
     results = asyncio.run(
-        run_load(args.url, args.model, specs, api_key=args.api_key, stream=not args.no_stream, progress=not args.quiet)
+        run_load(
+            args.url,
+            args.model,
+            specs,
+            api_key=args.api_key,
+            stream=not args.no_stream,
+            progress=not args.quiet,
+        )
     )
     summary = summarize(results, args.warmup, SLO(args.slo_latency, args.slo_ttft, args.slo_tbt))
     print(format_summary(summary))
     if args.out:
-        Path(args.out).write_text(json.dumps({"summary": summary, "requests": [r.to_json() for r in results]}, indent=1))
+        Path(args.out).write_text(
+            json.dumps({"summary": summary, "requests": [r.to_json() for r in results]}, indent=1)
+        )
     if args.plot_dir:
         from prismserve.bench.plots import latency_cdf
 
-        latency_cdf({args.model: [r.latency_s for r in results if r.ok]}, Path(args.plot_dir) / "latency_cdf.png")
+        latency_cdf(
+            {args.model: [r.latency_s for r in results if r.ok]}, Path(args.plot_dir) / "latency_cdf.png"
+        )
     return 0 if summary["completed"] else 1
 
 
@@ -111,10 +153,14 @@ def format_summary(summary: dict) -> str:
         f"TBT p50 {ms(summary['tbt_s'], 'p50')} ms p99 {ms(summary['tbt_s'], 'p99')} ms",
         f"{'request type':<34} {'n':>5} {'p50 ms':>8} {'p90 ms':>8} {'p95 ms':>8} {'p99 ms':>8}",
     ]
-    rows = [("all", {"requests": summary["requests"], "latency_s": summary["latency_s"]})] + list(summary["by_type"].items())
+    rows = [("all", {"requests": summary["requests"], "latency_s": summary["latency_s"]})] + list(
+        summary["by_type"].items()
+    )
     for name, row in rows:
         lat = row["latency_s"]
-        lines.append(f"{name:<34} {row['requests']:>5} {ms(lat, 'p50'):>8} {ms(lat, 'p90'):>8} {ms(lat, 'p95'):>8} {ms(lat, 'p99'):>8}")
+        lines.append(
+            f"{name:<34} {row['requests']:>5} {ms(lat, 'p50'):>8} {ms(lat, 'p90'):>8} {ms(lat, 'p95'):>8} {ms(lat, 'p99'):>8}"
+        )
     for error in summary["errors"]:
         lines.append(f"error: {error}")
     return "\n".join(lines)

@@ -106,7 +106,9 @@ async def run_load(
 ) -> list[RequestResult]:
     """Send every request of `specs` at its arrival time (open loop); one result per request, in order."""
     media_root = media_root or workloads_dir()  # found once, not per request
-    bodies = [encoded_body(spec, model, stream, media_root) for spec in specs]  # built before the clock starts
+    bodies = [
+        encoded_body(spec, model, stream, media_root) for spec in specs
+    ]  # built before the clock starts
     results = [RequestResult(spec.request_type, spec.arrival_s) for spec in specs]
     headers = {"content-type": "application/json"}
     if api_key:

@@ -14,7 +14,25 @@ from pathlib import Path
 
 from prismserve.bench.workloads import RequestSpec, workloads_dir
 
-_WORDS = ["the", "a", "car", "street", "red", "blue", "city", "photo", "what", "is", "in", "this", "picture", "describe", "drive", "road", "sky"]
+_WORDS = [
+    "the",
+    "a",
+    "car",
+    "street",
+    "red",
+    "blue",
+    "city",
+    "photo",
+    "what",
+    "is",
+    "in",
+    "this",
+    "picture",
+    "describe",
+    "drive",
+    "road",
+    "sky",
+]
 
 
 @lru_cache(maxsize=512)
@@ -43,7 +61,10 @@ def video_url(root: str, frames: int = 8) -> str:
     with Image.open(Path(root) / "media" / "cars.jpg") as image:
         source = image.convert("RGB")
     step = (source.width - source.height * 16 // 9) // max(1, frames - 1)
-    clips = [source.crop((i * step, 0, i * step + source.height * 16 // 9, source.height)).resize((320, 180)) for i in range(frames)]
+    clips = [
+        source.crop((i * step, 0, i * step + source.height * 16 // 9, source.height)).resize((320, 180))
+        for i in range(frames)
+    ]
     buffer = io.BytesIO()
     clips[0].save(buffer, format="GIF", save_all=True, append_images=clips[1:], duration=100, loop=0)
     return "data:image/gif;base64," + base64.b64encode(buffer.getvalue()).decode()
@@ -59,7 +80,9 @@ def chat_body(spec: RequestSpec, model: str, stream: bool = True, root: Path | N
     media = str(root or workloads_dir())
     content: list[dict] = [{"type": "text", "text": prompt(spec.text_tokens)}]
     content += [{"type": "image_url", "image_url": {"url": image_url(media, size)}} for size in spec.images]
-    content += [{"type": "input_audio", "input_audio": {"data": audio_base64(media), "format": "wav"}}] * spec.audios
+    content += [
+        {"type": "input_audio", "input_audio": {"data": audio_base64(media), "format": "wav"}}
+    ] * spec.audios
     content += [{"type": "video_url", "video_url": {"url": video_url(media)}}] * spec.videos
     body: dict = {
         "model": model,

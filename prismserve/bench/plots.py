@@ -31,7 +31,10 @@ def latency_cdf(latencies: dict[str, list[float]], path: str | Path, title: str 
 
 
 def throughput_bars(
-    throughput: dict[str, float], path: str | Path, predicted: dict[str, float] | None = None, title: str = "Throughput"
+    throughput: dict[str, float],
+    path: str | Path,
+    predicted: dict[str, float] | None = None,
+    title: str = "Throughput",
 ) -> Path:
     """Measured req/s per deployment, with the planner's prediction beside each bar when given."""
     plt = _pyplot()
@@ -39,9 +42,20 @@ def throughput_bars(
     figure, axes = plt.subplots(figsize=(max(4, 1.3 * len(labels) + 1), 4))
     width = 0.4 if predicted else 0.6
     xs = range(len(labels))
-    axes.bar([x - (width / 2 if predicted else 0) for x in xs], [throughput[k] for k in labels], width, label="measured")
+    axes.bar(
+        [x - (width / 2 if predicted else 0) for x in xs],
+        [throughput[k] for k in labels],
+        width,
+        label="measured",
+    )
     if predicted:
-        axes.bar([x + width / 2 for x in xs], [predicted.get(k, 0.0) for k in labels], width, label="predicted", alpha=0.6)
+        axes.bar(
+            [x + width / 2 for x in xs],
+            [predicted.get(k, 0.0) for k in labels],
+            width,
+            label="predicted",
+            alpha=0.6,
+        )
         axes.legend()
     axes.set_xticks(list(xs), labels, rotation=20)
     axes.set(ylabel="requests/s", title=title)

@@ -44,7 +44,9 @@ class RequestSpec:
     @property
     def request_type(self) -> str:
         """The type name the server gives this request (ChatRequest.request_type)."""
-        kinds = {"text"} | {k for k, n in (("image", len(self.images)), ("audio", self.audios), ("video", self.videos)) if n}
+        kinds = {"text"} | {
+            k for k, n in (("image", len(self.images)), ("audio", self.audios), ("video", self.videos)) if n
+        }
         name = "+".join(sorted(kinds))
         return f"{name}->audio" if self.audio_out else name
 
@@ -71,7 +73,9 @@ def workloads_dir() -> Path:
     override = os.environ.get("PRISMSERVE_WORKLOADS")
     if override:
         if not (Path(override) / "README.md").exists():
-            raise WorkloadError(f"PRISMSERVE_WORKLOADS={override} is not the shared workloads folder (no README.md there)")
+            raise WorkloadError(
+                f"PRISMSERVE_WORKLOADS={override} is not the shared workloads folder (no README.md there)"
+            )
         return Path(override)
     starts = [Path.cwd().resolve(), Path(__file__).resolve().parent]
     for start in starts:
@@ -79,13 +83,17 @@ def workloads_dir() -> Path:
             candidate = folder / "shared" / "workloads"
             if (candidate / "README.md").exists():
                 return candidate
-    raise WorkloadError(f"no shared/workloads folder beside {[str(s) for s in starts]} or their parents; set PRISMSERVE_WORKLOADS")
+    raise WorkloadError(
+        f"no shared/workloads folder beside {[str(s) for s in starts]} or their parents; set PRISMSERVE_WORKLOADS"
+    )
 
 
 # --- arrival processes -------------------------------------------------------------------------
 
 
-def poisson_times(rng: np.random.Generator, rate: float, count: int | None, duration: float | None) -> np.ndarray:
+def poisson_times(
+    rng: np.random.Generator, rate: float, count: int | None, duration: float | None
+) -> np.ndarray:
     """Arrival times of a Poisson process: `count` of them, or all before `duration` seconds."""
     if count is None:
         assert duration is not None, "give a count or a duration"
@@ -101,13 +109,15 @@ def _limit(times: np.ndarray, count: int | None, duration: float | None) -> np.n
     return times[:count] if count is not None else times
 
 
-def scaled_trace_times(times: np.ndarray, rate: float | None, count: int | None, duration: float | None) -> np.ndarray:
+def scaled_trace_times(
+    times: np.ndarray, rate: float | None, count: int | None, duration: float | None
+) -> np.ndarray:
     """A trace's arrival times from 0, compressed or stretched to mean `rate`, then cut to `count` / `duration`."""
     times = np.sort(np.asarray(times, dtype=float))
     times = times - times[0]
     if rate is not None and len(times) > 1 and times[-1] > 0:
         # Scale on the part that will be kept, so the kept requests arrive at `rate` on average.
-        kept = times[: count] if count is not None else times
+        kept = times[:count] if count is not None else times
         times = times * ((len(kept) - 1) / kept[-1]) / rate if kept[-1] > 0 else times
     return _limit(times, count, duration)
 
@@ -119,7 +129,9 @@ def scaled_trace_times(times: np.ndarray, rate: float | None, count: int | None,
 class _Client:
     rate: float  # mean requests/s over the day
     windows: list[tuple[float, float, float, str, float, float]]  # start, rate, cv, pattern, shape, scale
-    tables: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)  # 6-h slot -> field -> (values, p)
+    tables: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = field(
+        default_factory=dict
+    )  # 6-h slot -> field -> (values, p)
 
     def sample(self, rng: np.random.Generator, name: str, slot: int, at_least: float = -math.inf) -> int:
         """A value of field `name` in 6-h slot `slot`, conditioned on `>= at_least` (that bound when impossible)."""
@@ -141,7 +153,9 @@ def _servegen_clients(root: str) -> tuple[_Client, ...]:
         with trace.open() as f:
             for row in csv.reader(f):
                 if len(row) >= 6 and row[3]:
-                    windows.append((float(row[0]), float(row[1]), float(row[2]), row[3], float(row[4]), float(row[5])))
+                    windows.append(
+                        (float(row[0]), float(row[1]), float(row[2]), row[3], float(row[4]), float(row[5]))
+                    )
         if not windows or not dataset.exists():
             continue
         tables = {}
@@ -160,7 +174,9 @@ def _servegen_clients(root: str) -> tuple[_Client, ...]:
     return tuple(clients)
 
 
-def _servegen_trace_times(clients: tuple[_Client, ...], rng: np.random.Generator, start_s: float, count: int) -> tuple[np.ndarray, np.ndarray]:
+def _servegen_trace_times(
+    clients: tuple[_Client, ...], rng: np.random.Generator, start_s: float, count: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The first `count` arrivals from `start_s` on (and their clients), window by window: each client's
     inter-arrivals follow its Gamma or Weibull fit for that 600 s window."""
     windows = {client: {w[0]: w for w in c.windows} for client, c in enumerate(clients)}
@@ -243,7 +259,14 @@ def servegen(
 # --- text traces -----------------------------------------------------------------------------------
 
 
-def azure(trace: str, arrivals: Arrivals, count: int | None = None, duration: float | None = None, seed: int = 0, root: Path | None = None) -> list[RequestSpec]:
+def azure(
+    trace: str,
+    arrivals: Arrivals,
+    count: int | None = None,
+    duration: float | None = None,
+    seed: int = 0,
+    root: Path | None = None,
+) -> list[RequestSpec]:
     """Azure LLM 2023 (`conv` or `code`): text requests with the trace's input and output lengths."""
     if trace not in ("conv", "code"):
         raise WorkloadError(f"Azure 2023 traces are 'conv' and 'code', not {trace!r}")
@@ -262,7 +285,14 @@ def _azure_rows(root: str, trace: str) -> tuple[tuple[float, int, int], ...]:
     return tuple(rows)
 
 
-def mooncake(trace: str, arrivals: Arrivals, count: int | None = None, duration: float | None = None, seed: int = 0, root: Path | None = None) -> list[RequestSpec]:
+def mooncake(
+    trace: str,
+    arrivals: Arrivals,
+    count: int | None = None,
+    duration: float | None = None,
+    seed: int = 0,
+    root: Path | None = None,
+) -> list[RequestSpec]:
     """Mooncake (`conversation` or `synthetic`): text requests with the trace's input and output lengths."""
     if trace not in ("conversation", "synthetic"):
         raise WorkloadError(f"Mooncake traces are 'conversation' and 'synthetic', not {trace!r}")
@@ -312,7 +342,9 @@ def controlled(
     times = poisson_times(rng, rate, count, duration)
     whole, extra = int(mean_images), mean_images - int(mean_images)
     return [
-        RequestSpec(float(t), input_tokens, output_tokens, images=(resolution,) * (whole + int(rng.random() < extra)))
+        RequestSpec(
+            float(t), input_tokens, output_tokens, images=(resolution,) * (whole + int(rng.random() < extra))
+        )
         for t in times
     ]
 

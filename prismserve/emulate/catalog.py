@@ -53,8 +53,15 @@ QWEN25_OMNI = EmulatedModel(
         EmulatedExecutor(name="A", components=("A",), **ENCODER),
         EmulatedExecutor(name="L", components=("L",), **DECODER),
         EmulatedExecutor(name="G", components=("G",), **DECODER),
-        EmulatedExecutor(name="IVAL", components=("I", "V", "A", "L"), **DECODER),  # the thinker with its encoders (vLLM-style)
-        EmulatedExecutor(name="Monolith", components=("I", "V", "A", "L", "G"), factors={"G": DECODER["batch_gain"]}, **HF_STATIC),
+        EmulatedExecutor(
+            name="IVAL", components=("I", "V", "A", "L"), **DECODER
+        ),  # the thinker with its encoders (vLLM-style)
+        EmulatedExecutor(
+            name="Monolith",
+            components=("I", "V", "A", "L", "G"),
+            factors={"G": DECODER["batch_gain"]},
+            **HF_STATIC,
+        ),
     ),
 )
 
@@ -79,5 +86,10 @@ MODELS = {m.name: m for m in (QWEN25_OMNI, INTERNVL3)}
 
 # 000 §7.3 baselines, as the executors they may use (replica counts are left to the planner,
 # "chosen to maximize throughput given the planner output").
-INTERNVL3_BASELINES = {"Monolith": ("EPD",), "E/PD": ("E", "PD"), "EP/D": ("EP", "D"), "E/P/D": ("E", "P", "D")}
+INTERNVL3_BASELINES = {
+    "Monolith": ("EPD",),
+    "E/PD": ("E", "PD"),
+    "EP/D": ("EP", "D"),
+    "E/P/D": ("E", "P", "D"),
+}
 OMNI_BASELINES = {"Monolith": ("Monolith",)}

@@ -39,7 +39,16 @@ def internvl_tiles(width: int, height: int, max_tiles: int = 12) -> int:
     larger grid when the image has more than half its pixels (InternVL's `find_closest_aspect_ratio`).
     """
     aspect = width / height
-    grids = sorted({(i, j) for n in range(1, max_tiles + 1) for i in range(1, n + 1) for j in range(1, n + 1) if i * j <= max_tiles}, key=lambda g: g[0] * g[1])
+    grids = sorted(
+        {
+            (i, j)
+            for n in range(1, max_tiles + 1)
+            for i in range(1, n + 1)
+            for j in range(1, n + 1)
+            if i * j <= max_tiles
+        },
+        key=lambda g: g[0] * g[1],
+    )
     best, best_diff = (1, 1), float("inf")
     for i, j in grids:
         diff = abs(aspect - i / j)
@@ -68,7 +77,13 @@ class QwenOmniCosts(CostModel):
     THROUGHPUT = {"I": 15.64, "V": 1.28, "A": 34.04, "L": 1.09, "G": 0.28}
 
     def needs(self, spec: RequestSpec) -> tuple[str, ...]:
-        present = {"I": bool(spec.images), "V": spec.videos > 0, "A": spec.audios > 0, "L": True, "G": spec.audio_out}
+        present = {
+            "I": bool(spec.images),
+            "V": spec.videos > 0,
+            "A": spec.audios > 0,
+            "L": True,
+            "G": spec.audio_out,
+        }
         return tuple(c for c in self.components if present[c])
 
     def work(self, spec: RequestSpec) -> dict[str, float]:

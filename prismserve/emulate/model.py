@@ -50,8 +50,11 @@ class EmulatedExecutor(BaseModel):
         """The `sim` profile: batch-1 takes `batch_gain` × its work, a full batch `max_batch` × the mean work."""
         growth = (self.max_batch / self.batch_gain - 1) / (self.max_batch - 1) if self.max_batch > 1 else 0.0
         return SimProfile(
-            latency_s=self.batch_gain / speedup, batch_growth=growth, max_batch=self.max_batch,
-            payload_bytes=self.payload_bytes, continuous=self.continuous,
+            latency_s=self.batch_gain / speedup,
+            batch_growth=growth,
+            max_batch=self.max_batch,
+            payload_bytes=self.payload_bytes,
+            continuous=self.continuous,
         )
 
 
@@ -73,9 +76,13 @@ class EmulatedModel(BaseModel):
         for executor in self.executors:
             if executor.name == name:
                 return executor
-        raise KeyError(f"model {self.name!r} has no executor {name!r} (it has {[e.name for e in self.executors]})")
+        raise KeyError(
+            f"model {self.name!r} has no executor {name!r} (it has {[e.name for e in self.executors]})"
+        )
 
-    def paths(self, needs: tuple[str, ...], allowed: Iterable[str] | None = None) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
+    def paths(
+        self, needs: tuple[str, ...], allowed: Iterable[str] | None = None
+    ) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
         """Valid paths for a request needing `needs` (model order): name -> [(executor, role)].
 
         Each executor runs every component it holds that is still to run; that role must be the next
@@ -144,7 +151,9 @@ class EmulatedModel(BaseModel):
             ],
         )
 
-    def capacity(self, replicas: dict[str, int], routing: dict[str, dict[str, float]], workload: list[RequestSpec]) -> float:
+    def capacity(
+        self, replicas: dict[str, int], routing: dict[str, dict[str, float]], workload: list[RequestSpec]
+    ) -> float:
         """Requests/s a deployment sustains on `workload`, from the emulation's own costs (no Algorithm 3).
 
         Each executor's load is the mean replica time a request puts on it over the routed paths;
@@ -172,7 +181,9 @@ class EmulatedModel(BaseModel):
         for request_type in spec.request_types:
             paths = self.paths(tuple(request_type.components), allowed)
             if not paths:
-                raise ValueError(f"executors {sorted(allowed)} cannot serve request type {request_type.name!r}")
+                raise ValueError(
+                    f"executors {sorted(allowed)} cannot serve request type {request_type.name!r}"
+                )
             types.append(request_type.model_copy(update={"paths": [name.split("->") for name in paths]}))
         return spec.model_copy(update={"request_types": types})
 

@@ -87,7 +87,8 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
 
     def post_init(self) -> None:
         self.executors = {
-            e.name: STAGES[e.gpus](model=self.spec.name, executor=e.name, components=e.components) for e in self.spec.executors
+            e.name: STAGES[e.gpus](model=self.spec.name, executor=e.name, components=e.components)
+            for e in self.spec.executors
         }
         self._paths: dict[tuple[str, ...], dict[str, list[tuple[str, tuple[str, ...]]]]] = {}
 
@@ -99,11 +100,15 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
         names = sorted(paths)
         planned = (current_routing.get() or self.routing).get(request.request_type)
         # A type the plan does not route is spread over all its paths.
-        weights = [planned.get(n, 0.0) for n in names] if planned and any(planned.get(n) for n in names) else None
+        weights = (
+            [planned.get(n, 0.0) for n in names] if planned and any(planned.get(n) for n in names) else None
+        )
         output: StageOutput | None = None
         for name, role in paths[names[replayable_choice(len(names), weights)]]:
             seconds = self.spec.executor(name).seconds(work, role)
-            output = self.executors[name].invoke(StageInput(sim_work=seconds, previous=output.payload if output else None))
+            output = self.executors[name].invoke(
+                StageInput(sim_work=seconds, previous=output.payload if output else None)
+            )
         assert output is not None  # every path has a hop
         return output
 

@@ -56,7 +56,9 @@ class Executor:
 
     async def run(self, task_input: Any) -> Any:
         """The output of one invocation (a TaskOutput instance or a dict of its fields)."""
-        raise NotImplementedError(f"{type(self).__name__} does not serve {type(self.task).__name__} (not streaming)")
+        raise NotImplementedError(
+            f"{type(self).__name__} does not serve {type(self.task).__name__} (not streaming)"
+        )
 
     def stream(self, task_input: Any) -> AsyncIterator[Any]:
         """The items of one streaming invocation."""

@@ -39,7 +39,9 @@ class EncoderExecutor(Executor):
     async def run(self, task_input: Any) -> EncoderOutput:
         item = MediaItem.model_validate(task_input)
         if item.modality != self.task.modality:
-            raise InvalidInputError(f"the {self.task.modality} encoder of {self.task.model} got a {item.modality} item")
+            raise InvalidInputError(
+                f"the {self.task.modality} encoder of {self.task.model} got a {item.modality} item"
+            )
         with media_rejected():
             result = await self.batcher.submit(item)
             if isinstance(result, Exception):

@@ -41,9 +41,13 @@ class HFLLMExecutor(Executor):
         encoded = [Encoded(e.modality, e.embeddings.value, e.meta.value) for e in request.encoded]
         media = [MediaInput(m.modality, m.data) for m in request.media]
         with media_rejected():
-            return request, await asyncio.to_thread(self.adapter.llm_inputs, request.conversation, encoded, media)
+            return request, await asyncio.to_thread(
+                self.adapter.llm_inputs, request.conversation, encoded, media
+            )
 
-    async def texts(self, request: LLMInput, inputs: dict[str, Any], result: list[Generated]) -> AsyncIterator[str]:
+    async def texts(
+        self, request: LLMInput, inputs: dict[str, Any], result: list[Generated]
+    ) -> AsyncIterator[str]:
         """Text deltas as they are generated; the whole generation is appended to `result` at the end."""
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[Any] = asyncio.Queue()
@@ -103,7 +107,9 @@ class ThinkerExecutor(HFLLMExecutor):
             text.close()
             try:
                 if request.speech:
-                    talker.put(await asyncio.to_thread(self.adapter.talker_inputs, inputs, result[0], speaker))
+                    talker.put(
+                        await asyncio.to_thread(self.adapter.talker_inputs, inputs, result[0], speaker)
+                    )
                 talker.close()
             except Exception as exc:  # noqa: BLE001 - the talker's consumer gets the error
                 talker.fail(exc)

@@ -46,7 +46,11 @@ class ImageGeneratorExecutor(Executor):
     async def run(self, task_input: Any) -> ImageOutput:
         request = ImageGenInput.model_validate(task_input)
         if self.task.with_text_encoder == (request.prompt is None):
-            held = "holds the text encoder: send the prompt" if self.task.with_text_encoder else "has no text encoder: send embeddings"
+            held = (
+                "holds the text encoder: send the prompt"
+                if self.task.with_text_encoder
+                else "has no text encoder: send embeddings"
+            )
             raise InvalidInputError(f"this deployment of {self.task.model} {held}")
         image = await asyncio.to_thread(
             self.adapter.generate,

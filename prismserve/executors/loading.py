@@ -47,7 +47,9 @@ class InProcessExecutors:
         await executor.load()
         return executor
 
-    def callables(self, task_classes: Iterable[type[UnitTask[Any, Any]]]) -> dict[str, Callable[[UnitTask[Any, Any], Any], Any]]:
+    def callables(
+        self, task_classes: Iterable[type[UnitTask[Any, Any]]]
+    ) -> dict[str, Callable[[UnitTask[Any, Any], Any], Any]]:
         """Executor functions by executor kind (for LocalDispatcher) running these task classes on real executors."""
 
         async def run(task: UnitTask[Any, Any], task_input: Any) -> Any:

@@ -56,7 +56,9 @@ ValueFunction = Callable[[UnitTask[Any, Any], Any], Any]
 class SimExecutor(Executor):
     """Waits as the profile says, then returns the value function's output (or a synthesised one)."""
 
-    def __init__(self, task: UnitTask[Any, Any], profile: SimProfile, values: ValueFunction | None = None) -> None:
+    def __init__(
+        self, task: UnitTask[Any, Any], profile: SimProfile, values: ValueFunction | None = None
+    ) -> None:
         super().__init__(task)
         self.profile = profile
         self._values = values
@@ -98,7 +100,6 @@ class SimExecutor(Executor):
                 await _sleep(self.profile.item_s * (1 + self.profile.batch_growth * (self._decoding - 1)))
         finally:
             self._decoding -= 1
-
 
     async def _value(self, task_input: Any) -> Any:
         """The value function's result; a plain function runs in a worker thread (it may block)."""
@@ -165,7 +166,9 @@ async def _sleep(seconds: float) -> None:
 
 def synthesize(output_type: Any, profile: SimProfile) -> Any:
     """An output of `output_type` with placeholder values of plausible size."""
-    values = {name: _synthesize_value(info.annotation, profile) for name, info in output_type.model_fields.items()}
+    values = {
+        name: _synthesize_value(info.annotation, profile) for name, info in output_type.model_fields.items()
+    }
     return output_type.model_validate(values)
 
 

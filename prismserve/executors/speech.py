@@ -134,7 +134,9 @@ class OmniMonolithExecutor(HFLLMExecutor):
         self.spawn(speak())
         return SpeechOutput(text=text, audio=audio)
 
-    def _generate(self, inputs: dict[str, Any], request: Any, speaker: str, on_token: Callable[[int], None]) -> Any:
+    def _generate(
+        self, inputs: dict[str, Any], request: Any, speaker: str, on_token: Callable[[int], None]
+    ) -> Any:
         return self.adapter.generate_all(
             inputs,
             request.max_tokens,

@@ -57,8 +57,12 @@ class VLLMExecutor(Executor):
         import torch
 
         request.check_media(self.task.with_encoders, self.task.model)
-        if any(e.modality == "video" for e in request.encoded) or any(m.modality == "video" for m in request.media):
-            raise InvalidInputError("vLLM executors take no video yet: serve video with the transformers engine")
+        if any(e.modality == "video" for e in request.encoded) or any(
+            m.modality == "video" for m in request.media
+        ):
+            raise InvalidInputError(
+                "vLLM executors take no video yet: serve video with the transformers engine"
+            )
         text = self.tokenizer.apply_chat_template(
             request.conversation, tokenize=False, add_generation_prompt=True
         )

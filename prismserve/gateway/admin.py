@@ -23,7 +23,9 @@ def require_admin(request: Request) -> None:
     scheme, _, token = header.partition(" ")
     expected = state(request).admin_token
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
-        raise HTTPError(401, "admin API: missing or wrong bearer token (Authorization: Bearer <token>)", "auth_error")
+        raise HTTPError(
+            401, "admin API: missing or wrong bearer token (Authorization: Bearer <token>)", "auth_error"
+        )
 
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])

@@ -28,9 +28,13 @@ def parse_chat_json(app: App, body: bytes) -> ChatRequest:
         for i, message in enumerate(payload["messages"]):
             content = message.get("content") if isinstance(message, dict) else None
             for j, part in enumerate(content if isinstance(content, list) else []):
-                kind = part.get("type") if isinstance(part, dict) else None  # any JSON value; only a str is a key
+                kind = (
+                    part.get("type") if isinstance(part, dict) else None
+                )  # any JSON value; only a str is a key
                 if isinstance(kind, str) and kind in kinds and isinstance(part.get("data"), str):
-                    part["data"] = decode_base64(part["data"], f"{kind} #{kinds[kind]} (messages.{i}.content.{j}.data)")
+                    part["data"] = decode_base64(
+                        part["data"], f"{kind} #{kinds[kind]} (messages.{i}.content.{j}.data)"
+                    )
                     kinds[kind] += 1
     try:
         request = app.request_type.model_validate(payload)
@@ -45,10 +49,14 @@ def check_chat_request(app: App, request: ChatRequest) -> None:
     accepted, produced = app.config.input_modalities, app.config.output_modalities
     for kind, parts in (("image", request.images), ("audio", request.audios), ("video", request.videos)):
         if parts and kind not in accepted:
-            raise HTTPError(400, f"app {app.name!r} does not accept {kind} input (it accepts {_listed(accepted)})")
+            raise HTTPError(
+                400, f"app {app.name!r} does not accept {kind} input (it accepts {_listed(accepted)})"
+            )
     for kind in request.modalities:
         if kind not in produced:
-            raise HTTPError(400, f"app {app.name!r} does not produce {kind} output (it produces {_listed(produced)})")
+            raise HTTPError(
+                400, f"app {app.name!r} does not produce {kind} output (it produces {_listed(produced)})"
+            )
     for index, image in enumerate(request.images):
         check_image(image.data, index)
     for index, audio in enumerate(request.audios):

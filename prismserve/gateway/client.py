@@ -23,14 +23,20 @@ def run_client(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get(TOKEN_VARIABLE, "")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with httpx.Client(base_url=args.url, headers=headers, timeout=httpx.Timeout(600, connect=5)) as client:
+        with httpx.Client(
+            base_url=args.url, headers=headers, timeout=httpx.Timeout(600, connect=5)
+        ) as client:
             if args.command == "register":
                 path = Path(args.app)
                 try:
                     source = path.read_text()
                 except OSError as exc:
                     raise ClientError(f"{path}: {exc.strerror or exc}") from None
-                _print(_check(client.post("/admin/apps", json={"name": args.name or path.stem, "source": source})))
+                _print(
+                    _check(
+                        client.post("/admin/apps", json={"name": args.name or path.stem, "source": source})
+                    )
+                )
             elif args.command == "unregister":
                 _print(_check(client.delete(f"/admin/apps/{args.name}")))
             elif args.command == "list":
@@ -52,7 +58,9 @@ def _request_body(text: str) -> bytes:
 
 
 def _invoke(client: Any, name: str, body: bytes) -> None:
-    with client.stream("POST", f"/v1/apps/{name}/invoke", content=body, headers={"content-type": "application/json"}) as response:
+    with client.stream(
+        "POST", f"/v1/apps/{name}/invoke", content=body, headers={"content-type": "application/json"}
+    ) as response:
         if response.status_code >= 400:
             response.read()
             _check(response)

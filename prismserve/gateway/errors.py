@@ -34,7 +34,14 @@ class HTTPError(Exception):
 
     def body(self, request_id: str) -> dict[str, object]:
         """The OpenAI-style error body, with the request id the log has the details under."""
-        return {"error": {"message": self.message, "type": self.kind, "code": self.status, "request_id": request_id}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "code": self.status,
+                "request_id": request_id,
+            }
+        }
 
     def response(self, request_id: str) -> JSONResponse:
         """The JSON response for this error."""
@@ -66,7 +73,9 @@ def as_http_error(error: BaseException, request_id: str, where: str, kind: str =
     see_log = f"the gateway's log has the details under request id {request_id}"
     if isinstance(error, DispatchError):
         call = _FAILED_CALL.match(str(error))
-        return HTTPError(502, f"{where}: {call[0] if call else 'an executor'} failed; {see_log}", "executor_error")
+        return HTTPError(
+            502, f"{where}: {call[0] if call else 'an executor'} failed; {see_log}", "executor_error"
+        )
     return HTTPError(500, f"{where} failed ({type(error).__name__}); {see_log}", kind)
 
 

@@ -70,7 +70,9 @@ async def read_body(request: Request) -> bytes:
     limit = state(request).max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HTTPError(413, f"request body of {int(declared)} bytes is larger than the limit of {limit} bytes")
+        raise HTTPError(
+            413, f"request body of {int(declared)} bytes is larger than the limit of {limit} bytes"
+        )
     body = bytearray()
     async for part in request.stream():
         body += part
@@ -126,7 +128,10 @@ def error_event(error: HTTPError, request_id: str) -> bytes:
 
 
 async def sse_chunks(
-    first: BaseModel | None, rest: AsyncIterator[BaseModel], request_id: str, failure: Callable[[Exception], HTTPError]
+    first: BaseModel | None,
+    rest: AsyncIterator[BaseModel],
+    request_id: str,
+    failure: Callable[[Exception], HTTPError],
 ) -> AsyncIterator[bytes]:
     """Chunks as SSE `data:` events, then `[DONE]`; any error mid-stream becomes an `error` event
     (`failure` maps it), so that the stream never ends without saying why."""

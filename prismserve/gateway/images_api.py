@@ -40,11 +40,18 @@ class OpenAIImageRequest(BaseModel):
 
     def to_image_request(self) -> ImageRequest:
         """The app's ImageRequest; 400 for a size or field it cannot take."""
-        fields: dict[str, Any] = {"prompt": self.prompt, "n": self.n, "negative_prompt": self.negative_prompt, "seed": self.seed}
+        fields: dict[str, Any] = {
+            "prompt": self.prompt,
+            "n": self.n,
+            "negative_prompt": self.negative_prompt,
+            "seed": self.seed,
+        }
         if self.size != "auto":
             width, _, height = self.size.partition("x")
             if not (width.isdigit() and height.isdigit()):
-                raise HTTPError(400, f"size must be WIDTHxHEIGHT (for example 512x512) or auto, got {self.size!r}")
+                raise HTTPError(
+                    400, f"size must be WIDTHxHEIGHT (for example 512x512) or auto, got {self.size!r}"
+                )
             fields.update(width=int(width), height=int(height))
         if self.num_inference_steps is not None:
             fields["steps"] = self.num_inference_steps
@@ -65,12 +72,18 @@ async def images_generations(request: Request) -> JSONResponse:
         raise HTTPError(400, validation_message(exc)) from None
     app = find_app(state(request).runtime, body.model)
     if not (isinstance(app.request_type, type) and issubclass(app.request_type, ImageRequest)):
-        raise HTTPError(400, f"app {app.name!r} does not generate images (its serve() takes {app.request_type.__name__})")
+        raise HTTPError(
+            400, f"app {app.name!r} does not generate images (its serve() takes {app.request_type.__name__})"
+        )
     if body.response_format == "url":
-        raise HTTPError(400, "response_format 'url' is not supported: prismserve keeps no image store; use b64_json")
+        raise HTTPError(
+            400, "response_format 'url' is not supported: prismserve keeps no image store; use b64_json"
+        )
     served = serving(request, app, body.to_image_request())
     result = await served.response()
     if not isinstance(result, ImageResponse):
-        raise HTTPError(500, f"app {app.name!r} answered with {type(result).__name__}, not ImageResponse", "app_error")
+        raise HTTPError(
+            500, f"app {app.name!r} answered with {type(result).__name__}, not ImageResponse", "app_error"
+        )
     data = [{"b64_json": base64.b64encode(image).decode(), "revised_prompt": None} for image in result.images]
     return JSONResponse({"created": int(time.time()), "data": data})

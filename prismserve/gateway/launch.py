@@ -157,7 +157,10 @@ class GatewayServer:
     def _announce(self) -> None:
         print(f"prismserve: serving app {self.app_name!r} at {self.url}", flush=True)
         if self.token_generated:
-            print(f"prismserve: admin token (shown once; set {TOKEN_VARIABLE} to choose it): {self.token}", flush=True)
+            print(
+                f"prismserve: admin token (shown once; set {TOKEN_VARIABLE} to choose it): {self.token}",
+                flush=True,
+            )
 
     @contextlib.contextmanager
     def _stopped_by_sigterm(self) -> Iterator[None]:
@@ -204,7 +207,9 @@ async def _reported(step: Awaitable[object]) -> bool:
 def _runtime(options: ServeOptions) -> Runtime:
     if options.in_process:
         if options.address or options.fake_gpus is not None:
-            raise StartupError("--in-process runs everything in this process: it takes neither --address nor --fake-gpus")
+            raise StartupError(
+                "--in-process runs everything in this process: it takes neither --address nor --fake-gpus"
+            )
         return LocalRuntime()
     try:
         return create_runtime(address=options.address, fake_gpus=options.fake_gpus, policy=options.routing)

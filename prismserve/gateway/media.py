@@ -10,7 +10,9 @@ import wave
 
 from prismserve.gateway.errors import HTTPError
 
-_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]+)*?);base64,(?P<data>.*)$", re.S)
+_DATA_URL = re.compile(
+    r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]+)*?);base64,(?P<data>.*)$", re.S
+)
 
 
 def decode_base64(text: str, what: str) -> bytes:
@@ -39,7 +41,10 @@ def video_from_url(url: str, index: int) -> tuple[bytes, str]:
     """
     match = _DATA_URL.match(url)
     if match is None or not (match["mime"] or "").startswith(("video/", "image/gif")):
-        raise HTTPError(400, f"video #{index}: expected a data URL like data:video/mp4;base64,… (the server fetches nothing)")
+        raise HTTPError(
+            400,
+            f"video #{index}: expected a data URL like data:video/mp4;base64,… (the server fetches nothing)",
+        )
     data = decode_base64(match["data"], f"video #{index}")
     if not data:
         raise HTTPError(400, f"video #{index} is empty")

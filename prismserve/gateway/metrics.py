@@ -16,7 +16,10 @@ class GatewayMetrics:
         self.runtime = runtime
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "prismserve_requests", "Requests served", ["app", "request_type", "status"], registry=self.registry
+            "prismserve_requests",
+            "Requests served",
+            ["app", "request_type", "status"],
+            registry=self.registry,
         )
         self.latency = Histogram(
             "prismserve_request_latency_seconds",
@@ -33,7 +36,10 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.queue_depth = Gauge(
-            "prismserve_executor_queue_depth", "Invocations in flight per deployment", ["deployment"], registry=self.registry
+            "prismserve_executor_queue_depth",
+            "Invocations in flight per deployment",
+            ["deployment"],
+            registry=self.registry,
         )
         self.apps = Gauge("prismserve_apps_registered", "Registered apps", registry=self.registry)
 

@@ -34,7 +34,10 @@ class RequestIds:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())],
+                }
             await send(message)
 
         try:

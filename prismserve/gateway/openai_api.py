@@ -200,7 +200,11 @@ def _as_chat_chunk(app_name: str, chunk: BaseModel) -> ChatChunk:
         return chunk
     if isinstance(chunk, ChatCompletion):
         return ChatChunk(text=chunk.text, audio=chunk.audio, sample_rate=chunk.sample_rate)
-    raise HTTPError(500, f"app {app_name!r} answered with {type(chunk).__name__}, not ChatChunk or ChatCompletion", "app_error")
+    raise HTTPError(
+        500,
+        f"app {app_name!r} answered with {type(chunk).__name__}, not ChatChunk or ChatCompletion",
+        "app_error",
+    )
 
 
 async def _collect(served: Served) -> tuple[str, bytes, int, int]:
@@ -258,7 +262,14 @@ async def _stream(
                 count += 1
                 yield delta({"content": chunk.text})
             if chunk.audio:
-                yield delta({"audio": {"id": f"audio-{completion_id}", "data": base64.b64encode(chunk.audio).decode()}})
+                yield delta(
+                    {
+                        "audio": {
+                            "id": f"audio-{completion_id}",
+                            "data": base64.b64encode(chunk.audio).decode(),
+                        }
+                    }
+                )
             result = await anext(rest, None)
     except Exception as exc:  # noqa: BLE001 - the client hears of it as an error event
         yield error_event(served.failure(exc), served.request_id)
@@ -267,4 +278,3 @@ async def _stream(
     if include_usage:
         yield event([], usage=_usage(count))
     yield sse_event("[DONE]")
-

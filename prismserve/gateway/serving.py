@@ -64,7 +64,13 @@ class Served:
     """One request being served through an app: its span, its metrics, its errors as HTTPError."""
 
     def __init__(
-        self, runtime: Runtime, metrics: GatewayMetrics, tracer: Tracer, app: App, request: BaseModel, request_id: str
+        self,
+        runtime: Runtime,
+        metrics: GatewayMetrics,
+        tracer: Tracer,
+        app: App,
+        request: BaseModel,
+        request_id: str,
     ) -> None:
         self.runtime = runtime
         self.metrics = metrics

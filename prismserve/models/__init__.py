@@ -36,7 +36,9 @@ def model_type(path: str) -> str:
 
         return AutoConfig.from_pretrained(path).model_type
     except OSError as exc:
-        raise UnknownModelError(f"cannot find a checkpoint at {path!r} (a local directory or a cached hub id): {exc}") from None
+        raise UnknownModelError(
+            f"cannot find a checkpoint at {path!r} (a local directory or a cached hub id): {exc}"
+        ) from None
 
 
 def adapter_for(path: str, device: str | None = None) -> Any:
@@ -49,4 +51,14 @@ def adapter_for(path: str, device: str | None = None) -> Any:
     return getattr(importlib.import_module(module), name)(path, device)
 
 
-__all__ = ["ADAPTERS", "Adapter", "Encoded", "Generated", "MediaError", "MediaInput", "UnknownModelError", "adapter_for", "model_type"]
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "Encoded",
+    "Generated",
+    "MediaError",
+    "MediaInput",
+    "UnknownModelError",
+    "adapter_for",
+    "model_type",
+]

@@ -93,7 +93,9 @@ class Adapter(ABC):
     def check_modality(self, modality: str) -> None:
         """Raise MediaError unless the checkpoint has an encoder for `modality`."""
         if modality not in self.encoder_modalities:
-            raise MediaError(f"{self.family} has no {modality} encoder; it encodes {', '.join(self.encoder_modalities)}")
+            raise MediaError(
+                f"{self.family} has no {modality} encoder; it encodes {', '.join(self.encoder_modalities)}"
+            )
 
     @abstractmethod
     def encode(self, modality: str, items: list[bytes]) -> list[Encoded]:
@@ -139,9 +141,13 @@ class Adapter(ABC):
                 self.stop = stop
 
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                return torch.full((input_ids.shape[0],), self.stop(), dtype=torch.bool, device=input_ids.device)
+                return torch.full(
+                    (input_ids.shape[0],), self.stop(), dtype=torch.bool, device=input_ids.device
+                )
 
-        sampling = {"do_sample": False} if temperature <= 0 else {"do_sample": True, "temperature": temperature}
+        sampling = (
+            {"do_sample": False} if temperature <= 0 else {"do_sample": True, "temperature": temperature}
+        )
         with self.lock, torch.inference_mode():
             if seed is not None:
                 torch.manual_seed(seed)
@@ -149,7 +155,9 @@ class Adapter(ABC):
                 **inputs,
                 max_new_tokens=max_tokens,
                 streamer=token_streamer(on_token) if on_token is not None else None,
-                stopping_criteria=StoppingCriteriaList([_Stop(should_stop)] if should_stop is not None else []),
+                stopping_criteria=StoppingCriteriaList(
+                    [_Stop(should_stop)] if should_stop is not None else []
+                ),
                 output_logits=with_logits,
                 output_hidden_states=with_hidden,
                 return_dict_in_generate=True,
@@ -215,7 +223,11 @@ def build_processor(processor_class: type[Any], path: str, **parts: Any) -> Any:
     defaults = {"image_processor": AutoImageProcessor.from_pretrained(path), "video_processor": None}
     accepted = inspect.signature(processor_class.__init__).parameters
     defaults = {k: v for k, v in defaults.items() if k in accepted}
-    return _Processor(tokenizer=tokenizer, chat_template=tokenizer.chat_template, **{**defaults, **_settings(processor_class, path), **parts})
+    return _Processor(
+        tokenizer=tokenizer,
+        chat_template=tokenizer.chat_template,
+        **{**defaults, **_settings(processor_class, path), **parts},
+    )
 
 
 def _settings(processor_class: type[Any], path: str) -> dict[str, Any]:

@@ -23,7 +23,9 @@ class Gemma3(VisionLLM):
     processor_class = "Gemma3Processor"
 
     def run_encoder(self, pixels: Any) -> list[Encoded]:
-        features = self.model.get_image_features(pixels["pixel_values"].to(self.device, self.model.dtype)).pooler_output
+        features = self.model.get_image_features(
+            pixels["pixel_values"].to(self.device, self.model.dtype)
+        ).pooler_output
         return [Encoded("image", as_numpy(f)) for f in features]
 
     def placeholder(self, encoded: Encoded) -> str:

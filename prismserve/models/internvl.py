@@ -23,7 +23,9 @@ class InternVL(VisionLLM):
     def run_encoder(self, pixels: Any) -> list[Encoded]:
         import torch
 
-        features = self.model.get_image_features(pixels["pixel_values"].to(self.device, self.model.dtype)).pooler_output
+        features = self.model.get_image_features(
+            pixels["pixel_values"].to(self.device, self.model.dtype)
+        ).pooler_output
         tiles = pixels["num_patches"]
         parts = torch.split(features, tiles.tolist() if hasattr(tiles, "tolist") else list(tiles))
         return [Encoded("image", as_numpy(p), {"tiles": len(p)}) for p in parts]

@@ -17,7 +17,9 @@ def load_image(data: bytes) -> Any:
 
     try:
         return Image.open(io.BytesIO(data)).convert("RGB")
-    except Image.DecompressionBombError as exc:  # not an OSError: without this, a 5xx instead of the client's 4xx
+    except (
+        Image.DecompressionBombError
+    ) as exc:  # not an OSError: without this, a 5xx instead of the client's 4xx
         raise MediaError(f"image too large to decode: {exc} Send a smaller image.") from None
     except (UnidentifiedImageError, OSError) as exc:
         raise MediaError(f"not a decodable image ({len(data)} bytes): {exc}") from None
@@ -32,9 +34,13 @@ def load_audio(data: bytes, sample_rate: int) -> np.ndarray:
     except (wave.Error, EOFError) as exc:
         raise MediaError(f"not a decodable WAV file ({len(data)} bytes): {exc}") from None
     if width not in (1, 2, 4) or not frames:
-        raise MediaError(f"WAV with {width}-byte samples and {len(frames)} bytes of audio cannot be read; send 8/16/32-bit PCM")
+        raise MediaError(
+            f"WAV with {width}-byte samples and {len(frames)} bytes of audio cannot be read; send 8/16/32-bit PCM"
+        )
     dtype = {1: np.uint8, 2: np.int16, 4: np.int32}[width]
-    samples = np.frombuffer(frames[: len(frames) // (width * channels) * width * channels], dtype).astype(np.float32)
+    samples = np.frombuffer(frames[: len(frames) // (width * channels) * width * channels], dtype).astype(
+        np.float32
+    )
     if width == 1:
         samples -= 128.0  # 8-bit WAV is unsigned
     samples = samples.reshape(-1, channels).mean(axis=1) / float(2 ** (8 * width - 1))
@@ -59,11 +65,16 @@ def load_video_frames(data: bytes, max_frames: int) -> tuple[list[Any], float]:
 
     try:
         clip = Image.open(io.BytesIO(data))
-        frames = [(frame.convert("RGB"), frame.info.get("duration") or 500) for frame in ImageSequence.Iterator(clip)]
+        frames = [
+            (frame.convert("RGB"), frame.info.get("duration") or 500)
+            for frame in ImageSequence.Iterator(clip)
+        ]
     except Image.DecompressionBombError as exc:
         raise MediaError(f"video frames too large to decode: {exc} Send a smaller clip.") from None
     except (UnidentifiedImageError, OSError, EOFError) as exc:
-        raise MediaError(f"not a decodable video clip ({len(data)} bytes; animated GIF, WebP or PNG): {exc}") from None
+        raise MediaError(
+            f"not a decodable video clip ({len(data)} bytes; animated GIF, WebP or PNG): {exc}"
+        ) from None
     seconds = sum(duration for _, duration in frames) / 1000
     step = max(1, -(-len(frames) // max_frames))  # ceil: at most max_frames kept
     kept = [frame for frame, _ in frames[::step]]

@@ -49,7 +49,9 @@ class Qwen25Omni(Adapter):
         import transformers
 
         extractor = transformers.WhisperFeatureExtractor.from_pretrained(self.path)
-        return build_processor(getattr(transformers, self.processor_class), self.path, feature_extractor=extractor)
+        return build_processor(
+            getattr(transformers, self.processor_class), self.path, feature_extractor=extractor
+        )
 
     @property
     def tokenizer(self) -> Any:
@@ -89,19 +91,29 @@ class Qwen25Omni(Adapter):
             pixels = self.image_pixels([load_image(d) for d in items])
             grids = pixels["image_grid_thw"].to(self.device)
             with self.lock, torch.inference_mode():
-                parts = self.model.get_image_features(pixels["pixel_values"].to(self.device), grids).pooler_output
-            return [Encoded("image", as_numpy(p), {"grid_thw": g.tolist()}) for p, g in zip(parts, grids, strict=True)]
+                parts = self.model.get_image_features(
+                    pixels["pixel_values"].to(self.device), grids
+                ).pooler_output
+            return [
+                Encoded("image", as_numpy(p), {"grid_thw": g.tolist()})
+                for p, g in zip(parts, grids, strict=True)
+            ]
         clips = [load_audio(d, SAMPLE_RATE_IN) for d in items]
         features = self.processor.feature_extractor(
             clips, sampling_rate=SAMPLE_RATE_IN, return_attention_mask=True, return_tensors="pt"
         )
         mask = features["attention_mask"].to(self.device)
         with self.lock, torch.inference_mode():
-            merged = self.model.get_audio_features(features["input_features"].to(self.device), mask).last_hidden_state
+            merged = self.model.get_audio_features(
+                features["input_features"].to(self.device), mask
+            ).last_hidden_state
         lengths = mask.sum(-1)
         sizes = self.audio_token_counts(lengths)
         parts = torch.split(merged, sizes)
-        return [Encoded("audio", as_numpy(p), {"feature_length": int(n)}) for p, n in zip(parts, lengths, strict=True)]
+        return [
+            Encoded("audio", as_numpy(p), {"feature_length": int(n)})
+            for p, n in zip(parts, lengths, strict=True)
+        ]
 
     # --- thinker --------------------------------------------------------------------------------
     def load_llm(self, with_encoders: bool) -> None:
@@ -128,9 +140,13 @@ class Qwen25Omni(Adapter):
         clips = [load_audio(m.data, SAMPLE_RATE_IN) for m in media if m.modality == "audio"]
         unsupported = sorted({m.modality for m in media} - set(self.encoder_modalities))
         if unsupported:
-            raise MediaError(f"{self.family} takes {', '.join(self.encoder_modalities)} input, not {unsupported}")
+            raise MediaError(
+                f"{self.family} takes {', '.join(self.encoder_modalities)} input, not {unsupported}"
+            )
         try:
-            inputs = self.processor(text=[text], images=images or None, audio=clips or None, return_tensors="pt")
+            inputs = self.processor(
+                text=[text], images=images or None, audio=clips or None, return_tensors="pt"
+            )
         except ValueError as exc:
             raise MediaError(f"media cannot be processed: {exc}") from None
         return dict(inputs.to(self.device))
@@ -150,8 +166,15 @@ class Qwen25Omni(Adapter):
             order.append(modality)
             rest = rest[at + len(tokens[modality]) :]
         if order != [e.modality for e in encoded]:
-            raise MediaError(f"the conversation's media are {order} but the embeddings are {[e.modality for e in encoded]}")
-        expanded = "".join(p + tokens[e.modality] * self.token_count(e) for p, e in zip(pieces, encoded, strict=True)) + rest
+            raise MediaError(
+                f"the conversation's media are {order} but the embeddings are {[e.modality for e in encoded]}"
+            )
+        expanded = (
+            "".join(
+                p + tokens[e.modality] * self.token_count(e) for p, e in zip(pieces, encoded, strict=True)
+            )
+            + rest
+        )
         ids = self.tokenizer([expanded], return_tensors="pt")["input_ids"].to(self.device)
         thinker = self.model.thinker
         with torch.inference_mode():
@@ -160,7 +183,9 @@ class Qwen25Omni(Adapter):
         images = [e for e in encoded if e.modality == "image"]
         if images:
             embeds = self.place_images(inputs, embeds, images)
-        clips = [torch.tensor(np.asarray(e.embeddings)) for e in encoded if e.modality == "audio"]  # copies: may be read-only views
+        clips = [
+            torch.tensor(np.asarray(e.embeddings)) for e in encoded if e.modality == "audio"
+        ]  # copies: may be read-only views
         if clips:
             mask = (ids == self.processor.audio_token_id).unsqueeze(-1)
             embeds = embeds.masked_scatter(mask, torch.cat(clips).to(self.device, embeds.dtype))
@@ -170,7 +195,9 @@ class Qwen25Omni(Adapter):
         lengths = [e.meta["feature_length"] for e in encoded if e.modality == "audio"]
         if lengths:  # the positions of audio tokens come from the clips' feature lengths
             frames = torch.arange(max(lengths), device=self.device)
-            inputs["feature_attention_mask"] = (frames < torch.tensor(lengths, device=self.device)[:, None]).long()
+            inputs["feature_attention_mask"] = (
+                frames < torch.tensor(lengths, device=self.device)[:, None]
+            ).long()
         inputs["inputs_embeds"] = embeds
         return inputs
 
@@ -194,7 +221,9 @@ class Qwen25Omni(Adapter):
         import torch
 
         mask = (inputs["input_ids"] == self.processor.image_token_id).unsqueeze(-1)
-        rows = torch.cat([torch.tensor(np.asarray(e.embeddings)) for e in images])  # copies: may be read-only views
+        rows = torch.cat(
+            [torch.tensor(np.asarray(e.embeddings)) for e in images]
+        )  # copies: may be read-only views
         return embeds.masked_scatter(mask, rows.to(self.device, embeds.dtype))
 
     def speaker(self, name: str | None) -> str:
@@ -235,7 +264,11 @@ class Qwen25Omni(Adapter):
             tokens = torch.tensor(generated.token_ids, device=ids.device)
             eos = torch.tensor(sorted(self.eos_token_ids()), device=ids.device)
             positions = torch.arange(len(tokens), device=ids.device)
-            first_end = torch.where(torch.isin(tokens, eos), positions, len(tokens)).min().clamp(min=1, max=len(tokens) - 1)
+            first_end = (
+                torch.where(torch.isin(tokens, eos), positions, len(tokens))
+                .min()
+                .clamp(min=1, max=len(tokens) - 1)
+            )
             slots = torch.arange(reply.shape[1], device=ids.device)[None, :, None]
             reply = torch.where(slots >= first_end, pad, reply)
             reply = torch.where(slots == first_end - 1, end, reply)
@@ -274,11 +307,16 @@ class Qwen25Omni(Adapter):
         talker = self.model.talker
 
         def tensor(name: str) -> Any:
-            return torch.tensor(np.asarray(conditioning[name]), device=self.device)  # a copy: inputs may be read-only views
+            return torch.tensor(
+                np.asarray(conditioning[name]), device=self.device
+            )  # a copy: inputs may be read-only views
 
         ids = tensor("input_ids")[None]
         codec_prompt = torch.cat(
-            [torch.full_like(ids, talker.codec_mask_token), torch.tensor([[talker.codec_pad_token, talker.codec_bos_token]], device=self.device)],
+            [
+                torch.full_like(ids, talker.codec_mask_token),
+                torch.tensor([[talker.codec_pad_token, talker.codec_bos_token]], device=self.device),
+            ],
             dim=1,
         )
         extra = {}
@@ -286,7 +324,11 @@ class Qwen25Omni(Adapter):
             extra["image_grid_thw"] = tensor("image_grid_thw")
         if "audio_feature_lengths" in conditioning:
             extra["audio_feature_lengths"] = tensor("audio_feature_lengths")
-        sampling = {"do_sample": False} if temperature <= 0 else {"do_sample": True, "temperature": temperature, "top_k": 40, "top_p": 0.8}
+        sampling = (
+            {"do_sample": False}
+            if temperature <= 0
+            else {"do_sample": True, "temperature": temperature, "top_k": 40, "top_p": 0.8}
+        )
         with self.lock, torch.inference_mode():
             dtype = talker.dtype
             out = talker.generate(

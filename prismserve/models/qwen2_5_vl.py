@@ -77,16 +77,23 @@ class Qwen25VL(VisionLLM):
         import torch
 
         images = [load_image(m.data) for m in media if m.modality == "image"]
-        pixels = {**(dict(self.pixels(images)) if images else {}), **self.video_pixels([m.data for m in media if m.modality == "video"])}
+        pixels = {
+            **(dict(self.pixels(images)) if images else {}),
+            **self.video_pixels([m.data for m in media if m.modality == "video"]),
+        }
         merge = self.processor.image_processor.merge_size**2
         counts = {
             modality: iter((pixels[f"{modality}_grid_thw"].prod(-1) // merge).tolist())
             for modality in ("image", "video")
             if f"{modality}_grid_thw" in pixels
         }
-        expanded = self.expand(text, [(m.modality, self.media_token(m.modality) * next(counts[m.modality])) for m in media])
+        expanded = self.expand(
+            text, [(m.modality, self.media_token(m.modality) * next(counts[m.modality])) for m in media]
+        )
         inputs = dict(self.tokenizer([expanded], return_tensors="pt"))
-        inputs["mm_token_type_ids"] = torch.tensor(self.processor.create_mm_token_type_ids(inputs["input_ids"]))
+        inputs["mm_token_type_ids"] = torch.tensor(
+            self.processor.create_mm_token_type_ids(inputs["input_ids"])
+        )
         return {k: v.to(self.device) for k, v in {**inputs, **pixels}.items()}
 
     def encode(self, modality: str, items: list[bytes]) -> list[Encoded]:
@@ -106,8 +113,12 @@ class Qwen25VL(VisionLLM):
         for modality in ("image", "video"):
             items = [e for e in encoded if e.modality == modality]
             if items:
-                extras[f"{modality}_grid_thw"] = torch.tensor([e.meta["grid_thw"] for e in items], device=self.device)
+                extras[f"{modality}_grid_thw"] = torch.tensor(
+                    [e.meta["grid_thw"] for e in items], device=self.device
+                )
         videos = [e for e in encoded if e.modality == "video"]
         if videos:
-            extras["second_per_grid_ts"] = torch.tensor([e.meta["second_per_grid"] for e in videos], device=self.device)
+            extras["second_per_grid_ts"] = torch.tensor(
+                [e.meta["second_per_grid"] for e in videos], device=self.device
+            )
         return extras

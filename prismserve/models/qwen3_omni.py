@@ -44,7 +44,11 @@ class Qwen3Omni(Qwen25Omni):
             out = self.model.get_image_features(pixels["pixel_values"].to(self.device), grids)
         levels = out.deepstack_features  # per level: one tensor per image
         return [
-            Encoded("image", as_numpy(torch.stack([main, *(level[i] for level in levels)])), {"grid_thw": g.tolist()})
+            Encoded(
+                "image",
+                as_numpy(torch.stack([main, *(level[i] for level in levels)])),
+                {"grid_thw": g.tolist()},
+            )
             for i, (main, g) in enumerate(zip(out.pooler_output, grids, strict=True))
         ]
 
@@ -64,12 +68,17 @@ class Qwen3Omni(Qwen25Omni):
             BaseModelOutputWithDeepstackFeatures,
         )
 
-        stacks = [torch.tensor(np.asarray(e.embeddings)).to(self.device, embeds.dtype) for e in images]  # copies
+        stacks = [
+            torch.tensor(np.asarray(e.embeddings)).to(self.device, embeds.dtype) for e in images
+        ]  # copies
         inputs["mm_encoder_outputs"] = {
             # transformers annotates these as tensors; the thinker takes a tuple of them, one per image.
             "image": BaseModelOutputWithDeepstackFeatures(
                 pooler_output=tuple(s[0] for s in stacks),  # type: ignore[arg-type]
-                deepstack_features=[tuple(s[level] for s in stacks) for level in range(1, stacks[0].shape[0])],  # type: ignore[misc]
+                deepstack_features=[
+                    tuple(s[level] for s in stacks)  # type: ignore[misc]
+                    for level in range(1, stacks[0].shape[0])
+                ],
             )
         }
         return embeds  # the thinker places them (and adds the DeepStack rows in its first layers)
@@ -140,7 +149,9 @@ class Qwen3Omni(Qwen25Omni):
         talker, media_config = model.talker, config.thinker_config
 
         def tensor(name: str) -> Any:
-            return torch.tensor(np.asarray(conditioning[name]), device=self.device)  # a copy: inputs may be read-only views
+            return torch.tensor(
+                np.asarray(conditioning[name]), device=self.device
+            )  # a copy: inputs may be read-only views
 
         ids, sequences = tensor("input_ids")[None], tensor("sequences")[None]
         embed = tensor("thinker_embed")[None].to(talker.dtype)
@@ -159,8 +170,12 @@ class Qwen3Omni(Qwen25Omni):
             user_embeds = user_embeds.gather(1, order[..., None].expand(-1, -1, user_embeds.shape[-1]))
             # The assistant turn: its first tokens with the speaker and codec markers; the rest of the
             # reply is fed one position per generated frame, with the text end right after its last token.
-            reply_start = ((ids[0, :-1] == config.im_start_token_id) & (ids[0, 1:] == config.assistant_token_id)).nonzero()
-            bos, end, pad = talker.text_projection(tensor("tts_embeds")[None].to(talker.dtype)).chunk(3, dim=1)
+            reply_start = (
+                (ids[0, :-1] == config.im_start_token_id) & (ids[0, 1:] == config.assistant_token_id)
+            ).nonzero()
+            bos, end, pad = talker.text_projection(tensor("tts_embeds")[None].to(talker.dtype)).chunk(
+                3, dim=1
+            )
             assistant_embeds, assistant_ids, trailing = model._get_talker_assistant_parts(
                 int(reply_start[-1]), sequences.shape[1], int(conditioning["speaker"]), embed, pad, bos, end
             )
@@ -170,14 +185,24 @@ class Qwen3Omni(Qwen25Omni):
             slots = torch.arange(trailing.shape[1], device=self.device)[None, :, None]
             trailing = torch.where(slots > first_end, pad, trailing)
             trailing = torch.where(slots == first_end, end, trailing)
-            extra = {name: tensor(name) for name in ("image_grid_thw", "audio_feature_lengths") if name in conditioning}
+            extra = {
+                name: tensor(name)
+                for name in ("image_grid_thw", "audio_feature_lengths")
+                if name in conditioning
+            }
             vocab = config.talker_config.text_config.vocab_size
             eos = config.talker_config.codec_eos_token_id
-            sampling = {"do_sample": False} if temperature <= 0 else {"do_sample": True, "temperature": temperature, "top_k": 50}
+            sampling = (
+                {"do_sample": False}
+                if temperature <= 0
+                else {"do_sample": True, "temperature": temperature, "top_k": 50}
+            )
             inputs_embeds = torch.cat([user_embeds, assistant_embeds], dim=1)
 
             def frame(module: Any, args: Any, out: Any) -> None:
-                if out.hidden_states[-1] is not None:  # the frame of the token before, completed by the code predictor
+                if (
+                    out.hidden_states[-1] is not None
+                ):  # the frame of the token before, completed by the code predictor
                     frames.append(out.hidden_states[-1][0].tolist())
                     if on_code is not None:
                         on_code(frames[-1])
@@ -188,7 +213,9 @@ class Qwen3Omni(Qwen25Omni):
                     inputs_embeds=inputs_embeds,
                     trailing_text_hidden=trailing,
                     tts_pad_embed=pad,
-                    talker_input_ids=torch.cat([sequences[:, :length].gather(1, order), assistant_ids], dim=1),
+                    talker_input_ids=torch.cat(
+                        [sequences[:, :length].gather(1, order), assistant_ids], dim=1
+                    ),
                     attention_mask=torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=self.device),
                     max_new_tokens=max_codes,
                     eos_token_id=eos,

@@ -79,12 +79,19 @@ class QwenImage:
         import torch
         from PIL import Image
 
-        args: dict[str, Any] = {"width": width, "height": height, "num_inference_steps": steps, "output_type": "np"}
+        args: dict[str, Any] = {
+            "width": width,
+            "height": height,
+            "num_inference_steps": steps,
+            "output_type": "np",
+        }
         if embeds is not None:
             dtype = self.pipeline.transformer.dtype
             args["prompt_embeds"] = torch.tensor(np.asarray(embeds))[None].to(self.device, dtype)
             if negative is not None:
-                args["negative_prompt_embeds"] = torch.tensor(np.asarray(negative))[None].to(self.device, dtype)
+                args["negative_prompt_embeds"] = torch.tensor(np.asarray(negative))[None].to(
+                    self.device, dtype
+                )
         else:
             args["prompt"] = prompt
             args["negative_prompt"] = negative_prompt

@@ -70,7 +70,9 @@ class VisionLLM(Adapter):
         tokens = [self.media_token(m) for m in self.encoder_modalities]
         pieces = re.split("(" + "|".join(map(re.escape, tokens)) + ")", text)
         if pieces[1::2] != [self.media_token(modality) for modality, _ in placeholders]:
-            raise MediaError(f"the conversation's {len(pieces) // 2} media do not match the {len(placeholders)} items that arrived")
+            raise MediaError(
+                f"the conversation's {len(pieces) // 2} media do not match the {len(placeholders)} items that arrived"
+            )
         return pieces[0] + "".join(p + rest for (_, p), rest in zip(placeholders, pieces[2::2], strict=True))
 
     def llm_extras(self, inputs: dict[str, Any], encoded: list[Encoded]) -> dict[str, Any]:
@@ -123,7 +125,9 @@ class VisionLLM(Adapter):
         if media:
             unsupported = sorted({m.modality for m in media} - set(self.encoder_modalities))
             if unsupported:
-                raise MediaError(f"{self.family} takes {', '.join(self.encoder_modalities)} only, got {unsupported}")
+                raise MediaError(
+                    f"{self.family} takes {', '.join(self.encoder_modalities)} only, got {unsupported}"
+                )
             if any(m.modality == "video" for m in media):
                 return self.raw_video_inputs(text, media)
             return dict(self.pixels([load_image(m.data) for m in media], [text]).to(self.device))
@@ -136,6 +140,12 @@ class VisionLLM(Adapter):
         # torch.tensor copies: the embeddings may be read-only views into another replica's slab.
         inputs["mm_encoder_outputs"] = {}
         for modality in dict.fromkeys(e.modality for e in encoded):
-            embeddings = [torch.tensor(np.asarray(e.embeddings)).to(self.device, self.model.dtype) for e in encoded if e.modality == modality]
-            inputs["mm_encoder_outputs"][modality] = BaseModelOutputWithPooling(pooler_output=self.encoder_outputs(embeddings))
+            embeddings = [
+                torch.tensor(np.asarray(e.embeddings)).to(self.device, self.model.dtype)
+                for e in encoded
+                if e.modality == modality
+            ]
+            inputs["mm_encoder_outputs"][modality] = BaseModelOutputWithPooling(
+                pooler_output=self.encoder_outputs(embeddings)
+            )
         return inputs

@@ -19,9 +19,15 @@ def add_plan_command(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("spec", metavar="SPEC", help="plan spec file, .yaml or .json (see docs/planner.md)")
     goal = plan.add_mutually_exclusive_group(required=True)
     goal.add_argument("--gpus", type=int, metavar="N", help="maximise throughput on N GPUs")
-    goal.add_argument("--target-rps", type=float, metavar="R", help="use the fewest GPUs that sustain R requests/s")
+    goal.add_argument(
+        "--target-rps", type=float, metavar="R", help="use the fewest GPUs that sustain R requests/s"
+    )
     plan.add_argument(
-        "--max-cell-exponent", type=int, default=6, metavar="K", help="the largest cell is 2^K GPUs (default 6: 64 GPUs)"
+        "--max-cell-exponent",
+        type=int,
+        default=6,
+        metavar="K",
+        help="the largest cell is 2^K GPUs (default 6: 64 GPUs)",
     )
     plan.add_argument(
         "--topology",
@@ -100,6 +106,10 @@ def _table(plan, change=None) -> str:
         ranked = sorted(paths.items(), key=lambda item: -item[1])
         lines.append(f"  {request_type}: " + ", ".join(f"{path} {p:.3f}" for path, p in ranked))
     if change is not None:
-        for title, cells in (("keep (identical cells stay up)", change.keep), ("add", change.add), ("remove", change.remove)):
+        for title, cells in (
+            ("keep (identical cells stay up)", change.keep),
+            ("add", change.add),
+            ("remove", change.remove),
+        ):
             lines += ["", f"{title}:", *(_cells(cells) if cells else ["  none"])]
     return "\n".join(lines)

@@ -112,7 +112,9 @@ class _Program:
         lp.a_matrix_.start_ = self.starts
         lp.a_matrix_.index_ = self.index
         lp.a_matrix_.value_ = self.value
-        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in self.integer]
+        lp.integrality_ = [
+            highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in self.integer
+        ]
         lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
@@ -189,7 +191,10 @@ class _Routes:
         self.model = model
         self.program = p = _Program()
         self.executors = list(model.gpus)
-        self.r = {s: p.column(integer=True, upper=budget // model.gpus[s] if budget is not None else _INF) for s in self.executors}
+        self.r = {
+            s: p.column(integer=True, upper=budget // model.gpus[s] if budget is not None else _INF)
+            for s in self.executors
+        }
         self.rate = p.column() if target is None else None
         self.flows: dict[str, list[tuple[Hop, int]]] = {}
         load: dict[str, dict[int, float]] = {s: {self.r[s]: -1.0} for s in self.executors}
@@ -228,8 +233,13 @@ class _Routes:
         rates: dict[tuple[str, str], float] = {}
         for request_type in self.model.spec.request_types:
             graph = self.model.graphs[request_type.name]
-            edges = [(hop.source, hop.target, hop.executor, max(0.0, values[col])) for hop, col in self.flows[request_type.name]]
-            for name, rate in split_paths(edges, graph.start, graph.end, request_type.share * throughput).items():
+            edges = [
+                (hop.source, hop.target, hop.executor, max(0.0, values[col]))
+                for hop, col in self.flows[request_type.name]
+            ]
+            for name, rate in split_paths(
+                edges, graph.start, graph.end, request_type.share * throughput
+            ).items():
                 rates[(request_type.name, name)] = rate
         gpus = sum(self.model.gpus[s] * n for s, n in replicas.items())
         return Solution(throughput, {s: n for s, n in replicas.items() if n}, rates, gpus)
@@ -253,7 +263,9 @@ def max_throughput(model: Model, budget: int) -> Solution:
     return routes.solution(leanest, best)
 
 
-def _fewest_gpus_at(program: _Program, rate_col: int, values: list[float], best: float, costs: dict[int, float]) -> list[float]:
+def _fewest_gpus_at(
+    program: _Program, rate_col: int, values: list[float], best: float, costs: dict[int, float]
+) -> list[float]:
     """Re-solve with R pinned to `best`, minimising GPUs, from the first solve's solution."""
     used = sum(cost * round(values[col]) for col, cost in costs.items())
     h = program.h

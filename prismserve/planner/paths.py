@@ -82,7 +82,9 @@ class RouteGraph:
                 stack.append((hop.target, (*prefix, hop)))
 
 
-def roles_of(spec: PlanSpec, request_type: RequestType, executors: list[str]) -> tuple[frozenset[str], ...] | None:
+def roles_of(
+    spec: PlanSpec, request_type: RequestType, executors: list[str]
+) -> tuple[frozenset[str], ...] | None:
     """The role of each executor on the path, or None when the path is not valid for the type."""
     order = {c: i for i, c in enumerate(spec.components)}
     members = {e.name: frozenset(e.components) for e in spec.executors}

@@ -101,7 +101,9 @@ class PlanChange(BaseModel):
     remove: list[CellPlan]
 
 
-def path_probabilities(model: Model, weighted: list[tuple[float, dict[tuple[str, str], float]]]) -> dict[str, dict[str, float]]:
+def path_probabilities(
+    model: Model, weighted: list[tuple[float, dict[tuple[str, str], float]]]
+) -> dict[str, dict[str, float]]:
     """P(path | type) = x[t,p] / Σ_p' x[t,p'], over the whole mixture of cells (000 §5.3, Figure 5).
 
     `weighted` holds (number of cells, planned path rates of one such cell). Summing over the
@@ -132,7 +134,9 @@ def make_plan(model: Model, cells: list[Cell], mix: Counter[int]) -> Plan:
         gpus=sum(cell.gpus * count for cell, count in chosen),
         throughput=mixture_throughput(cells, mix),
         cells=[
-            CellPlan(gpus=cell.gpus, throughput=cell.throughput, count=count, replicas=dict(cell.solution.replicas))
+            CellPlan(
+                gpus=cell.gpus, throughput=cell.throughput, count=count, replicas=dict(cell.solution.replicas)
+            )
             for cell, count in chosen
         ],
         routing=path_probabilities(model, [(count, cell.solution.rates) for cell, count in chosen]),
@@ -190,7 +194,9 @@ def load_plan(path: str | Path) -> Plan:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise SpecError(f"{path}: not a plan (`prismserve plan --json` output): {where}: {first['msg']}") from None
+        raise SpecError(
+            f"{path}: not a plan (`prismserve plan --json` output): {where}: {first['msg']}"
+        ) from None
 
 
 def _nonzero(replicas: dict[str, int]) -> dict[str, int]:

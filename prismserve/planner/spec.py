@@ -35,15 +35,21 @@ class ExecutorOption(BaseModel):
                 f"executor {self.name!r}: throughput must be a finite number > 0 req/s, got {self.throughput}"
             )
         if "->" in self.name:
-            raise ValueError(f"executor {self.name!r}: names may not contain '->', which joins executors in path names")
+            raise ValueError(
+                f"executor {self.name!r}: names may not contain '->', which joins executors in path names"
+            )
         _unique(f"executor {self.name!r}: component", self.components)
         for request_type, roles in self.role_seconds.items():
             for role, seconds in roles.items():
                 unknown = sorted(set(role.split("+")) - set(self.components))
                 if unknown:
-                    raise ValueError(f"executor {self.name!r}: role_seconds[{request_type!r}][{role!r}] names components {unknown} it does not run")
+                    raise ValueError(
+                        f"executor {self.name!r}: role_seconds[{request_type!r}][{role!r}] names components {unknown} it does not run"
+                    )
                 if not (seconds > 0 and math.isfinite(seconds)):
-                    raise ValueError(f"executor {self.name!r}: role_seconds[{request_type!r}][{role!r}] must be > 0 s, got {seconds}")
+                    raise ValueError(
+                        f"executor {self.name!r}: role_seconds[{request_type!r}][{role!r}] must be > 0 s, got {seconds}"
+                    )
         return self
 
 
@@ -62,7 +68,9 @@ class RequestType(BaseModel):
         _unique(f"request type {self.name!r}: component", self.components)
         if self.paths is not None:
             if not self.paths:
-                raise ValueError(f"request type {self.name!r}: `paths` is empty; list at least one or omit it")
+                raise ValueError(
+                    f"request type {self.name!r}: `paths` is empty; list at least one or omit it"
+                )
             _unique(f"request type {self.name!r}: path", ["->".join(p) for p in self.paths])
         return self
 
@@ -91,7 +99,9 @@ class Topology(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nodes: list[Node] = Field(min_length=1)
-    bandwidth: float = Field(ge=0)  # bytes/s in each direction between any two nodes, unless `links` says otherwise
+    bandwidth: float = Field(
+        ge=0
+    )  # bytes/s in each direction between any two nodes, unless `links` says otherwise
     links: list[Link] = Field(default_factory=list)
     edge_bytes: dict[str, float] = Field(default_factory=dict)  # "E->L": bytes per request sent from E to L
 
@@ -146,11 +156,15 @@ class PlanSpec(BaseModel):
             if unknown:
                 raise ValueError(f"request type {request_type.name!r} names unknown components {unknown}")
             if not (request_type.share > 0 and math.isfinite(request_type.share)):
-                raise ValueError(f"request type {request_type.name!r}: share must be > 0, got {request_type.share}")
+                raise ValueError(
+                    f"request type {request_type.name!r}: share must be > 0, got {request_type.share}"
+                )
             for path in request_type.paths or []:
                 unknown = sorted(set(path) - executors)
                 if unknown:
-                    raise ValueError(f"request type {request_type.name!r}: path names unknown executors {unknown}")
+                    raise ValueError(
+                        f"request type {request_type.name!r}: path names unknown executors {unknown}"
+                    )
         total = sum(t.share for t in self.request_types)
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"request type shares must sum to 1, they sum to {total:g}")

@@ -36,13 +36,19 @@ class _Placed:
     def __init__(self, model: Model, budget: int | None, target: float | None) -> None:
         topology = model.spec.topology
         if topology is None:
-            raise SpecError("topology-aware planning needs a `topology` section in the spec (nodes, bandwidth)")
+            raise SpecError(
+                "topology-aware planning needs a `topology` section in the spec (nodes, bandwidth)"
+            )
         self.model = model
         self.nodes = [n.name for n in topology.nodes]
         capacity = {n.name: n.gpus for n in topology.nodes}
         p = self.program = _Program()
         executors = list(model.gpus)
-        self.y = {(s, h): p.column(integer=True, upper=capacity[h] // model.gpus[s]) for s in executors for h in self.nodes}
+        self.y = {
+            (s, h): p.column(integer=True, upper=capacity[h] // model.gpus[s])
+            for s in executors
+            for h in self.nodes
+        }
         self.rate = p.column() if target is None else None
         load: dict[tuple[str, str], dict[int, float]] = {key: {col: -1.0} for key, col in self.y.items()}
         traffic: dict[tuple[str, str], dict[int, float]] = {}
@@ -57,7 +63,11 @@ class _Placed:
             demand: dict[int, float] = {}
             for hop in graph.hops:
                 seconds = model.seconds(hop.executor, hop.role, request_type.name)
-                before = [None] if hop.source == graph.start else [(s, h) for s in sorted(arriving[hop.source]) for h in self.nodes]
+                before = (
+                    [None]
+                    if hop.source == graph.start
+                    else [(s, h) for s in sorted(arriving[hop.source]) for h in self.nodes]
+                )
                 for previous in before:
                     for node in self.nodes:
                         col = p.column()

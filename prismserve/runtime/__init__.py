@@ -5,7 +5,9 @@ from __future__ import annotations
 from prismserve.runtime.base import LocalRuntime, Runtime
 
 
-def create_runtime(*, address: str | None = None, fake_gpus: int | None = None, policy: str = "static") -> Runtime:
+def create_runtime(
+    *, address: str | None = None, fake_gpus: int | None = None, policy: str = "static"
+) -> Runtime:
     """The runtime `prismserve serve` uses: the Ray runtime.
 
     `address` joins a Ray cluster (default: start a local one); `fake_gpus` declares GPUs on a

@@ -32,10 +32,10 @@ class Runtime(ABC):
     def dispatcher(self) -> Dispatcher:
         """Where the unit-task invocations of every request are executed."""
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # noqa: B027 - a hook: doing nothing is right for some runtimes
         """Bring up whatever the runtime needs (cluster connection, actors)."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - a hook: doing nothing is right for some runtimes
         """Stop every executor the runtime started."""
 
     @contextlib.asynccontextmanager
@@ -77,7 +77,9 @@ class Runtime(ABC):
         names = app.named_unit_tasks()
         unknown = sorted((set(plan.replicas()) | set(plan.profiles)) - set(names))
         if unknown:
-            raise ValueError(f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}")
+            raise ValueError(
+                f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}"
+            )
         _check_routing(app, plan.routing)
         for name, profile in plan.profiles.items():
             try:
@@ -92,11 +94,17 @@ class Runtime(ABC):
         """Apps, deployments and their replicas, as JSON-compatible data."""
         return {
             "apps": {
-                name: {"deployments": {path: t.deployment_key() for path, t in app.named_unit_tasks().items()}}
+                name: {
+                    "deployments": {path: t.deployment_key() for path, t in app.named_unit_tasks().items()}
+                }
                 for name, app in self.registry.apps.items()
             },
             "deployments": {
-                key: {"executor_kind": d.task.executor_kind, "apps": sorted(d.apps), **self._deployment_status(key)}
+                key: {
+                    "executor_kind": d.task.executor_kind,
+                    "apps": sorted(d.apps),
+                    **self._deployment_status(key),
+                }
                 for key, d in self.registry.deployments.items()
             },
         }
@@ -105,13 +113,13 @@ class Runtime(ABC):
         """Invocations queued or running per deployment key."""
         return {}
 
-    async def _on_register(self, app: App) -> None:
+    async def _on_register(self, app: App) -> None:  # noqa: B027 - a hook: doing nothing is right for some runtimes
         """Start the deployments a newly registered app needs."""
 
-    async def _on_unregister(self, name: str, released_keys: list[str]) -> None:
+    async def _on_unregister(self, name: str, released_keys: list[str]) -> None:  # noqa: B027 - a hook: doing nothing is right for some runtimes
         """Stop deployments no app uses any more."""
 
-    async def _on_deploy(self, app: App, plan: Plan) -> None:
+    async def _on_deploy(self, app: App, plan: Plan) -> None:  # noqa: B027 - a hook: doing nothing is right for some runtimes
         """Apply a plan."""
 
     def _deployment_status(self, key: str) -> dict[str, Any]:

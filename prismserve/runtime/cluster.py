@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from prismserve.offline import disable_telemetry, replica_env
 
@@ -24,16 +25,20 @@ def connect(address: str | None = None, *, fake_gpus: int | None = None, num_cpu
     env = replica_env()  # replicas download (or not) as this process does
     if "OTEL_EXPORTER_OTLP_ENDPOINT" in os.environ:  # replicas export their spans there too
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
-    options = {
+    options: dict[str, Any] = {
         "include_dashboard": False,
         "logging_level": logging.WARNING,
         "runtime_env": {"env_vars": env},
     }
     if address:
         if fake_gpus is not None:
-            raise ValueError("--fake-gpus applies to a local Ray only; declare GPUs when starting the cluster's nodes")
+            raise ValueError(
+                "--fake-gpus applies to a local Ray only; declare GPUs when starting the cluster's nodes"
+            )
         ray.init(address=address, **options)
     else:
         # "local" starts a new Ray even when another one runs on this machine (or RAY_ADDRESS is set).
-        ray.init(address="local", num_gpus=fake_gpus, num_cpus=num_cpus, _node_ip_address="127.0.0.1", **options)
+        ray.init(
+            address="local", num_gpus=fake_gpus, num_cpus=num_cpus, _node_ip_address="127.0.0.1", **options
+        )
     return True

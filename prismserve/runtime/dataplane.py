@@ -155,7 +155,12 @@ class ShmSlab:
             raw = np.frombuffer(pickled, dtype=np.uint8)
         elif isinstance(value, np.ndarray):
             value = np.ascontiguousarray(value)
-            kind, dtype, shape, raw = "ndarray", value.dtype.str, value.shape, value.reshape(-1).view(np.uint8)
+            kind, dtype, shape, raw = (
+                "ndarray",
+                value.dtype.str,
+                value.shape,
+                value.reshape(-1).view(np.uint8),
+            )
         elif isinstance(value, (bytes, bytearray, memoryview)):
             kind, raw = "bytes", np.frombuffer(value, dtype=np.uint8)
         else:
@@ -165,7 +170,9 @@ class ShmSlab:
             return None
         self._bytes[offset : offset + raw.nbytes] = raw
         self._used[data_id] = (offset, raw.nbytes, time.monotonic())
-        ref = ShmRef(data_id, self.node_id, self.path, offset, raw.nbytes, kind, dtype, tuple(shape), self.owner)
+        ref = ShmRef(
+            data_id, self.node_id, self.path, offset, raw.nbytes, kind, dtype, tuple(shape), self.owner
+        )
         self._refs[data_id] = ref
         return ref
 
@@ -191,10 +198,8 @@ class ShmSlab:
 
     def close(self) -> None:
         """Remove the slab from /dev/shm (existing readers keep their mappings)."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
     def _allocate(self, length: int) -> int | None:
         offset = self._first_fit(length)

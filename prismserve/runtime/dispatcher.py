@@ -33,8 +33,8 @@ _tracer = otel_trace.get_tracer("prismserve.dispatcher")
 RoutingPolicy = Literal["static", "dynamic"]
 
 # Graphs executed inside a request scope: released together when the scope closes.
-_scope: ContextVar[list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] | None] = ContextVar(
-    "prismserve_request_scope", default=None
+_scope: ContextVar[list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] | None] = (
+    ContextVar("prismserve_request_scope", default=None)
 )
 
 
@@ -115,7 +115,9 @@ class ReplicaDispatcher:
                 feeds.append(feed)
             else:
                 awaited.append(each)
-        results = await asyncio.gather(*(self._result(each.manager, each.ref, each.lease) for each in awaited), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._result(each.manager, each.ref, each.lease) for each in awaited), return_exceptions=True
+        )
         for each, result in zip(awaited, results, strict=True):
             if isinstance(result, BaseException):
                 for feed in feeds:  # the attempt is abandoned: its streams must not resend
@@ -160,7 +162,9 @@ class ReplicaDispatcher:
             producers = sorted({p for i in group for p in sent[i].node.producers})
             calls = [Call(request, i, sent[i].node.input, sent[i].node.producers, carrier) for i in group]
             first = sent[group[0]]
-            refs = first.manager.pool.submit(first.lease.replica, calls, producers, [sent[p].ref for p in producers])
+            refs = first.manager.pool.submit(
+                first.lease.replica, calls, producers, [sent[p].ref for p in producers]
+            )
             for i, ref in zip(group, refs, strict=True):
                 sent[i].ref = ref
 
@@ -186,7 +190,9 @@ class ReplicaDispatcher:
         except BaseException as exc:  # noqa: BLE001 - the second failure is final
             raise self._failure(index, manager, lease, exc) from exc
 
-    def _streaming(self, sent: _Sent, resend: Callable[[TaskManager, Replica], Any]) -> tuple[Any, asyncio.Task[None]]:
+    def _streaming(
+        self, sent: _Sent, resend: Callable[[TaskManager, Replica], Any]
+    ) -> tuple[Any, asyncio.Task[None]]:
         """Local streams standing for a streaming invocation's output, fed once its replica answers;
         and the task feeding them."""
         node = sent.node

@@ -91,7 +91,9 @@ class LocalDispatcher(ReplicaDispatcher):
         try:
             return await self.deploy(node.task)
         except Exception as exc:  # noqa: BLE001 - named for the caller, tried again on the next request
-            raise DispatchError(f"call #{node.index} ({type(node.task).__name__}) cannot start: {exc}") from exc
+            raise DispatchError(
+                f"call #{node.index} ({type(node.task).__name__}) cannot start: {exc}"
+            ) from exc
 
     async def _start(self, task: UnitTask[Any, Any]) -> TaskManager:
         function = self._executors.get(type(task).executor_kind)

@@ -45,7 +45,9 @@ class ReplicaPool(ABC):
         """Invocations running or waiting on the replica, as the replica counts them."""
 
     @abstractmethod
-    def submit(self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]) -> list[Any]:
+    def submit(
+        self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]
+    ) -> list[Any]:
         """Send independent invocations of one graph to `replica`, with the references of their
         producers' results (`produced`, in `producers` order); one result reference per call."""
 
@@ -120,12 +122,16 @@ class RayActorPool(ReplicaPool):
     async def queue_depth(self, replica: Replica) -> int:
         return await replica.handle.queue_depth.remote()
 
-    def submit(self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]) -> list[Any]:
+    def submit(
+        self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]
+    ) -> list[Any]:
         # Producers' references as arguments: Ray starts the call once they exist and moves the
         # (small) outputs straight between the actors.
         from prismserve.runtime.replica import pickle_calls
 
-        result = replica.handle.invoke.options(num_returns=len(calls)).remote(pickle_calls(calls), producers, *produced)
+        result = replica.handle.invoke.options(num_returns=len(calls)).remote(
+            pickle_calls(calls), producers, *produced
+        )
         return [result] if len(calls) == 1 else list(result)
 
     async def result(self, ref: Any) -> Any:
@@ -144,7 +150,9 @@ class RayActorPool(ReplicaPool):
         cause = self.cause(error)
         if not isinstance(cause, RayActorError):
             return None
-        if cause.actor_id == replica.actor_id or (cause.actor_id is None and not isinstance(error, RayTaskError)):
+        if cause.actor_id == replica.actor_id or (
+            cause.actor_id is None and not isinstance(error, RayTaskError)
+        ):
             return "replica"
         return "input"
 
@@ -226,7 +234,9 @@ class InProcessPool(ReplicaPool):
     async def queue_depth(self, replica: Replica) -> int:
         return replica.handle.queue_depth()
 
-    def submit(self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]) -> list[Any]:
+    def submit(
+        self, replica: Replica, calls: list[Call], producers: list[int], produced: Sequence[Any]
+    ) -> list[Any]:
         loop = asyncio.get_running_loop()
         actor_id, handle = replica.actor_id, replica.handle
 
@@ -236,7 +246,8 @@ class InProcessPool(ReplicaPool):
             if running is None:
                 raise ReplicaGone(actor_id)
             me = asyncio.current_task()
-            running.add(me)  # type: ignore[arg-type]
+            assert me is not None  # a coroutine run as a task
+            running.add(me)
             try:
                 return await handle.invoke(calls, producers, *values)
             except asyncio.CancelledError:
@@ -244,7 +255,7 @@ class InProcessPool(ReplicaPool):
                     raise
                 raise ReplicaGone(actor_id) from None  # stopped under the call
             finally:
-                running.discard(me)  # type: ignore[arg-type]
+                running.discard(me)
 
         whole = loop.create_task(run())
         refs = [whole] if len(calls) == 1 else [loop.create_task(_item(whole, i)) for i in range(len(calls))]
@@ -275,12 +286,12 @@ class InProcessPool(ReplicaPool):
         free = dict(self._gpus)
         for node, gpus in self._reserved.values():
             free[node] -= gpus
-        node = next((n for n, f in free.items() if f >= needed), None)
-        if node is None:
+        fits = [n for n, f in free.items() if f >= needed]
+        if not fits:
             raise TimeoutError(f"no node has {needed} free GPUs")
         reservation = object()
-        self._reserved[id(reservation)] = (node, needed)
-        return reservation, node
+        self._reserved[id(reservation)] = (fits[0], needed)
+        return reservation, fits[0]
 
     def unreserve(self, reservation: Any) -> None:
         self._reserved.pop(id(reservation), None)

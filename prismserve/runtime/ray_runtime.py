@@ -118,7 +118,10 @@ class RayRuntime(Runtime):
                 missing[key] = task
         # One single-replica cell per deployment that has none yet; a plan replaces them.
         await asyncio.gather(
-            *(self.resources.create_cell(app.name, t.gpus_per_replica, {k: 1}, self.managers) for k, t in missing.items())
+            *(
+                self.resources.create_cell(app.name, t.gpus_per_replica, {k: 1}, self.managers)
+                for k, t in missing.items()
+            )
         )
 
     async def _on_unregister(self, name: str, released_keys: list[str]) -> None:
@@ -142,7 +145,11 @@ class RayRuntime(Runtime):
             manager.spec = self._spec(manager.task, SimProfile.model_validate(profile))
             respecced.append(manager)
         desired = [
-            CellPlan(gpus=cell.gpus, count=cell.count, replicas={names[n].deployment_key(): r for n, r in cell.replicas.items() if r})
+            CellPlan(
+                gpus=cell.gpus,
+                count=cell.count,
+                replicas={names[n].deployment_key(): r for n, r in cell.replicas.items() if r},
+            )
             for cell in plan.cells
         ]
         added, removed = await self.resources.apply(app.name, desired, self.managers)
@@ -179,7 +186,10 @@ class RayRuntime(Runtime):
     def status(self) -> dict[str, Any]:
         status = super().status()
         status["policy"] = self.policy
-        status["gpus"] = {"total": sum(self.resources.inventory().values()), "free": sum(self.resources.free_gpus().values())}
+        status["gpus"] = {
+            "total": sum(self.resources.inventory().values()),
+            "free": sum(self.resources.free_gpus().values()),
+        }
         status["cells"] = [
             {"id": c.id, "owner": c.owner, "gpus": c.gpus, "node_id": c.node_id, "replicas": c.replicas}
             for c in self.resources.cells
@@ -194,4 +204,3 @@ class RayRuntime(Runtime):
                     await manager.check_health(timeout_s=max(1.0, self.health_interval_s))
                 except Exception:  # noqa: BLE001 - keep checking the others
                     log.exception("health check of %s failed", manager.name)
-

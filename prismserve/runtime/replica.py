@@ -90,7 +90,13 @@ class ExecutorReplica:
     """
 
     def __init__(
-        self, key: str, task: UnitTask[Any, Any], spec: ExecutorSpec, slab_bytes: int, *, in_process: bool = False
+        self,
+        key: str,
+        task: UnitTask[Any, Any],
+        spec: ExecutorSpec,
+        slab_bytes: int,
+        *,
+        in_process: bool = False,
     ) -> None:
         self.key = key
         self.task = task
@@ -149,11 +155,13 @@ class ExecutorReplica:
         if isinstance(calls, bytes):
             from ray import cloudpickle
 
-            calls = cloudpickle.loads(calls)
+            batch: list[Call] = cloudpickle.loads(calls)
+        else:
+            batch = calls
         outputs: dict[int, Any] = dict(zip(producers, produced, strict=True))
-        if len(calls) == 1:
-            return await self._invoke(calls[0], outputs)
-        return list(await asyncio.gather(*(self._invoke(call, outputs) for call in calls)))
+        if len(batch) == 1:
+            return await self._invoke(batch[0], outputs)
+        return list(await asyncio.gather(*(self._invoke(call, outputs) for call in batch)))
 
     async def _invoke(self, call: Call, produced: dict[int, Any]) -> Any:
         context = propagate.extract(call.trace) if call.trace else None

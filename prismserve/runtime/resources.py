@@ -54,26 +54,34 @@ class ResourceManager:
                 free[cell.node_id] -= sum(r.placement.gpus for _, r in cell.members)
         return free
 
-    async def create_cell(self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]) -> Cell:
+    async def create_cell(
+        self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]
+    ) -> Cell:
         """Reserve the cell's replicas' resources on one node and start them."""
         members = [managers[key] for key, n in sorted(replicas.items()) for _ in range(n)]
         needed = sum(m.task.gpus_per_replica for m in members)
         if needed > gpus:
-            raise PlacementError(f"a cell of {gpus} GPUs cannot hold replicas needing {needed} GPUs: {replicas}")
+            raise PlacementError(
+                f"a cell of {gpus} GPUs cannot hold replicas needing {needed} GPUs: {replicas}"
+            )
         free = self.free_gpus()
         if needed and max(free.values(), default=0) < needed:
             raise PlacementError(
                 f"no node has {needed} free GPUs for a cell (free GPUs per node: "
                 f"{sorted(int(f) for f in free.values())}); add GPUs or plan for fewer"
             )
-        bundles = [{"GPU": m.task.gpus_per_replica} if m.task.gpus_per_replica else {"CPU": 0.001} for m in members]
+        bundles: list[dict[str, float]] = [
+            {"GPU": m.task.gpus_per_replica} if m.task.gpus_per_replica else {"CPU": 0.001} for m in members
+        ]
         cell = Cell(next(_cell_ids), owner, gpus, dict(replicas))
         try:
             cell.placement_group, cell.node_id = await self.pool.reserve(
                 bundles, f"prismserve-cell-{cell.id}", self.place_timeout_s
             )
         except TimeoutError:
-            raise PlacementError(f"cell of {needed} GPUs could not be placed within {self.place_timeout_s:.0f} s") from None
+            raise PlacementError(
+                f"cell of {needed} GPUs could not be placed within {self.place_timeout_s:.0f} s"
+            ) from None
         self.cells.append(cell)
         started = await asyncio.gather(
             *(
@@ -82,7 +90,7 @@ class ResourceManager:
             ),
             return_exceptions=True,
         )
-        cell.members = [(m, r) for m, r in zip(members, started) if isinstance(r, Replica)]
+        cell.members = [(m, r) for m, r in zip(members, started, strict=True) if isinstance(r, Replica)]
         errors = [r for r in started if isinstance(r, BaseException)]
         if errors:
             await self.remove_cell(cell)
@@ -94,14 +102,18 @@ class ResourceManager:
         await asyncio.gather(*(manager.remove_replica(replica) for manager, replica in cell.members))
         # A replica that failed to start is still listed by its manager.
         for manager in {m for m, _ in cell.members}:
-            for replica in [r for r in manager.replicas if r.placement.placement_group is cell.placement_group]:
+            for replica in [
+                r for r in manager.replicas if r.placement.placement_group is cell.placement_group
+            ]:
                 await manager.remove_replica(replica)
         if cell.placement_group is not None:
             self.pool.unreserve(cell.placement_group)
         if cell in self.cells:
             self.cells.remove(cell)
 
-    async def apply(self, owner: str, desired: list[CellPlan], managers: dict[str, TaskManager]) -> tuple[int, int]:
+    async def apply(
+        self, owner: str, desired: list[CellPlan], managers: dict[str, TaskManager]
+    ) -> tuple[int, int]:
         """Make `owner`'s cells match `desired` (replicas by deployment key) with the planner's plan diff
         (`plan_changes`): identical cells stay up, the rest are added and removed.
 

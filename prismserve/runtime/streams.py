@@ -105,7 +105,9 @@ class StreamTable:
             seen = len(items)
             await asyncio.sleep(0)
             items, closed, error = stream.snapshot(0)
-        return RemoteStreamRef(owner, stream.id, tuple(items), closed, None if error is None else _message(error))
+        return RemoteStreamRef(
+            owner, stream.id, tuple(items), closed, None if error is None else _message(error)
+        )
 
     def release_prefix(self, prefix: str) -> None:
         """Forget the streams whose ids start with `prefix` (their request has ended)."""

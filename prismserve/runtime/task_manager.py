@@ -122,7 +122,7 @@ class TaskManager:
         replica.spec = self.spec
         try:
             await self.pool.start(self, replica)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ReplicaStartError(
                 f"replica {replica.id} of {self.name} did not start within {self.start_timeout_s:.0f} s"
             ) from None

@@ -48,7 +48,7 @@ def _holds_placeholder(obj: Any) -> bool:
         values = obj.__dict__.values()
     else:
         return False
-    for value in values:
+    for value in values:  # noqa: SIM110 - a loop: any() over a generator is slower on the record path
         if type(value) not in _LEAVES and _holds_placeholder(value):
             return True
     return False
@@ -186,7 +186,9 @@ class Task(BaseModel, Generic[InT, OutT]):
                     seen.add(task.deployment_key())
                     found[path] = task
             else:
-                stack.extend((f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(task.__dict__))
+                stack.extend(
+                    (f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(task.__dict__)
+                )
         return found
 
     def path_to(self, task: Task[Any, Any]) -> str | None:
@@ -196,7 +198,9 @@ class Task(BaseModel, Generic[InT, OutT]):
             path, current = stack.pop(0)
             if current is task:
                 return path
-            stack.extend((f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(current.__dict__))
+            stack.extend(
+                (f"{path}.{name}" if path else name, sub) for name, sub in _named_tasks(current.__dict__)
+            )
         return None
 
     def unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
@@ -301,7 +305,9 @@ class UnitTask(Task[InT, OutT]):
             return
         out, inp = cls.output_type, cls.input_type
         if not (isinstance(inp, type) and issubclass(inp, TaskInput)):
-            raise TaskDefinitionError(f"{cls.__qualname__}: the input type must be a TaskInput subclass, got {inp!r}")
+            raise TaskDefinitionError(
+                f"{cls.__qualname__}: the input type must be a TaskInput subclass, got {inp!r}"
+            )
         if _is_stream_type(out):
             cls._output_fields = None
         elif isinstance(out, type) and issubclass(out, TaskOutput):
@@ -345,8 +351,10 @@ class UnitTask(Task[InT, OutT]):
         """The stand-in output of invocation `index` during record."""
         if cls._output_fields is None:
             return Stream(data_id(index), placeholder=True)
-        values = {
-            name: Stream(data_id(index, name), placeholder=True) if is_stream else DataHandle(data_id(index, name))
+        values: dict[str, Any] = {
+            name: Stream(data_id(index, name), placeholder=True)
+            if is_stream
+            else DataHandle(data_id(index, name))
             for name, is_stream in cls._output_fields
         }
         return cls.output_type.construct_unvalidated(values)

@@ -133,7 +133,7 @@ class DataHandle(Generic[T]):
 
     def __contains__(self, item: object) -> bool:
         self._refuse_placeholder(None, "searched with `in`")
-        return item in self.value
+        return item in self._held
 
     def __bool__(self) -> bool:
         return bool(self.value)
@@ -145,13 +145,18 @@ class DataHandle(Generic[T]):
         return format(self.value, spec)
 
     def __iter__(self) -> Any:
-        return iter(self.value)
+        return iter(self._held)
 
     def __len__(self) -> int:
-        return len(self.value)
+        return len(self._held)
 
     def __getitem__(self, key: Any) -> Any:
-        return self.value[key]
+        return self._held[key]
+
+    @property
+    def _held(self) -> Any:
+        """The value, for the container protocols it may or may not support (T is anything)."""
+        return self.value
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:

@@ -50,7 +50,7 @@ class Session:
     def _record(self, task: UnitTask[Any, Any], task_input: Any) -> Any:
         nodes = self.graph.nodes
         index = len(nodes)
-        input_type = type(task).input_type
+        input_type: Any = type(task).input_type  # set on every deployable class
         if not isinstance(task_input, input_type):
             task_input = input_type.model_validate(task_input)
         deps: dict[str, int] = {}
@@ -65,8 +65,10 @@ class Session:
             self._diverged(index, f"it invoked {self._name(task)}, but record made only {len(nodes)} calls")
         node = nodes[index]
         if node.task is not task and node.task_key != task.deployment_key():
-            self._diverged(index, f"record invoked {self._name(node.task)}, replay invoked {self._name(task)}")
-        input_type = type(task).input_type
+            self._diverged(
+                index, f"record invoked {self._name(node.task)}, replay invoked {self._name(task)}"
+            )
+        input_type: Any = type(task).input_type  # set on every deployable class
         if not isinstance(task_input, input_type):
             task_input = input_type.model_validate(task_input)
         difference = _difference(node.input, task_input, self.outputs, "input")
@@ -111,7 +113,8 @@ class Session:
         if self.cursor != len(self.graph.nodes):
             missing = self.graph.nodes[self.cursor]
             self._diverged(
-                self.cursor, f"record invoked {self._name(missing.task)} there, replay made only {self.cursor} calls"
+                self.cursor,
+                f"record invoked {self._name(missing.task)} there, replay made only {self.cursor} calls",
             )
         if self.choice_cursor != len(self.graph.choices):
             raise ReplayDivergenceError(

@@ -31,7 +31,12 @@ class ImageGenTask(Task[ImageRequest, ImagesOutput]):
 
     def invoke(self, request: ImageRequest) -> ImagesOutput:
         seed = request.seed if request.seed is not None else replayable_choice(2**31)
-        shape: dict[str, Any] = {"width": request.width, "height": request.height, "steps": request.steps, "guidance": request.guidance}
+        shape: dict[str, Any] = {
+            "width": request.width,
+            "height": request.height,
+            "steps": request.steps,
+            "guidance": request.guidance,
+        }
         if self.text_encoder_fission:
             embeds = self.text_encoder.invoke(PromptInput(prompt=request.prompt)).embeds
             negative = None
@@ -40,7 +45,10 @@ class ImageGenTask(Task[ImageRequest, ImagesOutput]):
             prompt: dict[str, Any] = {"embeds": embeds, "negative": negative}
         else:
             prompt = {"prompt": request.prompt, "negative_prompt": request.negative_prompt}
-        images = [self.generator.invoke(ImageGenInput(**prompt, **shape, seed=seed + i)).image for i in range(request.n)]
+        images = [
+            self.generator.invoke(ImageGenInput(**prompt, **shape, seed=seed + i)).image
+            for i in range(request.n)
+        ]
         return ImagesOutput(images=images)
 
 

@@ -44,14 +44,23 @@ def conversation(request: ChatRequest) -> tuple[list[dict[str, Any]], list[Media
 
 
 def llm_input(
-    request: ChatRequest, model: str, modalities: tuple[MediaModality, ...], encoders: dict[MediaModality, EncoderTask] | None, **extra: Any
+    request: ChatRequest,
+    model: str,
+    modalities: tuple[MediaModality, ...],
+    encoders: dict[MediaModality, EncoderTask] | None,
+    **extra: Any,
 ) -> LLMInput:
     """An LLM's input for `request`: media encoded by `encoders` (invoked here), or raw without them."""
     messages, media = conversation(request)
     unsupported = sorted({m.modality for m in media} - set(modalities))
     if unsupported:
         raise InvalidInputError(f"{model} takes {', '.join(modalities)} input, not {', '.join(unsupported)}")
-    sampling = {"max_tokens": request.max_tokens, "temperature": request.temperature, "seed": request.seed, **extra}
+    sampling = {
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "seed": request.seed,
+        **extra,
+    }
     if encoders is None:
         return LLMInput(conversation=messages, media=media, **sampling)
     encoded = []

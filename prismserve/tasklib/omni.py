@@ -63,7 +63,10 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         talk = TalkerInput(thinker=thought.talker, max_codes=self.max_codes, temperature=request.temperature)
         codes = self.talker.invoke(talk)
         seed = request.seed or 0
-        return OmniOutput(text=thought.text, audio=self.vocoder.invoke(VocoderInput(codes=codes, speaker=self.speaker, seed=seed)))
+        return OmniOutput(
+            text=thought.text,
+            audio=self.vocoder.invoke(VocoderInput(codes=codes, speaker=self.speaker, seed=seed)),
+        )
 
 
 async def chat_chunks(output: OmniOutput) -> AsyncIterator[ChatChunk]:

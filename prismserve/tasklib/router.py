@@ -34,7 +34,9 @@ class Router(Task[Any, Any]):
         for request_type, probabilities in routing.items():
             unknown = sorted(set(probabilities) - set(self.paths))
             if unknown:
-                raise ValueError(f"routing[{request_type!r}] names paths {unknown}; the router has {sorted(self.paths)}")
+                raise ValueError(
+                    f"routing[{request_type!r}] names paths {unknown}; the router has {sorted(self.paths)}"
+                )
 
     def request_type(self, request: Any) -> str:
         """The plan's name for this request's type (a chat request's `request_type`, else `default`)."""

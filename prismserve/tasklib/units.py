@@ -64,7 +64,9 @@ class LLMInput(TaskInput):
     def check_media(self, takes_media: bool, model: str) -> None:
         """Raw media reach only a deployment that holds the encoders (else: the request's fault)."""
         if self.media and not takes_media:
-            raise InvalidInputError(f"this deployment of {model} has no encoders: send embeddings, not raw media")
+            raise InvalidInputError(
+                f"this deployment of {model} has no encoders: send embeddings, not raw media"
+            )
 
 
 class LLMTask(UnitTask[LLMInput, Stream[str]]):

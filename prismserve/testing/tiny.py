@@ -34,7 +34,9 @@ OMNI_TOKENS = {
 }  # fmt: skip
 
 
-def chat_template(image: str = "<|image_pad|>", video: str = "<|video_pad|>", audio: str = "<|AUDIO|>") -> str:
+def chat_template(
+    image: str = "<|image_pad|>", video: str = "<|video_pad|>", audio: str = "<|AUDIO|>"
+) -> str:
     """Qwen-style ChatML; media parts become the family's placeholder tokens."""
     return (
         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
@@ -202,11 +204,17 @@ def _qwen2_5_omni(out: Path) -> None:
     )
     torch.manual_seed(0)
     model = Qwen2_5OmniForConditionalGeneration(config)
-    speaker = {"bos_token": ids["<|tts_text_bos|>"], "cond": torch.randn(1, 16), "ref_mel": torch.randn(1, 30, 80)}
+    speaker = {
+        "bos_token": ids["<|tts_text_bos|>"],
+        "cond": torch.randn(1, 16),
+        "ref_mel": torch.randn(1, 30, 80),
+    }
     # Random weights give a near-silent vocoder (peaks ~1e-8): scale its last layer to peak near 0.5,
     # so that audio comparisons and 16-bit PCM carry signal.
     with torch.no_grad():
-        wav = model.token2wav(torch.arange(20)[None], conditioning=speaker["cond"], reference_mel=speaker["ref_mel"])
+        wav = model.token2wav(
+            torch.arange(20)[None], conditioning=speaker["cond"], reference_mel=speaker["ref_mel"]
+        )
         model.token2wav.code2wav_bigvgan_model.conv_post.weight *= 0.5 / float(wav.abs().max())
     model.save_pretrained(out)
     torch.save({"Chelsie": speaker}, out / "spk_dict.pt")
@@ -306,17 +314,31 @@ def _qwen_image(out: Path) -> None:
     torch.manual_seed(0)
     QwenImagePipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(
-            shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096
+            shift=1.0,
+            use_dynamic_shifting=True,
+            base_shift=0.5,
+            max_shift=1.15,
+            base_image_seq_len=256,
+            max_image_seq_len=4096,
         ),
         vae=AutoencoderKLQwenImage(
-            base_dim=16, z_dim=latent, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-            latents_mean=[0.0] * latent, latents_std=[1.0] * latent,
+            base_dim=16,
+            z_dim=latent,
+            dim_mult=[1, 2, 2, 2],
+            num_res_blocks=1,
+            latents_mean=[0.0] * latent,
+            latents_std=[1.0] * latent,
         ),  # fmt: skip
         text_encoder=Qwen2_5_VLForConditionalGeneration(text_encoder),
         tokenizer=tok,
         transformer=QwenImageTransformer2DModel(
-            in_channels=4 * latent, out_channels=latent, num_layers=2, attention_head_dim=16,
-            num_attention_heads=2, joint_attention_dim=64, axes_dims_rope=(4, 6, 6),
+            in_channels=4 * latent,
+            out_channels=latent,
+            num_layers=2,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            joint_attention_dim=64,
+            axes_dims_rope=(4, 6, 6),
         ),  # fmt: skip
     ).save_pretrained(out)  # type: ignore[attr-defined]  # DiffusionPipeline's, which diffusers' types do not reach
 
@@ -344,8 +366,12 @@ def _internvl3(out: Path) -> None:
     torch.manual_seed(0)
     InternVLForConditionalGeneration(config).save_pretrained(out)
     tok.save_pretrained(out)
-    GotOcr2ImageProcessorPil(size={"height": 56, "width": 56}, crop_to_patches=True, max_patches=4).save_pretrained(out)
-    (out / "processor_config.json").write_text(json.dumps({"image_seq_length": 4, "processor_class": "InternVLProcessor"}))
+    GotOcr2ImageProcessorPil(
+        size={"height": 56, "width": 56}, crop_to_patches=True, max_patches=4
+    ).save_pretrained(out)
+    (out / "processor_config.json").write_text(
+        json.dumps({"image_seq_length": 4, "processor_class": "InternVLProcessor"})
+    )
 
 
 def _gemma3(out: Path) -> None:
@@ -355,7 +381,11 @@ def _gemma3(out: Path) -> None:
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
     from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
-    markers = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+    markers = {
+        "boi_token": "<start_of_image>",
+        "eoi_token": "<end_of_image>",
+        "image_token": "<image_soft_token>",
+    }
     tok = tokenizer(chat_template(image="<start_of_image>"), markers)
     tok.add_special_tokens({"additional_special_tokens": list(markers.values())})
     ids = {t: tok.convert_tokens_to_ids(t) for t in [*SPECIAL_TOKENS, *markers.values()]}
@@ -377,7 +407,9 @@ def _gemma3(out: Path) -> None:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     Gemma3ImageProcessorPil(size={"height": 56, "width": 56}).save_pretrained(out)
-    (out / "processor_config.json").write_text(json.dumps({"image_seq_length": 4, "processor_class": "Gemma3Processor"}))
+    (out / "processor_config.json").write_text(
+        json.dumps({"image_seq_length": 4, "processor_class": "Gemma3Processor"})
+    )
 
 
 def _internvl3_tuned(out: Path) -> None:
@@ -391,7 +423,13 @@ def _internvl3_tuned(out: Path) -> None:
     for parameter in model.model.language_model.parameters():
         parameter.data.normal_(0.0, 0.02)
     model.save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json", "processor_config.json"):
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "preprocessor_config.json",
+        "processor_config.json",
+    ):
         shutil.copy(base / name, out / name)
 
 

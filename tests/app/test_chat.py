@@ -19,7 +19,10 @@ def test_parts_are_told_apart_by_type_in_json():
         {
             "messages": [
                 {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
-                {"role": "user", "content": [{"type": "image", "data": "cG5n"}, {"type": "audio", "data": "d2F2"}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "data": "cG5n"}, {"type": "audio", "data": "d2F2"}],
+                },
             ]
         }
     )

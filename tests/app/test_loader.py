@@ -20,7 +20,9 @@ from prismserve.app import AppConfig
 from prismserve.toy.tasks import ChatRequest, MLLMTask
 """
 
-ANSWER_APP = HEADER + """
+ANSWER_APP = (
+    HEADER
+    + """
 mllm = MLLMTask(model_id="m")
 
 class Config(AppConfig):
@@ -33,8 +35,11 @@ async def serve(request: ChatRequest) -> Answer:
     response = await mllm(request)
     return Answer(text=" ".join([t async for t in response.text]))
 """
+)
 
-STREAM_APP = HEADER + """
+STREAM_APP = (
+    HEADER
+    + """
 mllm = MLLMTask(model_id="m")
 
 class Config(AppConfig):
@@ -47,6 +52,7 @@ async def serve(request: ChatRequest) -> AsyncIterator[Token]:
     async for token in (await mllm(request)).text:
         yield Token(token=token)
 """
+)
 
 
 def src(text: str) -> str:
@@ -101,11 +107,13 @@ BAD_APPS = {
         r"`Config` must be a class deriving from prismserve\.app\.AppConfig",
     ),
     "no_tasks": (
-        HEADER + "class Config(AppConfig):\n    tasks = {}\nasync def serve(request: ChatRequest) -> ChatRequest: ...\n",
+        HEADER
+        + "class Config(AppConfig):\n    tasks = {}\nasync def serve(request: ChatRequest) -> ChatRequest: ...\n",
         r"Config\.tasks must be a non-empty dict",
     ),
     "task_not_a_task": (
-        HEADER + "class Config(AppConfig):\n    tasks = {'x': 3}\nasync def serve(request: ChatRequest) -> ChatRequest: ...\n",
+        HEADER
+        + "class Config(AppConfig):\n    tasks = {'x': 3}\nasync def serve(request: ChatRequest) -> ChatRequest: ...\n",
         r"Config\.tasks\['x'\] must map a string to a Task instance, got int",
     ),
     "no_serve": (
@@ -148,7 +156,10 @@ BAD_APPS = {
         + "async def serve(request: ChatRequest, extra: int) -> ChatRequest:\n    return request\n",
         r"serve must take exactly one argument",
     ),
-    "syntax_error": (HEADER + "class Config(AppConfig)\n    tasks = {}\n", r"syntax_error\.py:6: syntax error: expected ':'"),
+    "syntax_error": (
+        HEADER + "class Config(AppConfig)\n    tasks = {}\n",
+        r"syntax_error\.py:6: syntax error: expected ':'",
+    ),
     "import_error": (
         HEADER + "from prismserve.nowhere import Thing\n",
         r"import_error\.py:6: error while importing the app: ModuleNotFoundError: No module named 'prismserve\.nowhere'",

@@ -99,7 +99,11 @@ def test_equivalent_tasks_across_apps_share_deployments_until_the_last_app_goes(
 
     assert kinds(registry.unregister("arena")) == ["LLMTask(gemma-12b)"]
     assert len(registry.deployments) == 3
-    assert kinds(registry.unregister("solo")) == ["EncoderTask(siglip)", "EncoderTask(siglip)", "LLMTask(gemma-4b)"]
+    assert kinds(registry.unregister("solo")) == [
+        "EncoderTask(siglip)",
+        "EncoderTask(siglip)",
+        "LLMTask(gemma-4b)",
+    ]
     assert registry.deployments == {}
 
 

@@ -9,7 +9,9 @@ from prismserve.bench.metrics import SLO, summarize
 
 
 def result(kind: str, sent: float, done: float, tokens: list[float] = (), ok: bool = True) -> RequestResult:
-    return RequestResult(kind, sent, sent_s=sent, done_s=done, ok=ok, status=200 if ok else 502, token_s=list(tokens))
+    return RequestResult(
+        kind, sent, sent_s=sent, done_s=done, ok=ok, status=200 if ok else 502, token_s=list(tokens)
+    )
 
 
 def test_throughput_latency_and_types():

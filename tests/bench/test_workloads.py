@@ -66,7 +66,10 @@ def test_controlled_workload_has_the_expected_images():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: servegen(Arrivals("poisson", 1.0), count=10, duration=5), "either a request count or a duration"),
+        (
+            lambda: servegen(Arrivals("poisson", 1.0), count=10, duration=5),
+            "either a request count or a duration",
+        ),
         (lambda: azure("chat", Arrivals("trace"), count=1), "'conv' and 'code'"),
         (lambda: Arrivals("poisson"), "poisson arrivals need a rate"),
         (lambda: Arrivals("burst", 1.0), "arrivals must be 'poisson' or 'trace'"),
@@ -79,7 +82,9 @@ def test_bad_workload_parameters_are_clear_errors(call, message):
 
 
 def test_request_body_carries_real_media_for_each_part():
-    spec = RequestSpec(0.0, text_tokens=5, output_tokens=7, images=(image_size(400),), audios=1, videos=1, audio_out=True)
+    spec = RequestSpec(
+        0.0, text_tokens=5, output_tokens=7, images=(image_size(400),), audios=1, videos=1, audio_out=True
+    )
     body = chat_body(spec, "m")
     kinds = [part["type"] for part in body["messages"][0]["content"]]
     assert kinds == ["text", "image_url", "input_audio", "video_url"]

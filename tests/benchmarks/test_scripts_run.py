@@ -33,8 +33,12 @@ def run_script(args: list[str], cwd: Path, timeout: float) -> subprocess.Complet
     prints them on SIGABRT): a hang is a defect to find, never re-run away."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
     process = subprocess.Popen(
-        [sys.executable, "-X", "faulthandler", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env, cwd=cwd,
+        [sys.executable, "-X", "faulthandler", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
     )
     try:
         stdout, stderr = process.communicate(timeout=timeout)

@@ -14,7 +14,9 @@ from prismserve.cli import main
 
 def prismserve(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.run([sys.executable, "-m", "prismserve", *args], capture_output=True, text=True, env=env, timeout=280)
+    return subprocess.run(
+        [sys.executable, "-m", "prismserve", *args], capture_output=True, text=True, env=env, timeout=280
+    )
 
 
 def test_help_lists_the_commands(capsys):

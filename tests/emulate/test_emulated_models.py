@@ -38,7 +38,9 @@ def test_paths_run_each_needed_component_once_in_order():
 
 
 def test_tile_and_token_counts_follow_the_models():
-    assert internvl_tiles(1920, 1080) == 9 and internvl_tiles(1680, 1050) == 7 and internvl_tiles(448, 448) == 1
+    assert (
+        internvl_tiles(1920, 1080) == 9 and internvl_tiles(1680, 1050) == 7 and internvl_tiles(448, 448) == 1
+    )
     assert qwen_image_tokens(280, 56) == 20
 
 
@@ -82,7 +84,9 @@ def test_requests_follow_the_routed_path_with_the_work_of_each_role():
         calls.append((stage.executor, stage_input.sim_work))
         return StageOutput(payload=[0.0])
 
-    request = ChatRequest.of("what is this", images=[jpeg((684 // 18 * 28, 18 * 28))], audio_out=True, max_tokens=129)
+    request = ChatRequest.of(
+        "what is this", images=[jpeg((684 // 18 * 28, 18 * 28))], audio_out=True, max_tokens=129
+    )
     routing = {request.request_type: {"I->IVAL->G": 1.0}}
 
     async def run():
@@ -97,7 +101,9 @@ def test_requests_follow_the_routed_path_with_the_work_of_each_role():
 
 
 def test_request_spec_reads_sizes_from_the_request():
-    request = ChatRequest.of("a b c", images=[jpeg((64, 32))], audios=[b"RIFF"], videos=[b"clip"], max_tokens=9)
+    request = ChatRequest.of(
+        "a b c", images=[jpeg((64, 32))], audios=[b"RIFF"], videos=[b"clip"], max_tokens=9
+    )
     spec = request_spec(request)
     assert spec.images == ((64, 32),) and spec.audios == 1 and spec.videos == 1 and spec.output_tokens == 9
     assert spec.text_tokens == 3 and spec.request_type == request.request_type == "audio+image+text+video"

@@ -72,7 +72,8 @@ async def serve(request: ChatRequest) -> {returns}:
 GARBLED_ANSWER = GARBLED.format(returns="ChatCompletion", body='return ChatCompletion(text="\\ud800")')
 """An app whose answer no JSON encoder takes (a lone surrogate, as a broken model may write)."""
 GARBLED_STREAM = GARBLED.format(
-    returns="AsyncIterator[ChatChunk]", body='yield ChatChunk(text="fine")\n    yield ChatChunk(text="\\ud800")'
+    returns="AsyncIterator[ChatChunk]",
+    body='yield ChatChunk(text="fine")\n    yield ChatChunk(text="\\ud800")',
 )
 """A streaming app whose second chunk no JSON encoder takes."""
 

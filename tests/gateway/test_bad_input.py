@@ -81,19 +81,40 @@ def test_a_lone_surrogate_in_a_message_is_a_400_on_chat_and_before_the_invoke_st
 
 @pytest.mark.parametrize("kind", [["image"], {"image": 1}], ids=["list", "object"])
 def test_a_content_part_type_that_is_not_a_string_is_a_4xx(gateway, kind):
-    invoke = gateway.post("/v1/apps/answer/invoke", json={"messages": [{"role": "user", "content": [{"type": kind, "data": "AAAA"}]}]})
-    assert invoke.status_code == 422 and "does not match any of the expected tags" in invoke.json()["error"]["message"]
-    chat = gateway.post("/v1/chat/completions", json={"model": "answer", "messages": [{"role": "user", "content": [{"type": kind}]}]})
-    assert chat.status_code == 400 and "content.0.type: Input should be 'text'" in chat.json()["error"]["message"]
+    invoke = gateway.post(
+        "/v1/apps/answer/invoke",
+        json={"messages": [{"role": "user", "content": [{"type": kind, "data": "AAAA"}]}]},
+    )
+    assert (
+        invoke.status_code == 422
+        and "does not match any of the expected tags" in invoke.json()["error"]["message"]
+    )
+    chat = gateway.post(
+        "/v1/chat/completions",
+        json={"model": "answer", "messages": [{"role": "user", "content": [{"type": kind}]}]},
+    )
+    assert (
+        chat.status_code == 400
+        and "content.0.type: Input should be 'text'" in chat.json()["error"]["message"]
+    )
 
 
 def test_an_image_claiming_100000_by_100000_pixels_is_a_400_on_both_apis(gateway):
     invoke = gateway.post(
-        "/v1/apps/answer/invoke", json={"messages": [{"role": "user", "content": [{"type": "image", "data": b64(bomb_png())}]}]}
+        "/v1/apps/answer/invoke",
+        json={"messages": [{"role": "user", "content": [{"type": "image", "data": b64(bomb_png())}]}]},
     )
     chat = gateway.post(
         "/v1/chat/completions",
-        json={"model": "omni", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(bomb_png())}}]}]},
+        json={
+            "model": "omni",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": data_url(bomb_png())}}],
+                }
+            ],
+        },
     )
     for response in (invoke, chat):
         assert response.status_code == 400
@@ -105,31 +126,46 @@ def test_an_image_claiming_100000_by_100000_pixels_is_a_400_on_both_apis(gateway
 def test_the_encoders_media_decoding_refuses_a_decompression_bomb_as_media_error():
     with pytest.raises(MediaError, match=r"image too large to decode: Image size \(10000000000 pixels\)"):
         load_image(bomb_png())
-    with pytest.raises(MediaError, match=r"video frames too large to decode: Image size \(10000000000 pixels\)"):
+    with pytest.raises(
+        MediaError, match=r"video frames too large to decode: Image size \(10000000000 pixels\)"
+    ):
         load_video_frames(bomb_png(), 4)
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"])
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]
+)
 @pytest.mark.parametrize("route", JSON_ROUTES)
 def test_a_body_that_is_not_declared_json_is_415_naming_the_type_expected(gateway, route, content_type):
-    refused = gateway.post(route, content=json.dumps(chat_body("hi")), headers={"content-type": content_type, **ADMIN})
+    refused = gateway.post(
+        route, content=json.dumps(chat_body("hi")), headers={"content-type": content_type, **ADMIN}
+    )
     assert refused.status_code == 415
     assert refused.json()["error"]["message"] == (
         f"Content-Type {content_type!r} is not accepted: send the body as JSON with Content-Type: application/json"
     )
 
 
-@pytest.mark.parametrize("content_type", [None, "application/json", "application/json; charset=utf-8", "application/vnd.api+json"])
+@pytest.mark.parametrize(
+    "content_type", [None, "application/json", "application/json; charset=utf-8", "application/vnd.api+json"]
+)
 def test_json_bodies_are_accepted_with_a_json_content_type_or_none(gateway, content_type):
     headers = {} if content_type is None else {"content-type": content_type}
-    request = gateway.build_request("POST", "/v1/apps/answer/invoke", content=json.dumps(chat_body("hi")), headers=headers)
+    request = gateway.build_request(
+        "POST", "/v1/apps/answer/invoke", content=json.dumps(chat_body("hi")), headers=headers
+    )
     assert request.headers.get("content-type") == content_type  # httpx adds none for raw content
     response = gateway.send(request)
     assert response.status_code == 200, response.text
 
 
 def test_an_internal_error_is_a_500_that_leaves_the_keep_alive_connection_usable(gateway):
-    assert gateway.post("/admin/apps", json={"name": "garbled", "source": GARBLED_ANSWER}, headers=ADMIN).status_code == 201
+    assert (
+        gateway.post(
+            "/admin/apps", json={"name": "garbled", "source": GARBLED_ANSWER}, headers=ADMIN
+        ).status_code
+        == 201
+    )
     before = gateway.get("/health")
     failed = gateway.post("/v1/apps/garbled/invoke", json=chat_body("hi"))  # the answer cannot be encoded
     assert failed.status_code == 500 and failed.json()["error"]["type"] == "internal_error"
@@ -143,7 +179,12 @@ def test_an_internal_error_is_a_500_that_leaves_the_keep_alive_connection_usable
 
 
 def test_an_error_mid_stream_that_is_not_an_http_error_still_ends_with_an_error_event(gateway):
-    assert gateway.post("/admin/apps", json={"name": "garbled", "source": GARBLED_STREAM}, headers=ADMIN).status_code == 201
+    assert (
+        gateway.post(
+            "/admin/apps", json={"name": "garbled", "source": GARBLED_STREAM}, headers=ADMIN
+        ).status_code
+        == 201
+    )
     with gateway.stream("POST", "/v1/apps/garbled/invoke", json=chat_body("hi")) as response:
         assert response.status_code == 200
         events = sse_events(response.iter_lines())
@@ -168,14 +209,19 @@ def assert_hidden_but_logged(message: str, request_id: str, caplog) -> None:
 
 def test_an_executor_failure_shows_the_component_not_ray_internals_which_go_to_the_log(gateway, caplog):
     caplog.set_level(logging.ERROR, logger="prismserve.gateway")
-    failed = gateway.post("/v1/apps/answer/invoke", json=chat_body("crash on ray"), headers={"x-request-id": "leak-1"})
+    failed = gateway.post(
+        "/v1/apps/answer/invoke", json=chat_body("crash on ray"), headers={"x-request-id": "leak-1"}
+    )
     assert failed.status_code == 502 and failed.headers["x-request-id"] == "leak-1"
     error = failed.json()["error"]
     assert error["request_id"] == "leak-1" and error["type"] == "executor_error"
     assert error["message"].startswith("app 'answer': call #0 (LLMTask) failed;")
     assert_hidden_but_logged(error["message"], "leak-1", caplog)
 
-    chat = gateway.post("/v1/chat/completions", json={"model": "answer", "messages": [{"role": "user", "content": "crash on ray"}]})
+    chat = gateway.post(
+        "/v1/chat/completions",
+        json={"model": "answer", "messages": [{"role": "user", "content": "crash on ray"}]},
+    )
     assert chat.status_code == 502
     assert_hidden_but_logged(chat.json()["error"]["message"], chat.headers["x-request-id"], caplog)
 
@@ -208,7 +254,9 @@ def test_an_unexpected_gateway_error_is_a_generic_500_with_the_details_in_the_lo
         failed = client.get("/admin/status", headers=ADMIN)
         assert failed.status_code == 500
         error = failed.json()["error"]
-        assert error["type"] == "internal_error" and error["message"].startswith("the gateway failed (RuntimeError);")
+        assert error["type"] == "internal_error" and error["message"].startswith(
+            "the gateway failed (RuntimeError);"
+        )
         assert_hidden_but_logged(error["message"], failed.headers["x-request-id"], caplog)
         assert client.get("/health").status_code == 200
 

@@ -60,7 +60,12 @@ def test_invoke_prints_each_streamed_chunk_from_a_request_file(cli, tmp_path):
     request.write_text(json.dumps(chat_body("one two")))
     code, out, _ = cli("invoke", "omni", f"@{request}")
     assert code == 0
-    assert [json.loads(line)["text"] for line in out.splitlines()] == ["[0 media, 0.000]", " user:", " one", " two"]
+    assert [json.loads(line)["text"] for line in out.splitlines()] == [
+        "[0 media, 0.000]",
+        " user:",
+        " one",
+        " two",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -69,7 +74,10 @@ def test_invoke_prints_each_streamed_chunk_from_a_request_file(cli, tmp_path):
         (("invoke", "nope", "{}"), "error: 404: no app named 'nope'"),
         (("invoke", "answer", "{oops"), "error: 400: malformed JSON"),
         (("invoke", "answer", "@/no/such/file.json"), "error: /no/such/file.json: No such file or directory"),
-        (("invoke", "omni", json.dumps(chat_body("fail midway"))), "(LLMTask) failed; the gateway's log has the details"),
+        (
+            ("invoke", "omni", json.dumps(chat_body("fail midway"))),
+            "(LLMTask) failed; the gateway's log has the details",
+        ),
         (("register", "/no/such/app.py"), "error: /no/such/app.py: No such file or directory"),
         (("unregister", "nope"), "error: 404: no app named 'nope'"),
         (("list", "--token", "wrong"), "error: 401: admin API: missing or wrong bearer token"),
@@ -99,13 +107,17 @@ class _RecordingRuntime(LocalRuntime):
         self.events.append("close")
 
 
-def test_serve_registers_the_app_applies_the_plan_prints_the_token_and_closes_the_runtime(tmp_path, monkeypatch, capsys):
+def test_serve_registers_the_app_applies_the_plan_prints_the_token_and_closes_the_runtime(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("PRISMSERVE_ADMIN_TOKEN", "")  # empty: a token is generated
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"cells": [{"gpus": 1, "replicas": {"omni.thinker.llm": 1}}]}))
     runtime = _RecordingRuntime(EXECUTORS)
     runtime.events = []
-    server = prepare_server(ServeOptions(str(APP_PATH), name="omni", plan_path=str(plan), port=0), runtime=runtime)
+    server = prepare_server(
+        ServeOptions(str(APP_PATH), name="omni", plan_path=str(plan), port=0), runtime=runtime
+    )
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(asyncio.run(server.serve())))
     thread.start()
@@ -115,7 +127,9 @@ def test_serve_registers_the_app_applies_the_plan_prints_the_token_and_closes_th
         assert f"prismserve: serving app 'omni' at {server.url}\n" in out
         assert f"admin token (shown once; set PRISMSERVE_ADMIN_TOKEN to choose it): {server.token}\n" in out
         headers = {"Authorization": f"Bearer {server.token}"}
-        assert [a["name"] for a in httpx.get(f"{server.url}/admin/apps", headers=headers).json()["apps"]] == ["omni"]
+        assert [a["name"] for a in httpx.get(f"{server.url}/admin/apps", headers=headers).json()["apps"]] == [
+            "omni"
+        ]
         assert runtime.plans["omni"].replicas() == {"omni.thinker.llm": 1}
     finally:
         server.stop()
@@ -128,8 +142,14 @@ def test_serve_registers_the_app_applies_the_plan_prints_the_token_and_closes_th
     [
         (["/no/such/app.py"], "error: /no/such/app.py: cannot read app file"),
         ([str(APP_PATH), "--plan", "/no/such/plan.json"], "error: /no/such/plan.json: cannot read plan"),
-        ([str(APP_PATH), "--in-process", "--fake-gpus", "2"], "error: --in-process runs everything in this process"),
-        ([str(APP_PATH), "--routing", "static", "--host", "256.0.0.1"], "error: cannot listen on 256.0.0.1:8000"),
+        (
+            [str(APP_PATH), "--in-process", "--fake-gpus", "2"],
+            "error: --in-process runs everything in this process",
+        ),
+        (
+            [str(APP_PATH), "--routing", "static", "--host", "256.0.0.1"],
+            "error: cannot listen on 256.0.0.1:8000",
+        ),
     ],
 )
 def test_serve_reports_what_keeps_it_from_starting_in_one_line(args, message, capsys):
@@ -143,9 +163,14 @@ def test_serve_reports_a_plan_the_app_cannot_take_and_closes_the_runtime(tmp_pat
     plan.write_text(json.dumps({"cells": [{"gpus": 1, "replicas": {"omni.nothing": 1}}]}))
     runtime = _RecordingRuntime(EXECUTORS)
     runtime.events = []
-    assert run_server(ServeOptions(str(APP_PATH), name="omni", plan_path=str(plan), port=0), runtime=runtime) == 2
+    assert (
+        run_server(ServeOptions(str(APP_PATH), name="omni", plan_path=str(plan), port=0), runtime=runtime)
+        == 2
+    )
     captured = capsys.readouterr()
-    assert captured.err.startswith("error: plan names deployments ['omni.nothing'] that app 'omni' does not have")
+    assert captured.err.startswith(
+        "error: plan names deployments ['omni.nothing'] that app 'omni' does not have"
+    )
     assert captured.out == "" and runtime.events == ["start", "close"]
 
 
@@ -158,17 +183,23 @@ def test_serve_reports_a_busy_port(capsys):
         port = busy.getsockname()[1]
         code = run_server(ServeOptions(str(APP_PATH), port=port, in_process=True))
     assert code == 2
-    assert capsys.readouterr().err.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert capsys.readouterr().err.startswith(
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
 
 
 @contextlib.contextmanager
-def serving(*args: str, deadline: float = 180, **settings: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def serving(
+    *args: str, deadline: float = 180, **settings: str
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`python -m prismserve serve ARGS… --port 0` in a subprocess: (the process, its URL) once /health
     answers; `settings` are more environment variables. A server that has not announced itself
     within `deadline` seconds is killed."""
     command = [sys.executable, "-m", "prismserve", "serve", *args, "--port", "0"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PRISMSERVE_ADMIN_TOKEN": "chosen-token", **settings}
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     watchdog = threading.Timer(deadline, process.kill)
     watchdog.start()
     try:
@@ -206,7 +237,9 @@ def test_serve_in_process_runs_the_apps_real_executors_and_exits_cleanly_when_st
         assert answer.json()["choices"][0]["message"]["content"]  # random weights: some text
         out, err = stopped(process, stop)
     assert process.returncode == 0, err
-    assert out == "prismserve: stopped\n" and "Traceback" not in err  # a token from the environment is not printed
+    assert (
+        out == "prismserve: stopped\n" and "Traceback" not in err
+    )  # a token from the environment is not printed
 
 
 def test_serve_in_process_rejects_a_task_without_a_real_executor(capsys):

@@ -63,7 +63,9 @@ def test_a_body_over_the_limit_is_refused_even_without_content_length(gateway):
         for _ in range(20):
             yield b"x" * (64 << 10)  # 1.25 MiB in all, sent chunked
 
-    response = gateway.post("/v1/apps/answer/invoke", content=body(), headers={"content-type": "application/json"})
+    response = gateway.post(
+        "/v1/apps/answer/invoke", content=body(), headers={"content-type": "application/json"}
+    )
     assert response.status_code == 413
     assert response.json()["error"]["message"] == "request body is larger than the limit of 1048576 bytes"
     assert gateway.post("/v1/apps/answer/invoke", json=chat_body("small")).status_code == 200
@@ -77,9 +79,13 @@ def test_chat_body_over_the_limit_is_413(chat):
 
 
 def test_responses_carry_the_request_id(gateway):
-    given = gateway.post("/v1/apps/answer/invoke", json=chat_body("hi"), headers={"x-request-id": "trace-me-42"})
+    given = gateway.post(
+        "/v1/apps/answer/invoke", json=chat_body("hi"), headers={"x-request-id": "trace-me-42"}
+    )
     assert given.headers["x-request-id"] == "trace-me-42"
-    fresh = gateway.post("/v1/apps/answer/invoke", json=chat_body("hi"), headers={"x-request-id": "bad id; <script>"})
+    fresh = gateway.post(
+        "/v1/apps/answer/invoke", json=chat_body("hi"), headers={"x-request-id": "bad id; <script>"}
+    )
     assert len(fresh.headers["x-request-id"]) == 32 and fresh.headers["x-request-id"].isalnum()
 
 
@@ -98,7 +104,10 @@ def test_a_client_that_leaves_mid_stream_cancels_its_request(serve_gateway):
 
     app = create_gateway(LocalRuntime({**EXECUTORS, "llm": stalling_llm}), admin_token=TOKEN)
     with serve_gateway(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        assert client.post("/admin/apps", json={"name": "omni", "source": OMNI}, headers=ADMIN).status_code == 201
+        assert (
+            client.post("/admin/apps", json={"name": "omni", "source": OMNI}, headers=ADMIN).status_code
+            == 201
+        )
         with client.stream("POST", "/v1/apps/omni/invoke", json=chat_body("stall")) as response:
             first = next(response.iter_lines())
             assert json.loads(first[6:])["text"] == "first"

@@ -87,7 +87,12 @@ def test_invoke_streams_server_sent_events_for_a_streaming_app(gateway):
 
 def test_invoke_takes_media_as_base64_and_streams_audio_as_base64(gateway):
     body = {
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image", "data": b64(png())}]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi"}, {"type": "image", "data": b64(png())}],
+            }
+        ],
         "modalities": ["text", "audio"],
     }
     with gateway.stream("POST", "/v1/apps/omni/invoke", json=body) as response:
@@ -102,7 +107,12 @@ def test_invoke_takes_media_as_base64_and_streams_audio_as_base64(gateway):
     "app, part, status, message",
     [
         ("omni", {"type": "image", "data": b64(b"not a png")}, 400, "image #0 could not be decoded"),
-        ("omni", {"type": "image", "data": "%%%"}, 400, "image #0 (messages.0.content.0.data) is not valid base64"),
+        (
+            "omni",
+            {"type": "image", "data": "%%%"},
+            400,
+            "image #0 (messages.0.content.0.data) is not valid base64",
+        ),
         ("omni", {"type": "audio", "data": b64(b"RIFF....")}, 400, "audio #0 could not be decoded as WAV"),
         ("answer", {"type": "audio", "data": b64(wav())}, 400, "app 'answer' does not accept audio input"),
         ("omni", {"type": "file", "data": "AAAA"}, 422, "does not match any of the expected tags"),
@@ -110,7 +120,9 @@ def test_invoke_takes_media_as_base64_and_streams_audio_as_base64(gateway):
     ],
 )
 def test_invoke_checks_chat_media_like_the_openai_api(gateway, app, part, status, message):
-    response = gateway.post(f"/v1/apps/{app}/invoke", json={"messages": [{"role": "user", "content": [part]}]})
+    response = gateway.post(
+        f"/v1/apps/{app}/invoke", json={"messages": [{"role": "user", "content": [part]}]}
+    )
     assert response.status_code == status
     assert message in response.json()["error"]["message"]
 
@@ -167,7 +179,9 @@ def test_openai_client_chat_with_an_image(chat):
 
 
 def test_openai_client_streams_text(chat):
-    stream = chat.chat.completions.create(model="answer", messages=[{"role": "user", "content": "a b c"}], stream=True)
+    stream = chat.chat.completions.create(
+        model="answer", messages=[{"role": "user", "content": "a b c"}], stream=True
+    )
     deltas = [c.choices[0].delta.content for c in stream if c.choices[0].delta.content]
     assert "".join(deltas) == "[0 media, 0.000] user: a b c"
 
@@ -181,7 +195,9 @@ def test_openai_client_stream_reports_usage_when_asked(chat):
     )
     chunks = list(stream)
     assert chunks[-2].choices[0].finish_reason == "stop"
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5  # "[0 media, …]", "user:", 3 words
+    assert (
+        chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
+    )  # "[0 media, …]", "user:", 3 words
 
 
 def test_openai_client_gets_text_and_audio(chat):
@@ -189,7 +205,17 @@ def test_openai_client_gets_text_and_audio(chat):
         model="omni",
         modalities=["text", "audio"],
         audio={"voice": "alloy", "format": "wav"},
-        messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}}]}],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "input_audio",
+                        "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"},
+                    }
+                ],
+            }
+        ],
     )
     message = completion.choices[0].message
     assert message.content.startswith("[1 media, ") and message.content.endswith("] user:")
@@ -208,12 +234,17 @@ def test_openai_client_can_ask_for_raw_pcm16(chat):
         messages=[{"role": "user", "content": "two words"}],
     )
     # One 4-byte chunk per token, each byte the token's length: "[0 media, 0.000]", "user:", "two", "words".
-    assert base64.b64decode(completion.choices[0].message.audio.data) == b"".join(bytes([n]) * 4 for n in (16, 5, 3, 5))
+    assert base64.b64decode(completion.choices[0].message.audio.data) == b"".join(
+        bytes([n]) * 4 for n in (16, 5, 3, 5)
+    )
 
 
 def test_openai_client_streams_audio_deltas(chat):
     stream = chat.chat.completions.create(
-        model="omni", modalities=["text", "audio"], messages=[{"role": "user", "content": "say it"}], stream=True
+        model="omni",
+        modalities=["text", "audio"],
+        messages=[{"role": "user", "content": "say it"}],
+        stream=True,
     )
     audio = b""
     for chunk in stream:
@@ -227,24 +258,86 @@ def test_openai_client_streams_audio_deltas(chat):
 @pytest.mark.parametrize(
     "model, content, modalities, message",
     [
-        ("omni", [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}], None, "only data: URLs"),
-        ("omni", [{"type": "image_url", "image_url": {"url": data_url(b"not a png")}}], None, "image #0 could not be decoded"),
-        ("omni", [{"type": "input_audio", "input_audio": {"data": base64.b64encode(b"RIFFnope").decode(), "format": "wav"}}], None, "audio #0 could not be decoded as WAV"),
-        ("omni", [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "mp3"}}], None, "format 'mp3' is not supported"),
-        ("answer", [{"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}}], None, "app 'answer' does not accept audio input"),
+        (
+            "omni",
+            [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}],
+            None,
+            "only data: URLs",
+        ),
+        (
+            "omni",
+            [{"type": "image_url", "image_url": {"url": data_url(b"not a png")}}],
+            None,
+            "image #0 could not be decoded",
+        ),
+        (
+            "omni",
+            [
+                {
+                    "type": "input_audio",
+                    "input_audio": {"data": base64.b64encode(b"RIFFnope").decode(), "format": "wav"},
+                }
+            ],
+            None,
+            "audio #0 could not be decoded as WAV",
+        ),
+        (
+            "omni",
+            [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "mp3"}}],
+            None,
+            "format 'mp3' is not supported",
+        ),
+        (
+            "answer",
+            [
+                {
+                    "type": "input_audio",
+                    "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"},
+                }
+            ],
+            None,
+            "app 'answer' does not accept audio input",
+        ),
         ("answer", "hi", ["text", "audio"], "app 'answer' does not produce audio output"),
         ("embed", "hi", None, "app 'embed' does not take chat requests"),
-        ("omni", [{"type": "file", "file": {}}], None, "content.0.type: Input should be 'text', 'image_url', 'input_audio' or 'video_url'"),
-        ("omni", [{"type": "video_url", "video_url": {"url": data_url(b"x")}}], None, "video #0: expected a data URL like data:video/mp4"),
-        ("omni", [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,"}}], None, "video #0 is empty"),
-        ("omni", [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}], None, "app 'omni' does not accept video input"),
-        ("omni", [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}], None, "image #0 is not valid base64"),
+        (
+            "omni",
+            [{"type": "file", "file": {}}],
+            None,
+            "content.0.type: Input should be 'text', 'image_url', 'input_audio' or 'video_url'",
+        ),
+        (
+            "omni",
+            [{"type": "video_url", "video_url": {"url": data_url(b"x")}}],
+            None,
+            "video #0: expected a data URL like data:video/mp4",
+        ),
+        (
+            "omni",
+            [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,"}}],
+            None,
+            "video #0 is empty",
+        ),
+        (
+            "omni",
+            [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}],
+            None,
+            "app 'omni' does not accept video input",
+        ),
+        (
+            "omni",
+            [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}],
+            None,
+            "image #0 is not valid base64",
+        ),
     ],
 )
 def test_openai_requests_the_app_cannot_take_are_400(chat, model, content, modalities, message):
     with pytest.raises(openai.BadRequestError, match=message):
         chat.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": content}], **({"modalities": modalities} if modalities else {})
+            model=model,
+            messages=[{"role": "user", "content": content}],
+            **({"modalities": modalities} if modalities else {}),
         )
 
 
@@ -259,14 +352,23 @@ def test_openai_unknown_model_is_404(chat):
 def test_metrics_count_requests_per_app_request_type_and_status(gateway):
     gateway.post("/v1/apps/answer/invoke", json=chat_body("one"))
     gateway.post("/v1/apps/answer/invoke", json=chat_body("please crash"))
-    image_body = {"messages": [{"role": "user", "content": [{"type": "image", "data": base64.b64encode(png()).decode()}]}]}
+    image_body = {
+        "messages": [
+            {"role": "user", "content": [{"type": "image", "data": base64.b64encode(png()).decode()}]}
+        ]
+    }
     gateway.post("/v1/apps/answer/invoke", json=image_body)
     with gateway.stream("POST", "/v1/apps/omni/invoke", json=chat_body("streamed")) as response:
         list(response.iter_lines())
     spoken = {
         "model": "omni",
         "modalities": ["text", "audio"],
-        "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": b64(wav()), "format": "wav"}}]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "input_audio", "input_audio": {"data": b64(wav()), "format": "wav"}}],
+            }
+        ],
     }
     assert gateway.post("/v1/chat/completions", json=spoken).status_code == 200
     assert gateway.post("/v1/apps/embed/invoke", json={"data": "x"}).status_code == 200

@@ -36,13 +36,18 @@ def traced(serve_gateway):
     app = create_gateway(runtime, admin_token=TOKEN, tracer_provider=provider)
     with serve_gateway(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         for name, source in (("omni", OMNI), ("answer", ANSWER)):
-            assert client.post("/admin/apps", json={"name": name, "source": source}, headers=ADMIN).status_code == 201
+            assert (
+                client.post("/admin/apps", json={"name": name, "source": source}, headers=ADMIN).status_code
+                == 201
+            )
         yield client, exporter
 
 
 def test_a_request_makes_one_trace_with_executor_spans_under_the_gateway_span(traced):
     client, exporter = traced
-    response = client.post("/v1/apps/answer/invoke", json=chat_body("trace me"), headers={"x-request-id": "req-1"})
+    response = client.post(
+        "/v1/apps/answer/invoke", json=chat_body("trace me"), headers={"x-request-id": "req-1"}
+    )
     assert response.status_code == 200
     spans = {span.name: span for span in exporter.get_finished_spans()}
     request, executor = spans["prismserve.request"], spans["executor.llm"]
@@ -75,7 +80,9 @@ def test_trace_context_crosses_a_process_boundary_as_a_dict():
     with tracer.start_as_current_span("caller") as caller:
         carrier = inject_context()
     assert set(carrier) == {"traceparent"} and all(isinstance(v, str) for v in carrier.values())
-    with tracer.start_as_current_span("remote", context=extract_context(json.loads(json.dumps(carrier)))) as remote:
+    with tracer.start_as_current_span(
+        "remote", context=extract_context(json.loads(json.dumps(carrier)))
+    ) as remote:
         pass
     assert remote.context.trace_id == caller.context.trace_id
     assert remote.parent.span_id == caller.context.span_id
@@ -133,7 +140,12 @@ def test_two_gateways_keep_separate_metrics(serve_gateway):
     first = create_gateway(LocalRuntime(EXECUTORS), admin_token=TOKEN)
     second = create_gateway(LocalRuntime(EXECUTORS), admin_token=TOKEN)
     with serve_gateway(first) as one, serve_gateway(second) as two:
-        assert httpx.post(f"{one}/admin/apps", json={"name": "answer", "source": ANSWER}, headers=ADMIN).status_code == 201
+        assert (
+            httpx.post(
+                f"{one}/admin/apps", json={"name": "answer", "source": ANSWER}, headers=ADMIN
+            ).status_code
+            == 201
+        )
         assert httpx.post(f"{one}/v1/apps/answer/invoke", json=chat_body("hi")).status_code == 200
         assert 'prismserve_requests_total{app="answer"' in httpx.get(f"{one}/metrics").text
         assert "prismserve_requests_total{" not in httpx.get(f"{two}/metrics").text

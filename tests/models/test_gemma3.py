@@ -35,7 +35,11 @@ def test_fissioned_logits_equal_the_monoliths(tiny_gemma3, cars_jpg, small_png):
     assert [e.embeddings.shape for e in encoded] == [(4, 64), (4, 64)]  # mm_tokens_per_image each
     inputs = llm.llm_inputs(messages, encoded=encoded)
     fissioned = llm.generate(inputs, 10, with_logits=True)
-    whole = monolith.generate(monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]), 10, with_logits=True)
+    whole = monolith.generate(
+        monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]),
+        10,
+        with_logits=True,
+    )
     assert fissioned.token_ids == whole.token_ids
     np.testing.assert_allclose(fissioned.logits, whole.logits, atol=1e-4, rtol=0)
     # The embeddings' order matters: swapped, other logits (they are placed, not pooled).
@@ -48,6 +52,8 @@ def test_mllm_task_fissioned_and_monolithic_stream_the_same_text(tiny_gemma3, ca
 
     async def text(fission: bool) -> str:
         with use_dispatcher(LocalDispatcher(InProcessExecutors().callables({EncoderTask, LLMTask}))):
-            return "".join(await (await MLLMTask(model=tiny_gemma3, encoder_fission=fission)(request)).text.collect())
+            return "".join(
+                await (await MLLMTask(model=tiny_gemma3, encoder_fission=fission)(request)).text.collect()
+            )
 
     assert asyncio.run(text(True)) == asyncio.run(text(False))

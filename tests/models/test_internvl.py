@@ -40,9 +40,16 @@ def test_fissioned_logits_equal_the_monoliths(tiny_internvl, cars_jpg):
     messages, media = conversation(request)
     encoded = encoder.encode("image", [m.data for m in media])
     # cars.jpg is wide: tiles and a thumbnail; the square image one tile. Each tile: image_seq_length embeddings.
-    assert encoded[0].embeddings.shape[0] > encoded[1].embeddings.shape[0] and encoded[0].embeddings.shape[1] == 4
+    assert (
+        encoded[0].embeddings.shape[0] > encoded[1].embeddings.shape[0]
+        and encoded[0].embeddings.shape[1] == 4
+    )
     fissioned = llm.generate(llm.llm_inputs(messages, encoded=encoded), 10, with_logits=True)
-    whole = monolith.generate(monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]), 10, with_logits=True)
+    whole = monolith.generate(
+        monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]),
+        10,
+        with_logits=True,
+    )
     assert fissioned.token_ids == whole.token_ids
     np.testing.assert_allclose(fissioned.logits, whole.logits, atol=1e-4, rtol=0)
     assert not hasattr(llm.model.model, "vision_tower") and not hasattr(encoder.model, "language_model")
@@ -54,7 +61,9 @@ def run(app_source: str, request: ChatRequest, graphs: list) -> dict:
     async def go():
         app = load_app_source(app_source, "pair", "<shared encoder>")
         AppRegistry().register(app)
-        with use_dispatcher(LocalDispatcher(executors.callables({EncoderTask, LLMTask}), on_graph=graphs.append)):
+        with use_dispatcher(
+            LocalDispatcher(executors.callables({EncoderTask, LLMTask}), on_graph=graphs.append)
+        ):
             return (await app.serve(request)).answers, app
 
     return asyncio.run(go())

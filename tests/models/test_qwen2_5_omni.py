@@ -23,7 +23,10 @@ CLASSES = {EncoderTask, ThinkerTask, TalkerTask, VocoderTask, OmniMonolithTask}
 
 @pytest.fixture(scope="module")
 def parts(tiny_omni):
-    adapters = {name: adapter_for(tiny_omni) for name in ("image", "audio", "thinker", "talker", "vocoder", "monolith")}
+    adapters = {
+        name: adapter_for(tiny_omni)
+        for name in ("image", "audio", "thinker", "talker", "vocoder", "monolith")
+    }
     adapters["image"].load_encoder("image")
     adapters["audio"].load_encoder("audio")
     adapters["thinker"].load_llm(with_encoders=False)
@@ -50,7 +53,9 @@ def test_split_model_equals_transformers_generate(parts, cars_jpg, query_wav):
     np.testing.assert_allclose(thought.logits, whole_logits, atol=1e-4, rtol=0)
     codes = parts["talker"].talk(thinker.talker_inputs(inputs, thought, speaker), 60)
     wav = parts["vocoder"].vocode(codes, speaker, seed=7)
-    assert wav.shape == whole_wav.shape and len(wav) == 480 * len(codes)  # 2 mel frames of 240 samples per code
+    assert wav.shape == whole_wav.shape and len(wav) == 480 * len(
+        codes
+    )  # 2 mel frames of 240 samples per code
     peak = np.abs(whole_wav).max()
     assert peak > 0.05  # audible: the comparison below is not between silences
     np.testing.assert_allclose(wav, whole_wav, atol=1e-4 * peak, rtol=0)
@@ -94,10 +99,14 @@ def _serve(executors: InProcessExecutors, task: OmniTask, request: ChatRequest) 
 
 def test_omni_task_split_and_monolithic_answer_alike(tiny_omni, cars_jpg, query_wav):
     executors = InProcessExecutors()
-    request = ChatRequest.of("Describe.", images=[cars_jpg], audios=[query_wav], audio_out=True, max_tokens=8, seed=3)
+    request = ChatRequest.of(
+        "Describe.", images=[cars_jpg], audios=[query_wav], audio_out=True, max_tokens=8, seed=3
+    )
     split = OmniTask(model=tiny_omni, max_codes=40)
     text, audio, graphs = _serve(executors, split, request)
-    whole_text, whole_audio, whole_graphs = _serve(executors, OmniTask(model=tiny_omni, max_codes=40, monolith=True), request)
+    whole_text, whole_audio, whole_graphs = _serve(
+        executors, OmniTask(model=tiny_omni, max_codes=40, monolith=True), request
+    )
     assert text == whole_text and text
     kinds = [n.executor_kind for n in graphs[0].nodes]
     assert kinds == ["mm-encoder", "mm-encoder", "mm-thinker", "mm-talker", "mm-vocoder"]
@@ -113,5 +122,9 @@ def test_omni_task_split_and_monolithic_answer_alike(tiny_omni, cars_jpg, query_
 def test_bad_audio_is_rejected_by_the_encoder(tiny_omni):
     executors = InProcessExecutors()
     # The request's fault, named as on the Ray runtime (the gateway answers 400).
-    with pytest.raises(InvalidInputError, match=r"call #0 \(EncoderTask\) rejected its input: not a decodable WAV"):
-        _serve(executors, OmniTask(model=tiny_omni), ChatRequest.of("hear", audios=[b"RIFF....WAVEfmt broken"]))
+    with pytest.raises(
+        InvalidInputError, match=r"call #0 \(EncoderTask\) rejected its input: not a decodable WAV"
+    ):
+        _serve(
+            executors, OmniTask(model=tiny_omni), ChatRequest.of("hear", audios=[b"RIFF....WAVEfmt broken"])
+        )

@@ -41,7 +41,9 @@ def test_fissioned_logits_equal_the_monoliths(parts, cars_jpg, small_png):
     encoded = encoder.encode("image", [m.data for m in media])  # both images in one batch
     fissioned = llm.generate(llm.llm_inputs(messages, encoded=encoded), 12, with_logits=True)
     whole = monolith.generate(
-        monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]), 12, with_logits=True
+        monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]),
+        12,
+        with_logits=True,
     )
     assert fissioned.token_ids == whole.token_ids
     np.testing.assert_allclose(fissioned.logits, whole.logits, atol=1e-4, rtol=0)
@@ -50,7 +52,9 @@ def test_fissioned_logits_equal_the_monoliths(parts, cars_jpg, small_png):
     assert np.abs(swapped.logits[0] - whole.logits[0]).max() > 1e-4
 
 
-def test_vllm_engine_on_encoder_embeddings_equals_the_transformers_monolith(parts, cars_jpg, small_png, tmp_path):
+def test_vllm_engine_on_encoder_embeddings_equals_the_transformers_monolith(
+    parts, cars_jpg, small_png, tmp_path
+):
     """vLLM (in its own environment) given the encoder deployment's embeddings: the monolith's tokens,
     and every step's full log-probabilities within 1e-4 — for two requests batched together."""
     encoder, _, monolith = parts
@@ -58,14 +62,19 @@ def test_vllm_engine_on_encoder_embeddings_equals_the_transformers_monolith(part
     messages, media = conversation(request)
     encoded = encoder.encode("image", [m.data for m in media])
     whole = monolith.generate(
-        monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]), 12, with_logits=True
+        monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]),
+        12,
+        with_logits=True,
     )
 
     def llm_input(items):
         handles = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in items]
         return LLMInput(conversation=messages, encoded=handles, max_tokens=12)
 
-    job = {"task": VLLMTask(model=monolith.path, dtype="float32", engine_args={"max_logprobs": -1}), "requests": [llm_input(encoded)] * 2 + [llm_input(encoded[::-1])]}
+    job = {
+        "task": VLLMTask(model=monolith.path, dtype="float32", engine_args={"max_logprobs": -1}),
+        "requests": [llm_input(encoded)] * 2 + [llm_input(encoded[::-1])],
+    }
     (tmp_path / "job.pkl").write_bytes(pickle.dumps(job))
     env = envs.runtime_env("vllm")
     probe = Path(__file__).parents[1] / "runtime" / "vllm_probe.py"
@@ -132,7 +141,9 @@ def test_concurrent_encoder_calls_share_a_batch(tiny_vl, cars_jpg, small_png):
         executor = await executors.get(task)
         calls = []
         original = executor.adapter.encode
-        executor.adapter.encode = lambda modality, items: calls.append(len(items)) or original(modality, items)
+        executor.adapter.encode = lambda modality, items: (
+            calls.append(len(items)) or original(modality, items)
+        )
         items = [{"modality": "image", "data": d} for d in (cars_jpg, small_png, cars_jpg)]
         outputs = await asyncio.gather(*(executor.run(item) for item in items))
         return calls, outputs
@@ -145,9 +156,13 @@ def test_concurrent_encoder_calls_share_a_batch(tiny_vl, cars_jpg, small_png):
 def test_bad_image_is_rejected_and_the_deployment_keeps_serving(tiny_vl, small_png):
     executors = InProcessExecutors()
     # The request's fault, named as on the Ray runtime (the gateway answers 400).
-    with pytest.raises(InvalidInputError, match=r"call #0 \(EncoderTask\) rejected its input: not a decodable image"):
+    with pytest.raises(
+        InvalidInputError, match=r"call #0 \(EncoderTask\) rejected its input: not a decodable image"
+    ):
         _serve(executors, MLLMTask(model=tiny_vl), ChatRequest.of("look", images=[b"\x89PNG broken"]))
-    text, _ = _serve(executors, MLLMTask(model=tiny_vl), ChatRequest.of("look", images=[small_png], max_tokens=3))
+    text, _ = _serve(
+        executors, MLLMTask(model=tiny_vl), ChatRequest.of("look", images=[small_png], max_tokens=3)
+    )
     assert text
 
 
@@ -175,9 +190,15 @@ def test_video_clip_fissioned_equals_the_monolith(parts, cars_jpg):
     assert [m.modality for m in media] == ["image", "video"]
     encoded = [encoder.encode(m.modality, [m.data])[0] for m in media]
     video = encoded[1]
-    assert video.meta["grid_thw"][0] == 3 and video.meta["second_per_grid"] == pytest.approx(0.2)  # 6 frames, 0.1 s apart
+    assert video.meta["grid_thw"][0] == 3 and video.meta["second_per_grid"] == pytest.approx(
+        0.2
+    )  # 6 frames, 0.1 s apart
     fissioned = llm.generate(llm.llm_inputs(messages, encoded=encoded), 8, with_logits=True)
-    whole = monolith.generate(monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]), 8, with_logits=True)
+    whole = monolith.generate(
+        monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]),
+        8,
+        with_logits=True,
+    )
     assert fissioned.token_ids == whole.token_ids
     np.testing.assert_allclose(fissioned.logits, whole.logits, atol=1e-4, rtol=0)
     # The clip's timing reaches the LLM's positions.

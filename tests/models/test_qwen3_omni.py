@@ -60,7 +60,10 @@ def test_mllm_task_serves_qwen3_omni_text(tiny_qwen3, cars_jpg, query_wav):
 def test_split_speech_equals_transformers_generate(tiny_qwen3, cars_jpg, query_wav):
     """Encoders -> thinker -> talker (+ code predictor) -> code2wav, each alone, against transformers'
     end-to-end `generate`: the same text, codec frames and audio."""
-    adapters = {name: adapter_for(tiny_qwen3) for name in ("image", "audio", "thinker", "talker", "vocoder", "monolith")}
+    adapters = {
+        name: adapter_for(tiny_qwen3)
+        for name in ("image", "audio", "thinker", "talker", "vocoder", "monolith")
+    }
     adapters["image"].load_encoder("image")
     adapters["audio"].load_encoder("audio")
     adapters["thinker"].load_llm(with_encoders=False)
@@ -79,7 +82,9 @@ def test_split_speech_equals_transformers_generate(tiny_qwen3, cars_jpg, query_w
     thought = thinker.generate(inputs, 10, with_hidden=True)
     assert thought.token_ids == whole_tokens
     streamed = []
-    frames = adapters["talker"].talk(thinker.talker_inputs(inputs, thought, speaker), 40, on_code=streamed.append)
+    frames = adapters["talker"].talk(
+        thinker.talker_inputs(inputs, thought, speaker), 40, on_code=streamed.append
+    )
     assert frames and streamed == frames and {len(f) for f in frames} == {4}  # one id per codebook
     wav = adapters["vocoder"].vocode(frames, speaker)
     peak = np.abs(whole_wav).max()

@@ -49,12 +49,16 @@ def test_split_pipeline_paints_the_whole_pipelines_pixels(parts):
     monolith = whole.generate("a red car on a street", negative_prompt="blurry", seed=11, **shape)
     assert pixels(split).shape == (48, 64, 3)
     assert np.array_equal(pixels(split), pixels(monolith))
-    assert not np.array_equal(pixels(split), pixels(generator.generate(embeds=embeds, negative=negative, seed=12, **shape)))
+    assert not np.array_equal(
+        pixels(split), pixels(generator.generate(embeds=embeds, negative=negative, seed=12, **shape))
+    )
     # Guidance is on: without the negative conditioning the image differs.
     assert not np.array_equal(pixels(split), pixels(generator.generate(embeds=embeds, seed=11, **shape)))
 
 
-def generate(executors: InProcessExecutors, task: ImageGenTask, request: ImageRequest) -> tuple[list[bytes], list]:
+def generate(
+    executors: InProcessExecutors, task: ImageGenTask, request: ImageRequest
+) -> tuple[list[bytes], list]:
     graphs = []
 
     async def go() -> list[bytes]:
@@ -66,10 +70,19 @@ def generate(executors: InProcessExecutors, task: ImageGenTask, request: ImageRe
 
 def test_image_gen_task_split_and_whole_agree(tiny_image):
     executors = InProcessExecutors()
-    request = ImageRequest(prompt="two cars", negative_prompt="rain", n=2, width=32, height=32, steps=3, seed=5)
+    request = ImageRequest(
+        prompt="two cars", negative_prompt="rain", n=2, width=32, height=32, steps=3, seed=5
+    )
     split, graphs = generate(executors, ImageGenTask(model=tiny_image), request)
-    whole, whole_graphs = generate(executors, ImageGenTask(model=tiny_image, text_encoder_fission=False), request)
-    assert [n.executor_kind for n in graphs[0].nodes] == ["mm-text-encoder", "mm-text-encoder", "mm-image", "mm-image"]
+    whole, whole_graphs = generate(
+        executors, ImageGenTask(model=tiny_image, text_encoder_fission=False), request
+    )
+    assert [n.executor_kind for n in graphs[0].nodes] == [
+        "mm-text-encoder",
+        "mm-text-encoder",
+        "mm-image",
+        "mm-image",
+    ]
     assert [n.executor_kind for n in whole_graphs[0].nodes] == ["mm-image", "mm-image"]
     assert [pixels(p).tolist() for p in split] == [pixels(p).tolist() for p in whole]
     assert not np.array_equal(pixels(split[0]), pixels(split[1]))  # seeds 5 and 6
@@ -101,7 +114,9 @@ def test_images_endpoint_answers_the_openai_client(gateway):
     images = [base64.b64decode(d.b64_json) for d in result.data]
     assert [pixels(p).shape for p in images] == [(32, 64, 3), (32, 64, 3)]
     request = ImageRequest(prompt="a red car", width=64, height=32, n=2, steps=3, seed=3)
-    expected, _ = generate(InProcessExecutors(), ImageGenTask(model=model, text_encoder_fission=False), request)
+    expected, _ = generate(
+        InProcessExecutors(), ImageGenTask(model=model, text_encoder_fission=False), request
+    )
     assert [pixels(p).tolist() for p in images] == [pixels(p).tolist() for p in expected]
 
 

@@ -19,7 +19,9 @@ def test_tiny_command_builds_once_into_the_cache(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no scratch left behind
     adapter = adapter_for(path)
     assert adapter.family == "qwen2.5-vl"
-    assert adapter.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False).endswith("<|im_end|>\n")
+    assert adapter.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False
+    ).endswith("<|im_end|>\n")
 
 
 def test_unknown_family_is_refused(capsys):

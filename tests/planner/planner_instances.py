@@ -17,24 +17,40 @@ def random_spec_data(rng: random.Random, explicit_paths: bool = False) -> dict:
     """2–4 components, 2–6 executors (a singleton for every component, some colocated), 1–3 types."""
     components = COMPONENTS[: rng.randint(2, 4)]
     executors = [
-        {"name": c, "components": [c], "gpus": rng.choice([1, 1, 1, 2]), "throughput": round(rng.uniform(0.5, 8), 2)}
+        {
+            "name": c,
+            "components": [c],
+            "gpus": rng.choice([1, 1, 1, 2]),
+            "throughput": round(rng.uniform(0.5, 8), 2),
+        }
         for c in components
     ]
     if len(executors) < 6 and rng.random() < 0.25:
         c = rng.choice(components)  # a second option for one component, e.g. tensor-parallel on 2 GPUs
-        executors.append({"name": f"{c}2", "components": [c], "gpus": 2, "throughput": round(rng.uniform(0.5, 12), 2)})
-    combos = [list(combo) for size in range(2, len(components) + 1) for combo in itertools.combinations(components, size)]
+        executors.append(
+            {"name": f"{c}2", "components": [c], "gpus": 2, "throughput": round(rng.uniform(0.5, 12), 2)}
+        )
+    combos = [
+        list(combo)
+        for size in range(2, len(components) + 1)
+        for combo in itertools.combinations(components, size)
+    ]
     rng.shuffle(combos)
     for combo in combos[: rng.randint(0, 6 - len(executors))]:
         executors.append(
-            {"name": "".join(combo), "components": combo, "gpus": rng.choice([1, 1, 2]), "throughput": round(rng.uniform(0.3, 5), 2)}
+            {
+                "name": "".join(combo),
+                "components": combo,
+                "gpus": rng.choice([1, 1, 2]),
+                "throughput": round(rng.uniform(0.3, 5), 2),
+            }
         )
     types = []
     for i in range(rng.randint(1, 3)):
         picked = sorted(rng.sample(components, rng.randint(1, len(components))), key=components.index)
         types.append({"name": f"t{i}", "components": picked})
     weights = [rng.uniform(0.1, 1) for _ in types]
-    for t, w in zip(types, weights):
+    for t, w in zip(types, weights, strict=True):
         t["share"] = w / sum(weights)
     types[-1]["share"] = 1 - sum(t["share"] for t in types[:-1])
     data = {"components": components, "executors": executors, "request_types": types}
@@ -100,7 +116,10 @@ def exhaustive(model, budget: int) -> list[tuple[int, float]]:
     """(GPUs used, max req/s) of every replica vector within the budget."""
     lp = FixedReplicasLP(model)
     gpus = [model.spec.executor(s).gpus for s in lp.executors]
-    return [(sum(g * r for g, r in zip(gpus, v)), lp.max_rate(v)) for v in replica_vectors(gpus, budget)]
+    return [
+        (sum(g * r for g, r in zip(gpus, v, strict=True)), lp.max_rate(v))
+        for v in replica_vectors(gpus, budget)
+    ]
 
 
 def cells_from(pairs: list[tuple[int, float]]) -> list[Cell]:

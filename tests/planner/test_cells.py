@@ -41,9 +41,9 @@ def test_the_greedy_counterexample_from_the_notes():
 def exhaustive_fewest_gpus(cells, target: float) -> int:
     bound = [int(target / c.throughput) + 1 for c in cells]
     return min(
-        sum(c.gpus * n for c, n in zip(cells, counts))
+        sum(c.gpus * n for c, n in zip(cells, counts, strict=True))
         for counts in itertools.product(*(range(b + 1) for b in bound))
-        if sum(c.throughput * n for c, n in zip(cells, counts)) >= target - 1e-9
+        if sum(c.throughput * n for c, n in zip(cells, counts, strict=True)) >= target - 1e-9
     )
 
 
@@ -85,7 +85,10 @@ def test_binary_decomposition_equals_an_exhaustive_knapsack():
         assert gpus_of(mix) <= budget
         best = [0.0] * (budget + 1)
         for capacity in range(1, budget + 1):
-            best[capacity] = max([best[capacity - 1]] + [best[capacity - c.gpus] + c.throughput for c in cells if c.gpus <= capacity])
+            best[capacity] = max(
+                [best[capacity - 1]]
+                + [best[capacity - c.gpus] + c.throughput for c in cells if c.gpus <= capacity]
+            )
         assert mixture_throughput(cells, mix) == pytest.approx(best[budget])
 
 
@@ -128,7 +131,7 @@ def test_algorithm_1_keeps_a_size_that_beats_copies_of_the_last_kept_cell():
     cells = plan_cells(model, 4)
     sizes = [c.gpus for c in cells]
     assert sizes[0] == 2 and cells[0].throughput == pytest.approx(2.0)  # the 2-GPU monolith
-    for small, large in zip(cells, cells[1:]):
+    for small, large in zip(cells, cells[1:], strict=False):
         assert large.throughput / large.gpus > small.throughput / small.gpus
     for cell in cells:
         assert cell.throughput == pytest.approx(max_throughput(model, cell.gpus).throughput)
@@ -164,5 +167,8 @@ def test_replanning_keeps_identical_cells_and_reports_what_to_add_and_remove():
     assert [(c.gpus, c.count, c.replicas) for c in swap.remove] == [(4, 1, {"EL": 4}), (1, 2, {"EL": 1})]
     assert [(c.gpus, c.count) for c in swap.add] == [(4, 2)]
     # Kept + added is the new plan; kept + removed is the old one.
-    for plan, parts in ((result.plan, result.change.keep + result.change.add), (current, result.change.keep + result.change.remove)):
+    for plan, parts in (
+        (result.plan, result.change.keep + result.change.add),
+        (current, result.change.keep + result.change.remove),
+    ):
         assert sum(c.gpus * c.count for c in parts) == plan.gpus

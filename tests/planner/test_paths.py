@@ -22,7 +22,9 @@ def spec_elg(executors, paths=None):
     return parse_spec(
         {
             "components": ["E", "L", "G"],
-            "executors": [{"name": n, "components": list(n), "gpus": 1, "throughput": 1.0} for n in executors],
+            "executors": [
+                {"name": n, "components": list(n), "gpus": 1, "throughput": 1.0} for n in executors
+            ],
             "request_types": types,
         }
     )
@@ -55,8 +57,22 @@ def test_a_text_only_request_runs_on_the_colocated_executor_with_role_l():
 
 def test_e_l_g_paths_through_colocated_executors():
     spec = spec_elg(["E", "L", "G", "EL", "LG", "ELG"])
-    assert names(spec, "all") == sorted(["E->L->G", "E->LG", "EL->G", "EL->LG", "ELG", "E->ELG", "E->L->LG", "E->L->ELG",
-                                         "EL->ELG", "E->EL->G", "E->EL->LG", "E->EL->ELG"])
+    assert names(spec, "all") == sorted(
+        [
+            "E->L->G",
+            "E->LG",
+            "EL->G",
+            "EL->LG",
+            "ELG",
+            "E->ELG",
+            "E->L->LG",
+            "E->L->ELG",
+            "EL->ELG",
+            "E->EL->G",
+            "E->EL->LG",
+            "E->EL->ELG",
+        ]
+    )
     # The five paths NOTES.md names are among them.
     assert {"E->L->G", "E->LG", "EL->G", "EL->LG", "ELG"} <= set(names(spec, "all"))
 
@@ -69,7 +85,9 @@ def test_eg_cannot_start_an_e_l_g_request():
     assert roles_of(spec, request_type, ["EG", "L"]) is None  # role {E, G} would run G before L
     # Once E and L have run elsewhere, EG's role is {G}: that path is valid.
     assert "E->L->EG" in paths and "E->L->G" in paths
-    with pytest.raises(SpecError, match=r"path EG->L does not run each of \['E', 'L', 'G'\] exactly once in model order"):
+    with pytest.raises(
+        SpecError, match=r"path EG->L does not run each of \['E', 'L', 'G'\] exactly once in model order"
+    ):
         build_model(spec_elg(["E", "L", "G", "EG"], paths=[["EG", "L"]]))
 
 

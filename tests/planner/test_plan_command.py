@@ -97,19 +97,47 @@ def big_llm(d):
     "data, args, message",
     [
         (mutate(no_path), ["--gpus", "4"], "request type 'text' has no valid path"),
-        (mutate(out_of_order), ["--gpus", "4"], "path L->E does not run each of ['E', 'L'] exactly once in model order"),
-        (mutate(lambda d: d["executors"][0].update(throughput=0)), ["--gpus", "4"], "executor 'E': throughput must be a finite number > 0 req/s, got 0"),
-        (mutate(lambda d: d["executors"][1].update(throughput=-2)), ["--gpus", "4"], "executor 'L': throughput must be a finite number > 0"),
-        (mutate(lambda d: d["request_types"][0].update(share=0.5)), ["--gpus", "4"], "shares must sum to 1, they sum to 1.2"),
-        (mutate(lambda d: d["executors"].pop(0)), ["--gpus", "4"], "component 'E' has no executor that runs it alone"),
-        (mutate(big_llm), ["--gpus", "1", "--max-cell-exponent", "0"], "no cell of up to 1 GPUs can serve every request type"),
+        (
+            mutate(out_of_order),
+            ["--gpus", "4"],
+            "path L->E does not run each of ['E', 'L'] exactly once in model order",
+        ),
+        (
+            mutate(lambda d: d["executors"][0].update(throughput=0)),
+            ["--gpus", "4"],
+            "executor 'E': throughput must be a finite number > 0 req/s, got 0",
+        ),
+        (
+            mutate(lambda d: d["executors"][1].update(throughput=-2)),
+            ["--gpus", "4"],
+            "executor 'L': throughput must be a finite number > 0",
+        ),
+        (
+            mutate(lambda d: d["request_types"][0].update(share=0.5)),
+            ["--gpus", "4"],
+            "shares must sum to 1, they sum to 1.2",
+        ),
+        (
+            mutate(lambda d: d["executors"].pop(0)),
+            ["--gpus", "4"],
+            "component 'E' has no executor that runs it alone",
+        ),
+        (
+            mutate(big_llm),
+            ["--gpus", "1", "--max-cell-exponent", "0"],
+            "no cell of up to 1 GPUs can serve every request type",
+        ),
         (mutate(big_llm), ["--gpus", "1"], "budget of 1 GPUs is below the smallest cell (4 GPUs)"),
         (mutate(lambda d: d.update(extra=1)), ["--gpus", "4"], "extra: Extra inputs are not permitted"),
         (GOOD, ["--target-rps", "0"], "--target-rps must be a finite number > 0, got 0.0"),
         (GOOD, ["--target-rps", "inf"], "--target-rps must be a finite number > 0, got inf"),
         (GOOD, ["--gpus", "0"], "--gpus must be at least 1, got 0"),
         (GOOD, ["--gpus", "4", "--topology"], "needs a `topology` section"),
-        (GOOD, ["--gpus", "4", "--current", "plan.json"], "--current re-plans for a new target: give --target-rps too"),
+        (
+            GOOD,
+            ["--gpus", "4", "--current", "plan.json"],
+            "--current re-plans for a new target: give --target-rps too",
+        ),
     ],
 )
 def test_bad_specs_and_requests_exit_non_zero_with_one_line(tmp_path, capsys, data, args, message):
@@ -158,8 +186,14 @@ def test_replanning_from_a_running_plan(tmp_path, capsys):
 
 
 def test_topology_plan_lists_nodes(tmp_path, capsys):
-    data = {**GOOD, "topology": {"nodes": [{"name": "a", "gpus": 2}, {"name": "b", "gpus": 2}], "bandwidth": 1e9,
-                                 "edge_bytes": {"E->L": 1e6}}}
+    data = {
+        **GOOD,
+        "topology": {
+            "nodes": [{"name": "a", "gpus": 2}, {"name": "b", "gpus": 2}],
+            "bandwidth": 1e9,
+            "edge_bytes": {"E->L": 1e6},
+        },
+    }
     assert main(["plan", write(tmp_path, data), "--gpus", "4", "--topology", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["gpus"] <= 4 and {c["node"] for c in plan["cells"]} <= {"a", "b"}

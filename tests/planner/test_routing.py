@@ -30,7 +30,12 @@ FIGURE_4 = {
 
 def test_per_hop_splits_multiply_along_a_path_figure_5():
     # 7:3 between the encoder and the monolith, then 5:2 after the encoder between EL and L.
-    hops = [("start", "encoded", "E", 7.0), ("start", "end", "EL", 3.0), ("encoded", "end", "EL", 5.0), ("encoded", "end", "L", 2.0)]
+    hops = [
+        ("start", "encoded", "E", 7.0),
+        ("start", "end", "EL", 3.0),
+        ("encoded", "end", "EL", 5.0),
+        ("encoded", "end", "L", 2.0),
+    ]
     rates = split_paths(hops, "start", "end", total=10.0)
     assert rates == pytest.approx({"E->EL": 5.0, "E->L": 2.0, "EL": 3.0})
     model = build_model(parse_spec(FIGURE_4))
@@ -53,7 +58,7 @@ def path_loads(model, request_type, rates: dict[str, float]) -> dict[str, float]
     paths = {p.name: p for p in model.paths[request_type]}
     for name, rate in rates.items():
         path = paths[name]
-        for executor, role in zip(path.executors, path.roles):
+        for executor, role in zip(path.executors, path.roles, strict=True):
             loads[executor] = loads.get(executor, 0.0) + rate * model.seconds(executor, role)
     return loads
 
@@ -85,5 +90,8 @@ def test_plan_probabilities_sum_to_one_and_reproduce_the_planned_rates():
             # P(p | t) times the type's planned rate is the sum of that path's planned rates over cells.
             rate = t.share * plan.throughput
             for name, probability in probabilities.items():
-                planned = sum(count * by_size[size].solution.rates.get((t.name, name), 0.0) for size, count in mix.items())
+                planned = sum(
+                    count * by_size[size].solution.rates.get((t.name, name), 0.0)
+                    for size, count in mix.items()
+                )
                 assert probability * rate == pytest.approx(planned, rel=1e-6, abs=1e-9)

@@ -26,10 +26,14 @@ def test_algorithm_3_times_add_and_the_colocation_factor_matches_the_measured_me
     assert model.tau["E"] == pytest.approx((1 / 20) / 0.7) and model.tau["L"] == pytest.approx(1 / 6)
     # α_EL is fitted so that the mix's mean time on EL is its measured 1/4 s.
     alpha = model.alpha["EL"]
-    assert 0.3 * alpha * model.tau["L"] + 0.7 * alpha * (model.tau["E"] + model.tau["L"]) == pytest.approx(1 / 4)
+    assert 0.3 * alpha * model.tau["L"] + 0.7 * alpha * (model.tau["E"] + model.tau["L"]) == pytest.approx(
+        1 / 4
+    )
     paths = [p.name for p in model.paths["image"]]
     el, e_l = paths.index("EL"), paths.index("E->L")
-    assert model.throughput("EL", "image", el) == pytest.approx(1 / (alpha * (model.tau["E"] + model.tau["L"])))
+    assert model.throughput("EL", "image", el) == pytest.approx(
+        1 / (alpha * (model.tau["E"] + model.tau["L"]))
+    )
     assert model.throughput("E", "image", el) == float("inf")  # not on the path: x/w = 0
     assert model.throughput("E", "image", e_l) == pytest.approx(1 / model.tau["E"])
     # A text request on the monolith only runs L there (role {L}).
@@ -43,11 +47,19 @@ def test_measured_role_times_replace_algorithm_3_and_change_the_plan():
 
     estimated = build_model(parse_spec(MLLM))
     # EL measured much faster for image requests' L-only role (after a separate encoder) than α·τ_L says.
-    data = {**MLLM, "executors": [*MLLM["executors"][:2], {**MLLM["executors"][2], "role_seconds": {"image": {"L": 0.02}}}]}
+    data = {
+        **MLLM,
+        "executors": [
+            *MLLM["executors"][:2],
+            {**MLLM["executors"][2], "role_seconds": {"image": {"L": 0.02}}},
+        ],
+    }
     measured = build_model(parse_spec(data))
     role = frozenset({"L"})
     assert measured.seconds("EL", role, "image") == 0.02
-    assert measured.seconds("EL", role, "text") == pytest.approx(estimated.seconds("EL", role, "text"))  # not profiled: estimate
+    assert measured.seconds("EL", role, "text") == pytest.approx(
+        estimated.seconds("EL", role, "text")
+    )  # not profiled: estimate
     before = plan_for_budget(parse_spec(MLLM), 4, max_exponent=2).routing["image"]
     after = plan_for_budget(parse_spec(data), 4, max_exponent=2).routing["image"]
     assert before.get("E->EL", 0) == 0 and after.get("E->EL", 0) > 0.5
@@ -60,7 +72,13 @@ def test_a_component_only_inside_colocated_executors_is_rejected_by_name():
 
 
 def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest():
-    data = {**MLLM, "executors": [*MLLM["executors"], {"name": "L-tp2", "components": ["L"], "gpus": 2, "throughput": 10.0}]}
+    data = {
+        **MLLM,
+        "executors": [
+            *MLLM["executors"],
+            {"name": "L-tp2", "components": ["L"], "gpus": 2, "throughput": 10.0},
+        ],
+    }
     model = build_model(parse_spec(data))
     assert model.tau["L"] == pytest.approx(1 / 6)
     assert model.seconds("L-tp2", frozenset({"L"})) == pytest.approx(1 / 10)
@@ -69,22 +87,50 @@ def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest(
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda d: d["executors"][0].update(throughput=0), "executor 'E': throughput must be a finite number > 0 req/s, got 0"),
-        (lambda d: d["executors"][0].update(throughput=-1.5), "throughput must be a finite number > 0 req/s, got -1.5"),
-        (lambda d: d["executors"][0].update(throughput=float("inf")), "throughput must be a finite number > 0"),
-        (lambda d: d["executors"][0].update(gpus=0), "executors.0.gpus: Input should be greater than or equal to 1"),
+        (
+            lambda d: d["executors"][0].update(throughput=0),
+            "executor 'E': throughput must be a finite number > 0 req/s, got 0",
+        ),
+        (
+            lambda d: d["executors"][0].update(throughput=-1.5),
+            "throughput must be a finite number > 0 req/s, got -1.5",
+        ),
+        (
+            lambda d: d["executors"][0].update(throughput=float("inf")),
+            "throughput must be a finite number > 0",
+        ),
+        (
+            lambda d: d["executors"][0].update(gpus=0),
+            "executors.0.gpus: Input should be greater than or equal to 1",
+        ),
         (lambda d: d["request_types"][0].update(share=0.5), "shares must sum to 1, they sum to 1.2"),
         (lambda d: d["request_types"][0].update(share=0), "request type 'text': share must be > 0"),
-        (lambda d: d["request_types"][0].update(components=["L", "X"]), "request type 'text' names unknown components ['X']"),
-        (lambda d: d["executors"][2].update(components=["E", "E"]), "executor 'EL': component 'E' is listed twice"),
+        (
+            lambda d: d["request_types"][0].update(components=["L", "X"]),
+            "request type 'text' names unknown components ['X']",
+        ),
+        (
+            lambda d: d["executors"][2].update(components=["E", "E"]),
+            "executor 'EL': component 'E' is listed twice",
+        ),
         (lambda d: d["executors"][2].update(name="E->L"), "names may not contain '->'"),
         (lambda d: d["executors"][2].update(name="E"), "executor 'E' is listed twice"),
         (lambda d: d["request_types"][1].update(paths=[]), "`paths` is empty"),
         (lambda d: d.update(extra=1), "extra: Extra inputs are not permitted"),
-        (lambda d: d["executors"][1].update(role_seconds={"text": {"E": 1.0}}), "role_seconds['text']['E'] names components ['E'] it does not run"),
-        (lambda d: d["executors"][2].update(role_seconds={"text": {"L": 0}}), "role_seconds['text']['L'] must be > 0 s"),
-        (lambda d: d.update(topology={"nodes": [{"name": "a", "gpus": 2}], "bandwidth": 1, "edge_bytes": {"E->Q": 1}}),
-         "edge_bytes key 'E->Q' names unknown executors ['Q']"),
+        (
+            lambda d: d["executors"][1].update(role_seconds={"text": {"E": 1.0}}),
+            "role_seconds['text']['E'] names components ['E'] it does not run",
+        ),
+        (
+            lambda d: d["executors"][2].update(role_seconds={"text": {"L": 0}}),
+            "role_seconds['text']['L'] must be > 0 s",
+        ),
+        (
+            lambda d: d.update(
+                topology={"nodes": [{"name": "a", "gpus": 2}], "bandwidth": 1, "edge_bytes": {"E->Q": 1}}
+            ),
+            "edge_bytes key 'E->Q' names unknown executors ['Q']",
+        ),
     ],
 )
 def test_malformed_specs_say_what_to_fix(change, message):

@@ -30,7 +30,11 @@ BASE = {
 
 
 def on(nodes, bandwidth, links=(), data=BASE):
-    topology = {"nodes": [{"name": n, "gpus": g} for n, g in nodes], "bandwidth": bandwidth, "edge_bytes": {"E->L": 1e6}}
+    topology = {
+        "nodes": [{"name": n, "gpus": g} for n, g in nodes],
+        "bandwidth": bandwidth,
+        "edge_bytes": {"E->L": 1e6},
+    }
     if links:
         topology["links"] = [{"nodes": list(pair), "bandwidth": b} for pair, b in links]
     return build_model(parse_spec({**data, "topology": topology}))
@@ -44,10 +48,18 @@ def test_replicas_stay_within_each_nodes_gpus():
 
 
 def test_an_executor_larger_than_every_node_cannot_be_placed():
-    data = {**BASE, "executors": [BASE["executors"][0], {"name": "L", "components": ["L"], "gpus": 4, "throughput": 10.0}]}
+    data = {
+        **BASE,
+        "executors": [
+            BASE["executors"][0],
+            {"name": "L", "components": ["L"], "gpus": 4, "throughput": 10.0},
+        ],
+    }
     # Without topology 6 GPUs hold E + L (4 GPUs); on two 3-GPU nodes L fits nowhere.
     assert max_throughput(build_model(parse_spec(data)), 6).throughput == pytest.approx(10.0)
-    with pytest.raises(InfeasibleError, match="no placement on the topology's nodes serves every request type"):
+    with pytest.raises(
+        InfeasibleError, match="no placement on the topology's nodes serves every request type"
+    ):
         max_throughput_on_topology(on([("a", 3), ("b", 3)], 1e12, data=data))
 
 
@@ -59,7 +71,9 @@ def test_bandwidth_between_nodes_binds():
     thin = max_throughput_on_topology(on(nodes, 2e6))
     assert thin.throughput == pytest.approx(12.0)
     # A link override of 0 B/s leaves node b useless for this model.
-    assert max_throughput_on_topology(on(nodes, 1e12, links=[(("a", "b"), 0.0)])).throughput == pytest.approx(10.0)
+    assert max_throughput_on_topology(on(nodes, 1e12, links=[(("a", "b"), 0.0)])).throughput == pytest.approx(
+        10.0
+    )
     routing = plan_on_topology(on(nodes, 2e6).spec).routing
     assert routing == {"image": {"E->L": pytest.approx(1.0)}}
 
@@ -76,7 +90,9 @@ def test_fewest_gpus_on_the_topology_for_a_target():
 
 
 def test_a_budget_caps_the_topology_plan():
-    assert max_throughput_on_topology(on([("a", 3), ("b", 3)], 1e12), budget=4).throughput == pytest.approx(20.0)
+    assert max_throughput_on_topology(on([("a", 3), ("b", 3)], 1e12), budget=4).throughput == pytest.approx(
+        20.0
+    )
 
 
 def test_one_big_node_matches_the_plain_milp_on_random_instances():

@@ -22,7 +22,9 @@ ONLY_EL = {"cells": [], "routing": {"text": {"EL": 1.0}}}
 def paths_taken(runtime: LocalRuntime, app_name: str, requests: int = 40, scoped: bool = True) -> Counter:
     """How many requests took each path (EL runs the LLM with its own encoders)."""
     taken: Counter = Counter()
-    dispatcher = LocalDispatcher(EXECUTORS, on_graph=lambda g: taken.update(["EL" if g.nodes[-1].task.with_encoders else "E->L"]))
+    dispatcher = LocalDispatcher(
+        EXECUTORS, on_graph=lambda g: taken.update(["EL" if g.nodes[-1].task.with_encoders else "E->L"])
+    )
     app = runtime.registry.get(app_name)
 
     async def serve_all():
@@ -64,7 +66,9 @@ def test_a_plan_with_an_invalid_sim_profile_is_refused_naming_the_deployment():
     runtime = LocalRuntime(EXECUTORS)
     asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
     bad = Plan.model_validate({"cells": [], "profiles": {"router.paths.EL.llm": {"latency_s": -1}}})
-    with pytest.raises(ValueError, match=r"profiles\['router.paths.EL.llm'\] is not a sim profile.*latency_s"):
+    with pytest.raises(
+        ValueError, match=r"profiles\['router.paths.EL.llm'\] is not a sim profile.*latency_s"
+    ):
         asyncio.run(runtime.deploy("planned", bad))
     assert "planned" not in runtime.plans
 

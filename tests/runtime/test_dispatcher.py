@@ -41,8 +41,13 @@ class Cluster:
             async for token in EXECUTORS["llm"](task, request):
                 yield token
 
-        for unit, function, count in ((self.task.encoders["image"], encoder, encoders), (self.task.llm, llm, llms)):
-            manager = TaskManager(unit.deployment_key(), unit, ExecutorSpec(values=function), 0, pool=InProcessPool())
+        for unit, function, count in (
+            (self.task.encoders["image"], encoder, encoders),
+            (self.task.llm, llm, llms),
+        ):
+            manager = TaskManager(
+                unit.deployment_key(), unit, ExecutorSpec(values=function), 0, pool=InProcessPool()
+            )
             for i in range(count):
                 await manager.add_replica(Placement(None, i, 0))
             self.managers[manager.key] = manager

@@ -23,11 +23,17 @@ TOKEN = "emulated-token"
 @pytest.fixture
 def omni_server(ray_cluster, serve_gateway):
     runtime = RayRuntime()
-    with serve_gateway(create_gateway(runtime, admin_token=TOKEN, lifespan=started_with_gateway(runtime))) as url:
-        with httpx.Client(base_url=url, timeout=300, headers={"authorization": f"Bearer {TOKEN}"}) as admin:
-            response = admin.post("/admin/apps", json={"name": QWEN25_OMNI.name, "source": app_source(QWEN25_OMNI.name)})
-            assert response.status_code == 201, response.text
-            yield url, admin
+    with (
+        serve_gateway(
+            create_gateway(runtime, admin_token=TOKEN, lifespan=started_with_gateway(runtime))
+        ) as url,
+        httpx.Client(base_url=url, timeout=300, headers={"authorization": f"Bearer {TOKEN}"}) as admin,
+    ):
+        response = admin.post(
+            "/admin/apps", json={"name": QWEN25_OMNI.name, "source": app_source(QWEN25_OMNI.name)}
+        )
+        assert response.status_code == 201, response.text
+        yield url, admin
 
 
 def test_planned_omni_serves_an_any_to_any_workload(omni_server):
@@ -50,4 +56,6 @@ def test_planned_omni_serves_an_any_to_any_workload(omni_server):
     results = asyncio.run(run_load(url, QWEN25_OMNI.name, specs, progress=False))
     summary = summarize(results)
     assert summary["failed"] == 0, summary["errors"]
-    assert any("video" in t for t in summary["by_type"]) and any(t.endswith("->audio") for t in summary["by_type"])
+    assert any("video" in t for t in summary["by_type"]) and any(
+        t.endswith("->audio") for t in summary["by_type"]
+    )

@@ -45,7 +45,11 @@ async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
 
 PLAN = {
     "cells": [
-        {"gpus": 2, "count": 1, "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1}},
+        {
+            "gpus": 2,
+            "count": 1,
+            "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1},
+        },
         {"gpus": 1, "count": 1, "replicas": {"router.paths.E->L.llm": 1}},
     ],
     "routing": {"text": {"EL": 0.5, "E->L": 0.5}, "image+text": {"EL": 0.0, "E->L": 1.0}},
@@ -61,14 +65,18 @@ def png(seed: int) -> bytes:
 @pytest.fixture
 def server(ray_cluster, serve_gateway, span_exporter):
     runtime = RayRuntime(values=VALUES)
-    with serve_gateway(create_gateway(runtime, admin_token=TOKEN, lifespan=started_with_gateway(runtime))) as url:
-        with httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
-            # 8 declared GPUs: vl's plan takes 3, omni's five single-replica cells the rest.
-            assert admin.post("/admin/apps", json={"name": "vl", "source": ROUTED_CHAT}).status_code == 201
-            assert admin.post("/admin/apps/vl/plan", json=PLAN).status_code == 200
-            omni = admin.post("/admin/apps", json={"name": "omni", "source": APP_PATH.read_text()})
-            assert omni.status_code == 201, omni.text
-            yield url, admin, runtime
+    with (
+        serve_gateway(
+            create_gateway(runtime, admin_token=TOKEN, lifespan=started_with_gateway(runtime))
+        ) as url,
+        httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {TOKEN}"}) as admin,
+    ):
+        # 8 declared GPUs: vl's plan takes 3, omni's five single-replica cells the rest.
+        assert admin.post("/admin/apps", json={"name": "vl", "source": ROUTED_CHAT}).status_code == 201
+        assert admin.post("/admin/apps/vl/plan", json=PLAN).status_code == 200
+        omni = admin.post("/admin/apps", json={"name": "omni", "source": APP_PATH.read_text()})
+        assert omni.status_code == 201, omni.text
+        yield url, admin, runtime
 
 
 def test_openai_clients_concurrently_over_ray(server):
@@ -78,8 +86,15 @@ def test_openai_clients_concurrently_over_ray(server):
     def ask(i: int) -> tuple[int, str]:
         content: list[dict] = [{"type": "text", "text": f"question {i}"}]
         if i % 2:
-            content.append({"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(i)).decode()}})
-        completion = client.chat.completions.create(model="vl", messages=[{"role": "user", "content": content}])
+            content.append(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(i)).decode()},
+                }
+            )
+        completion = client.chat.completions.create(
+            model="vl", messages=[{"role": "user", "content": content}]
+        )
         return i, completion.choices[0].message.content
 
     with ThreadPoolExecutor(8) as pool:
@@ -90,8 +105,12 @@ def test_openai_clients_concurrently_over_ray(server):
     status = admin.get("/admin/status").json()
     assert status["policy"] == "static" and len(status["cells"]) >= 2
 
-    stream = client.chat.completions.create(model="vl", messages=[{"role": "user", "content": "streamed answer"}], stream=True)
-    assert "".join(c.choices[0].delta.content or "" for c in stream) == "[0 media, 0.000] user: streamed answer"
+    stream = client.chat.completions.create(
+        model="vl", messages=[{"role": "user", "content": "streamed answer"}], stream=True
+    )
+    assert (
+        "".join(c.choices[0].delta.content or "" for c in stream) == "[0 media, 0.000] user: streamed answer"
+    )
 
 
 def test_text_and_audio_out_over_ray(server):
@@ -122,6 +141,9 @@ def test_one_trace_spans_gateway_and_dispatcher(server, span_exporter):
     spans = span_exporter.get_finished_spans()
     request = next(s for s in spans if s.name == "prismserve.request")
     dispatch = next(s for s in spans if s.name == "dispatch")
-    assert request.attributes["prismserve.app"] == "vl" and request.attributes["prismserve.request_type"] == "text"
+    assert (
+        request.attributes["prismserve.app"] == "vl"
+        and request.attributes["prismserve.request_type"] == "text"
+    )
     assert dispatch.context.trace_id == request.context.trace_id
     assert dispatch.parent.span_id == request.context.span_id

@@ -43,13 +43,19 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def gateway(ray_cluster, serve_gateway):
     """A gateway on the Ray runtime; each test class registers the example app it serves."""
     runtime = RayRuntime()
-    with serve_gateway(create_gateway(runtime, admin_token=TOKEN, lifespan=started_with_gateway(runtime))) as url:
-        with httpx.Client(base_url=url, timeout=300, headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
-            yield url, admin
+    with (
+        serve_gateway(
+            create_gateway(runtime, admin_token=TOKEN, lifespan=started_with_gateway(runtime))
+        ) as url,
+        httpx.Client(base_url=url, timeout=300, headers={"Authorization": f"Bearer {TOKEN}"}) as admin,
+    ):
+        yield url, admin
 
 
 @contextlib.contextmanager
-def example(gateway, family: str, example_file: str, **settings: str) -> Iterator[tuple[str, httpx.Client, str]]:
+def example(
+    gateway, family: str, example_file: str, **settings: str
+) -> Iterator[tuple[str, httpx.Client, str]]:
     """The example app `example_file` (named after it) on `family`'s tiny checkpoint, unregistered after;
     `settings` are more of the environment variables it reads."""
     from prismserve.testing import tiny
@@ -60,7 +66,9 @@ def example(gateway, family: str, example_file: str, **settings: str) -> Iterato
         for name, value in {"PRISMSERVE_MODEL": model, **settings}.items():
             env.setenv(name, value)  # read by the example app when it is registered
         name = Path(example_file).stem
-        registered = admin.post("/admin/apps", json={"name": name, "source": (EXAMPLES / example_file).read_text()})
+        registered = admin.post(
+            "/admin/apps", json={"name": name, "source": (EXAMPLES / example_file).read_text()}
+        )
     assert registered.status_code == 201, registered.text
     try:
         yield url, admin, model
@@ -97,26 +105,44 @@ class TestQwenVL:
         url, admin, tiny_vl = vl
         jpg = (workloads_dir() / "media" / "cars.jpg").read_bytes()
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-        image = {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(jpg).decode()}}
+        image = {
+            "type": "image_url",
+            "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(jpg).decode()},
+        }
         messages = [{"role": "user", "content": [image, {"type": "text", "text": "What is in the picture?"}]}]
         completion = client.chat.completions.create(model="qwen2_5_vl", messages=messages, max_tokens=12)
         image_part = {"type": "image", "data": base64.b64encode(jpg).decode(), "mime_type": "image/jpeg"}
-        request = chat_request([image_part, {"type": "text", "text": "What is in the picture?"}], max_tokens=12)
+        request = chat_request(
+            [image_part, {"type": "text", "text": "What is in the picture?"}], max_tokens=12
+        )
         expected = monolith_text(tiny_vl, request)
         assert completion.choices[0].message.content == expected and expected
         # The encoder and the LLM ran on their own replicas, with the real executors.
         deployments = admin.get("/admin/status").json()["deployments"]
-        assert sorted(d["executor_kind"] for d in deployments.values()) == ["mm-encoder", "mm-encoder", "mm-llm"]  # image, video
+        assert sorted(d["executor_kind"] for d in deployments.values()) == [
+            "mm-encoder",
+            "mm-encoder",
+            "mm-llm",
+        ]  # image, video
         assert all(len(d["replicas"]) == 1 and d["replicas"][0]["healthy"] for d in deployments.values())
 
     def test_video_clip_and_text_to_text_equals_the_monolith(self, vl):
         url, _, tiny_vl = vl
         clip = video_url(str(workloads_dir()), frames=6)  # an animated GIF panning across cars.jpg
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-        content = [{"type": "video_url", "video_url": {"url": clip}}, {"type": "text", "text": "What happens?"}]
-        completion = client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": content}], max_tokens=8)
+        content = [
+            {"type": "video_url", "video_url": {"url": clip}},
+            {"type": "text", "text": "What happens?"},
+        ]
+        completion = client.chat.completions.create(
+            model="qwen2_5_vl", messages=[{"role": "user", "content": content}], max_tokens=8
+        )
         video = {"type": "video", "data": clip.split(",", 1)[1], "mime_type": "image/gif"}
-        expected = monolith_text(tiny_vl, chat_request([video, {"type": "text", "text": "What happens?"}], max_tokens=8), ("image", "video"))
+        expected = monolith_text(
+            tiny_vl,
+            chat_request([video, {"type": "text", "text": "What happens?"}], max_tokens=8),
+            ("image", "video"),
+        )
         assert completion.choices[0].message.content == expected and expected
 
     def test_undecodable_image_is_a_400_and_serving_goes_on(self, vl):
@@ -125,14 +151,23 @@ class TestQwenVL:
         broken = base64.b64encode(b"\x89PNG broken").decode()
         part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + broken}}
         with pytest.raises(openai.BadRequestError, match="could not be decoded"):  # the gateway's own check
-            client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": [part]}], max_tokens=4)
+            client.chat.completions.create(
+                model="qwen2_5_vl", messages=[{"role": "user", "content": [part]}], max_tokens=4
+            )
         # An image that decodes but that the vision tower cannot take: the encoder replica rejects it.
         sliver = io.BytesIO()
         Image.new("RGB", (1200, 4)).save(sliver, format="PNG")
-        part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(sliver.getvalue()).decode()}}
+        part = {
+            "type": "image_url",
+            "image_url": {"url": "data:image/png;base64," + base64.b64encode(sliver.getvalue()).decode()},
+        }
         with pytest.raises(openai.BadRequestError, match="image cannot be processed: .*aspect ratio"):
-            client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": [part]}], max_tokens=4)
-        stream = client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": "hello"}], max_tokens=4, stream=True)
+            client.chat.completions.create(
+                model="qwen2_5_vl", messages=[{"role": "user", "content": [part]}], max_tokens=4
+            )
+        stream = client.chat.completions.create(
+            model="qwen2_5_vl", messages=[{"role": "user", "content": "hello"}], max_tokens=4, stream=True
+        )
         assert "".join(chunk.choices[0].delta.content or "" for chunk in stream)
 
 
@@ -162,7 +197,13 @@ def check_speech(url: str, admin: httpx.Client, tiny_omni: str, app: str) -> Non
     whole = np.frombuffer(audio, "<i2")
     assert len(pcm) == len(whole) > 0 and np.abs(pcm.astype(int) - whole).max() <= 2
     omni = [d for d in admin.get("/admin/status").json()["deployments"].values() if app in d["apps"]]
-    assert sorted(d["executor_kind"] for d in omni) == ["mm-encoder", "mm-encoder", "mm-talker", "mm-thinker", "mm-vocoder"]
+    assert sorted(d["executor_kind"] for d in omni) == [
+        "mm-encoder",
+        "mm-encoder",
+        "mm-talker",
+        "mm-thinker",
+        "mm-vocoder",
+    ]
 
 
 def omni_monolith(model: str, request: ChatRequest) -> tuple[str, bytes]:
@@ -180,7 +221,9 @@ def omni_monolith(model: str, request: ChatRequest) -> tuple[str, bytes]:
 def test_text_to_image_over_ray_equals_the_whole_pipeline(gateway):
     with example(gateway, "qwen-image", "qwen_image.py") as (url, admin, model):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-        result = client.images.generate(model="qwen_image", prompt="cars", size="32x32", extra_body={"seed": 9, "num_inference_steps": 3})
+        result = client.images.generate(
+            model="qwen_image", prompt="cars", size="32x32", extra_body={"seed": 9, "num_inference_steps": 3}
+        )
         png = base64.b64decode(result.data[0].b64_json)
         kinds = sorted(d["executor_kind"] for d in admin.get("/admin/status").json()["deployments"].values())
     assert kinds == ["mm-image", "mm-text-encoder"]
@@ -189,16 +232,23 @@ def test_text_to_image_over_ray_equals_the_whole_pipeline(gateway):
         executors = InProcessExecutors()
         with use_dispatcher(LocalDispatcher(executors.callables({ImageGeneratorTask}))):
             request = ImageRequest(prompt="cars", width=32, height=32, steps=3, seed=9)
-            return await (await ImageGenTask(model=model, text_encoder_fission=False)(request)).images[0].fetch()
+            return (
+                await (await ImageGenTask(model=model, text_encoder_fission=False)(request)).images[0].fetch()
+            )
 
-    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png))), np.asarray(Image.open(io.BytesIO(asyncio.run(whole())))))
+    assert np.array_equal(
+        np.asarray(Image.open(io.BytesIO(png))), np.asarray(Image.open(io.BytesIO(asyncio.run(whole()))))
+    )
 
 
 def ask_about_cars(url: str, app: str, *, stream: bool = False, image: bytes | None = None) -> str:
     """The app's answer to cars.jpg (or `image`) and a question, over the OpenAI API."""
     data = image or (workloads_dir() / "media" / "cars.jpg").read_bytes()
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(data).decode()}}
+    part = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(data).decode()},
+    }
     messages = [{"role": "user", "content": [part, {"type": "text", "text": "What is in the picture?"}]}]
     answer = client.chat.completions.create(model=app, messages=messages, max_tokens=12, stream=stream)
     if not stream:
@@ -212,7 +262,9 @@ def hf_cars_answer(model: str) -> str:
     """What transformers' whole model (the monolith, in this process) answers to `ask_about_cars`."""
     jpg = (workloads_dir() / "media" / "cars.jpg").read_bytes()
     part = {"type": "image", "data": base64.b64encode(jpg).decode(), "mime_type": "image/jpeg"}
-    return monolith_text(model, chat_request([part, {"type": "text", "text": "What is in the picture?"}], max_tokens=12))
+    return monolith_text(
+        model, chat_request([part, {"type": "text", "text": "What is in the picture?"}], max_tokens=12)
+    )
 
 
 VLLM = {"PRISMSERVE_ENGINE": "vllm", "PRISMSERVE_VLLM_DTYPE": "float32"}
@@ -226,23 +278,35 @@ class TestVLLM:
         with example(gateway, "qwen2.5-vl", "qwen2_5_vl.py", **VLLM) as (url, admin, model):
             expected = hf_cars_answer(model)
             with concurrent.futures.ThreadPoolExecutor(4) as pool:  # batched in vLLM's engine
-                answers = list(pool.map(lambda stream: ask_about_cars(url, "qwen2_5_vl", stream=stream), [True, False] * 2))
+                answers = list(
+                    pool.map(
+                        lambda stream: ask_about_cars(url, "qwen2_5_vl", stream=stream), [True, False] * 2
+                    )
+                )
             status = admin.get("/admin/status").json()["deployments"]
             assert expected and answers == [expected] * 4
             kinds = {d["executor_kind"]: d["replicas"] for d in status.values()}
             assert sorted(kinds) == ["mm-encoder", "mm-llm-vllm"]
             llm = kinds["mm-llm-vllm"][0]
-            assert llm["python"] == envs.runtime_env("vllm")["py_executable"] != kinds["mm-encoder"][0]["python"]
+            assert (
+                llm["python"] == envs.runtime_env("vllm")["py_executable"] != kinds["mm-encoder"][0]["python"]
+            )
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
             clip = [{"type": "video_url", "video_url": {"url": video_url(str(workloads_dir()), frames=4)}}]
             with pytest.raises(openai.BadRequestError, match="vLLM executors take no video yet"):
-                client.chat.completions.create(model="qwen2_5_vl", messages=[{"role": "user", "content": clip}], max_tokens=4)
+                client.chat.completions.create(
+                    model="qwen2_5_vl", messages=[{"role": "user", "content": clip}], max_tokens=4
+                )
             # vLLM's engine processes die: the health check restarts the replica, and serving goes on.
             for process in psutil.Process(llm["pid"]).children(recursive=True):
                 process.kill()
             deadline = time.monotonic() + 240
             while time.monotonic() < deadline:
-                llm = [d for d in admin.get("/admin/status").json()["deployments"].values() if d["executor_kind"] == "mm-llm-vllm"]
+                llm = [
+                    d
+                    for d in admin.get("/admin/status").json()["deployments"].values()
+                    if d["executor_kind"] == "mm-llm-vllm"
+                ]
                 if llm[0]["replicas"][0]["restarts"] == 1 and llm[0]["replicas"][0]["healthy"]:
                     break
                 time.sleep(1)
@@ -258,7 +322,9 @@ class TestVLLM:
             with pytest.raises(openai.BadRequestError, match="cannot take this input"):
                 ask_about_cars(url, "qwen2_5_vl", image=sliver.getvalue())
             assert ask_about_cars(url, "qwen2_5_vl", stream=True) == hf_cars_answer(model)
-            replicas = [r for d in admin.get("/admin/status").json()["deployments"].values() for r in d["replicas"]]
+            replicas = [
+                r for d in admin.get("/admin/status").json()["deployments"].values() for r in d["replicas"]
+            ]
         assert len(replicas) == 1 and replicas[0]["healthy"] and replicas[0]["restarts"] == 0
 
 
@@ -268,6 +334,8 @@ def test_vllm_without_its_environment_is_refused_at_registration(gateway, tmp_pa
     url, admin = gateway
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PRISMSERVE_ENGINE", "vllm")
-        refused = admin.post("/admin/apps", json={"name": "vl_vllm", "source": (EXAMPLES / "qwen2_5_vl.py").read_text()})
+        refused = admin.post(
+            "/admin/apps", json={"name": "vl_vllm", "source": (EXAMPLES / "qwen2_5_vl.py").read_text()}
+        )
     assert refused.status_code == 503 and "prismserve vllm-env" in refused.text
     assert "vl_vllm" not in admin.get("/admin/apps").text

@@ -18,7 +18,11 @@ from prismserve.toy.tasks import MediaInput
 
 ROUTED_PLAN = {
     "cells": [
-        {"gpus": 2, "count": 1, "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1}},
+        {
+            "gpus": 2,
+            "count": 1,
+            "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1},
+        },
         {"gpus": 1, "count": 2, "replicas": {"router.paths.E->L.llm": 1}},
     ],
     "routing": {"text": {"EL": 0.7, "E->L": 0.3}, "image+text": {"EL": 0.2, "E->L": 0.8}},
@@ -50,9 +54,7 @@ def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster
         app = await runtime.register_app(ROUTED_MLLM, "mllm")
         await runtime.deploy("mllm", Plan.model_validate(ROUTED_PLAN))
         graphs = []
-        requests = [
-            ChatRequest.of(f"q{i} words", images=[bytes([i % 7])] * (i % 2)) for i in range(240)
-        ]
+        requests = [ChatRequest.of(f"q{i} words", images=[bytes([i % 7])] * (i % 2)) for i in range(240)]
 
         async def one(request):
             with use_dispatcher(runtime.dispatcher):
@@ -70,7 +72,7 @@ def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster
         return requests, answers, graphs, runtime.status()
 
     requests, answers, graphs, status = run(scenario)
-    for request, answer in zip(requests, answers):
+    for request, answer in zip(requests, answers, strict=True):
         assert answer.tokens == expected_tokens(request.messages[0].text, [p.data for p in request.images])
     # Path frequencies per request type match the plan (chi-square, 1 dof, p = 0.001).
     by_type: dict[str, Counter] = {"text": Counter(), "image+text": Counter()}
@@ -83,7 +85,9 @@ def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster
     for request_type, counts in by_type.items():
         n = sum(counts.values())
         assert n == 120
-        chi2 = sum((counts[p] - n * q) ** 2 / (n * q) for p, q in ROUTED_PLAN["routing"][request_type].items())
+        chi2 = sum(
+            (counts[p] - n * q) ** 2 / (n * q) for p, q in ROUTED_PLAN["routing"][request_type].items()
+        )
         assert chi2 < 10.83, (request_type, counts)
     assert len(status["cells"]) == 3 and status["gpus"]["free"] == 2 * GPUS_PER_NODE - 4
 
@@ -112,7 +116,11 @@ def test_two_apps_share_one_encoder_deployment(ray_cluster):
 def test_cells_never_span_nodes_and_replicas_see_their_gpus(ray_cluster):
     plan = {
         "cells": [
-            {"gpus": GPUS_PER_NODE, "count": 2, "replicas": {"router.paths.EL.llm": 2, "router.paths.E->L.llm": 2}}
+            {
+                "gpus": GPUS_PER_NODE,
+                "count": 2,
+                "replicas": {"router.paths.EL.llm": 2, "router.paths.E->L.llm": 2},
+            }
         ],
         "routing": {"text": {"EL": 0.5, "E->L": 0.5}},
     }
@@ -143,7 +151,10 @@ def test_replanning_keeps_identical_cells(ray_cluster):
         await runtime.register_app(ROUTED_MLLM, "mllm")
         await runtime.deploy("mllm", Plan.model_validate(ROUTED_PLAN))
         before = {c.id: (c.gpus, c.replicas) for c in runtime.resources.cells}
-        bigger = {**ROUTED_PLAN, "cells": [*ROUTED_PLAN["cells"][:1], {**ROUTED_PLAN["cells"][1], "count": 3}]}
+        bigger = {
+            **ROUTED_PLAN,
+            "cells": [*ROUTED_PLAN["cells"][:1], {**ROUTED_PLAN["cells"][1], "count": 3}],
+        }
         await runtime.deploy("mllm", Plan.model_validate(bigger))
         after = {c.id: (c.gpus, c.replicas) for c in runtime.resources.cells}
         return before, after
@@ -161,7 +172,9 @@ def test_plan_larger_than_the_cluster_is_refused_clearly(ray_cluster):
         with pytest.raises(PlacementError, match="no node has 8 free GPUs"):
             await runtime.deploy("mllm", Plan.model_validate(plan))
         with pytest.raises(ValueError, match=r"does not have; it has"):
-            await runtime.deploy("mllm", Plan.model_validate({"cells": [{"gpus": 1, "replicas": {"nope": 1}}]}))
+            await runtime.deploy(
+                "mllm", Plan.model_validate({"cells": [{"gpus": 1, "replicas": {"nope": 1}}]})
+            )
 
     run(scenario)
 

@@ -17,7 +17,11 @@ from prismserve.toy.executors import VALUES
 
 ROUTED_PLAN = {
     "cells": [
-        {"gpus": 2, "count": 1, "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1}},
+        {
+            "gpus": 2,
+            "count": 1,
+            "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1},
+        },
         {"gpus": 1, "count": 2, "replicas": {"router.paths.E->L.llm": 1}},
     ],
     "routing": {"text": {"EL": 0.5, "E->L": 0.5}, "image+text": {"EL": 0.5, "E->L": 0.5}},
@@ -68,7 +72,9 @@ def test_cells_are_packed_on_one_node_and_a_cell_larger_than_any_node_is_refused
     async def scenario(runtime):
         await runtime.register_app(SOLO, "solo")
         encoder = next(k for k, m in runtime.managers.items() if type(m.task).__name__ == "EncoderTask")
-        cells = [await runtime.resources.create_cell("solo", 3, {encoder: 3}, runtime.managers) for _ in range(2)]
+        cells = [
+            await runtime.resources.create_cell("solo", 3, {encoder: 3}, runtime.managers) for _ in range(2)
+        ]
         with pytest.raises(PlacementError, match=r"no node has 3 free GPUs .*\[0, 0\]"):
             await runtime.resources.create_cell("solo", 3, {encoder: 3}, runtime.managers)
         return [c.node_id for c in cells], runtime.resources.free_gpus()

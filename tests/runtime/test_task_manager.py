@@ -33,7 +33,12 @@ class FakePool(InProcessPool):
 
 async def manager_with(replicas: int, pool: FakePool, restart_wait_s: float = 5.0) -> TaskManager:
     manager = TaskManager(
-        "enc", EncoderTask(model_id="m", modality="image"), ExecutorSpec(), 0, pool=pool, restart_wait_s=restart_wait_s
+        "enc",
+        EncoderTask(model_id="m", modality="image"),
+        ExecutorSpec(),
+        0,
+        pool=pool,
+        restart_wait_s=restart_wait_s,
     )
     for i in range(replicas):
         await manager.add_replica(Placement(None, i, 1))

@@ -49,7 +49,9 @@ def test_key_of_a_set_field_is_equal_under_any_hash_seed():
     keys = set()
     for seed in ("1", "2", "3"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.getcwd()}
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        )
         keys.add(out.stdout.strip())
     assert len(keys) == 1, keys
 
@@ -57,12 +59,18 @@ def test_key_of_a_set_field_is_equal_under_any_hash_seed():
 def test_negative_zero_is_the_same_configuration_as_zero():
     assert Configured(scale=-0.0).deployment_key() == Configured(scale=0.0).deployment_key()
     same = Configured(sampling=Sampling(temperature=-0.0), nested={"a": [{0}]})
-    assert same.deployment_key() == Configured(sampling=Sampling(temperature=0.0), nested={"a": [{0}]}).deployment_key()
+    assert (
+        same.deployment_key()
+        == Configured(sampling=Sampling(temperature=0.0), nested={"a": [{0}]}).deployment_key()
+    )
     assert Configured(scale=1.0).deployment_key() != Configured(scale=-1.0).deployment_key()
 
 
 def test_different_configuration_still_gives_different_keys():
-    assert Configured(tags=frozenset("ab")).deployment_key() != Configured(tags=frozenset("abc")).deployment_key()
+    assert (
+        Configured(tags=frozenset("ab")).deployment_key()
+        != Configured(tags=frozenset("abc")).deployment_key()
+    )
     assert Configured(blob=b"a").deployment_key() != Configured(blob=b"b").deployment_key()
 
 

@@ -93,7 +93,9 @@ def test_error_inside_a_stream_reaches_its_consumer():
             response = await MLLMTask(model_id="m")(ChatRequest.of("x"))
             received = []
             # Named as the Ray runtime names it: the call, its task, the error.
-            with pytest.raises(DispatchError, match=r"call #0 \(LLMTask\) failed: RuntimeError: decode step crashed"):
+            with pytest.raises(
+                DispatchError, match=r"call #0 \(LLMTask\) failed: RuntimeError: decode step crashed"
+            ):
                 async for token in response.text:
                     received.append(token)
             return received
@@ -112,7 +114,10 @@ def test_missing_executor_kind_is_reported_before_anything_runs():
         with use_dispatcher(LocalDispatcher({"encoder": encoder})):
             await MLLMTask(model_id="m")(ChatRequest.of("x", images=[b"a"]))
 
-    with pytest.raises(DispatchError, match=r"no executor function is registered for kind 'llm' \(registered: \['encoder'\]\)"):
+    with pytest.raises(
+        DispatchError,
+        match=r"no executor function is registered for kind 'llm' \(registered: \['encoder'\]\)",
+    ):
         run(scenario())
     assert calls == []
 

@@ -95,7 +95,9 @@ def test_replay_returns_the_streamed_result_computed_from_real_embeddings():
 
 def test_monolith_sends_raw_media_to_the_llm_and_no_encoder_calls():
     async def scenario():
-        response, graph = await call(MLLMTask(model_id="m", encoder_fission=False), ChatRequest.of("x", images=[b"a"]))
+        response, graph = await call(
+            MLLMTask(model_id="m", encoder_fission=False), ChatRequest.of("x", images=[b"a"])
+        )
         return await response.text.collect(), graph
 
     tokens, graph = run(scenario())
@@ -136,7 +138,11 @@ def test_omni_runs_talker_and_vocoder_only_for_audio_output():
     spoken = omni.record(ChatRequest.of("hi", audios=[b"q"], audio_out=True))
     assert kinds(text_only) == ["EncoderTask", "LLMTask"]
     assert kinds(spoken) == ["EncoderTask", "LLMTask", "TalkerTask", "VocoderTask"]
-    assert [(e.src, e.dst, e.data) for e in spoken.edges] == [(0, 1, "0.embedding"), (1, 2, "1"), (2, 3, "2.codes")]
+    assert [(e.src, e.dst, e.data) for e in spoken.edges] == [
+        (0, 1, "0.embedding"),
+        (1, 2, "1"),
+        (2, 3, "2.codes"),
+    ]
 
 
 def test_one_token_stream_feeds_the_talker_and_the_client():
@@ -191,12 +197,18 @@ def test_loop_replay_resolves_every_round():
 
 
 def test_replay_with_more_calls_than_record_names_task_and_index():
-    with pytest.raises(ReplayDivergenceError, match=r"SideEffect diverged at unit-task call #2: it invoked encoder \(EncoderTask\), but record made only 2"):
+    with pytest.raises(
+        ReplayDivergenceError,
+        match=r"SideEffect diverged at unit-task call #2: it invoked encoder \(EncoderTask\), but record made only 2",
+    ):
         run(call(SideEffect(), ChatRequest.of("x")))
 
 
 def test_replay_invoking_another_task_names_both_and_the_index():
-    with pytest.raises(ReplayDivergenceError, match=r"call #0: record invoked encoder \(EncoderTask\), replay invoked llm \(LLMTask\)"):
+    with pytest.raises(
+        ReplayDivergenceError,
+        match=r"call #0: record invoked encoder \(EncoderTask\), replay invoked llm \(LLMTask\)",
+    ):
         run(call(Flip(), ChatRequest.of("x")))
 
 
@@ -210,7 +222,9 @@ def test_replay_feeding_a_unit_task_from_another_producer_names_its_path_and_bot
 
 
 def test_replay_feeding_a_unit_task_another_input_names_its_path_and_the_field():
-    with pytest.raises(ReplayDivergenceError, match=r"call #2: thinker\.llm \(LLMTask\) got a different input\.prompt than"):
+    with pytest.raises(
+        ReplayDivergenceError, match=r"call #2: thinker\.llm \(LLMTask\) got a different input\.prompt than"
+    ):
         run(call(Nest(change="prompt"), ChatRequest.of("x")))
 
 
@@ -227,7 +241,10 @@ def test_replay_with_fewer_calls_than_record_is_detected():
     refine = Refine()
     graph = refine.record(RefineRequest(image=b"i", rounds=2))
     outputs = [EncoderOutput(embedding=[1.0]), Stream()] * 2
-    with pytest.raises(ReplayDivergenceError, match=r"call #2: record invoked encoder \(EncoderTask\) there, replay made only 2"):
+    with pytest.raises(
+        ReplayDivergenceError,
+        match=r"call #2: record invoked encoder \(EncoderTask\) there, replay made only 2",
+    ):
         refine.replay(RefineRequest(image=b"i", rounds=1), graph, outputs)
 
 
@@ -244,7 +261,10 @@ def test_formatting_a_placeholder_is_a_clear_error():
 @pytest.mark.parametrize("of", ["embedding", "text"])
 @pytest.mark.parametrize("op", sorted(COMPARISONS))
 def test_comparing_or_hashing_a_placeholder_is_a_clear_error(op, of):
-    with pytest.raises(RecordError, match=r"'\d(\.embedding)?' was (compared|hashed|searched).* does not exist yet.*replayable_choice"):
+    with pytest.raises(
+        RecordError,
+        match=r"'\d(\.embedding)?' was (compared|hashed|searched).* does not exist yet.*replayable_choice",
+    ):
         CompareOutput(op=op, of=of).record(ChatRequest.of("x"))
 
 
@@ -274,7 +294,9 @@ def test_request_dict_is_validated_into_the_input_type():
 
 def _router(text_probs=(1.0, 0.0, 0.0), image_probs=(0.5, 0.3, 0.2)):
     paths = [MLLMTask(model_id="m", encoder_fission=False), MLLMTask(model_id="m"), MLLMTask(model_id="m2")]
-    return Router(paths=paths, text_only_probabilities=list(text_probs), image_text_probabilities=list(image_probs))
+    return Router(
+        paths=paths, text_only_probabilities=list(text_probs), image_text_probabilities=list(image_probs)
+    )
 
 
 def test_replayable_choice_repeats_the_recorded_path_on_replay():
@@ -315,7 +337,7 @@ def test_replayable_choice_distribution_matches_probabilities():
     for _ in range(n):
         counts[router.record(request, rng=rng).choices[0]] += 1
     probs = (0.5, 0.3, 0.2)
-    chi2 = sum((c - n * p) ** 2 / (n * p) for c, p in zip(counts, probs))
+    chi2 = sum((c - n * p) ** 2 / (n * p) for c, p in zip(counts, probs, strict=True))
     assert chi2 < 13.82, counts  # chi-square, 2 degrees of freedom, p = 0.001
     assert [router.record(ChatRequest.of("t"), rng=rng).choices[0] for _ in range(100)] == [0] * 100
 
@@ -349,7 +371,9 @@ def test_equivalence_is_same_class_and_same_field_values():
     assert a.deployment_key() != EncoderTask(model_id="m", modality="audio").deployment_key()
     # Same fields, different class: different deployments.
     assert TalkerTask(model_id="m").deployment_key() != VocoderTask(model_id="m").deployment_key()
-    assert LLMTask(model_id="m").deployment_key() != LLMTask(model_id="m", with_encoders=True).deployment_key()
+    assert (
+        LLMTask(model_id="m").deployment_key() != LLMTask(model_id="m", with_encoders=True).deployment_key()
+    )
 
 
 def test_deployment_key_is_stable_across_processes():
@@ -360,7 +384,9 @@ def test_deployment_key_is_stable_across_processes():
         "from prismserve.toy.tasks import EncoderTask;"
         "print(EncoderTask(model_id='m', modality='image').deployment_key())"
     )
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert other == EncoderTask(modality="image", model_id="m").deployment_key()
 
 
