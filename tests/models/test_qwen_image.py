@@ -22,6 +22,7 @@ from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
 from prismserve.tasklib.imagegen import ImageGenTask
 from prismserve.tasklib.units import ImageGeneratorTask, TextEncoderTask
+from prismserve.toy.executors import EXECUTORS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 CLASSES = {TextEncoderTask, ImageGeneratorTask}
@@ -95,8 +96,8 @@ def test_image_gen_task_split_and_whole_agree(tiny_image):
 
 @pytest.fixture(scope="module")
 def gateway(tiny_image, serve_gateway):
-    executors = InProcessExecutors()
-    runtime = LocalRuntime(executors.callables(CLASSES))
+    # The image tasks on their real executors (no function for their kinds), the chat app on the toy ones.
+    runtime = LocalRuntime(EXECUTORS)
     app = create_gateway(runtime, admin_token="t")
     with serve_gateway(app) as url:
         with pytest.MonkeyPatch.context() as env:
