@@ -76,8 +76,10 @@ class SimExecutor(Executor):
             await self._sharing.run(self.profile.latency_s * getattr(task_input, "sim_work", 1.0))
         elif self.profile.latency_s > 0:
             await self._batcher.submit(task_input)
-        else:
-            await asyncio.sleep(0)  # nothing to emulate: no batching, but yield as an engine would
+        elif self._values is None:
+            # Nothing to emulate, but yield as an engine would; a value function (tests, the
+            # in-process runtime) yields where it does itself.
+            await asyncio.sleep(0)
 
     async def run(self, task_input: Any) -> Any:
         await self._service(task_input)
@@ -97,7 +99,8 @@ class SimExecutor(Executor):
         try:
             async for item in source:
                 yield item
-                await _sleep(self.profile.item_s * (1 + self.profile.batch_growth * (self._decoding - 1)))
+                if self.profile.item_s > 0 or self._values is None:
+                    await _sleep(self.profile.item_s * (1 + self.profile.batch_growth * (self._decoding - 1)))
         finally:
             self._decoding -= 1
 
