@@ -15,6 +15,7 @@ from prismserve.planner import Plan
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
 from prismserve.task import Dispatcher
 from prismserve.task.routing import Routing, use_routing
+from prismserve.task.session import use_app_task_names
 
 
 class Runtime(ABC):
@@ -41,10 +42,16 @@ class Runtime(ABC):
     @contextlib.asynccontextmanager
     async def request_scope(self, app_name: str | None = None) -> AsyncIterator[None]:
         """Wrap the handling of one request of `app_name` (until its response is fully sent): its
-        routers follow the plan deployed for that app, and what its task graphs left behind
-        (payloads, streams) is released when the block ends."""
+        routers follow the plan deployed for that app, errors name unit tasks by their paths in the
+        app, and what its task graphs left behind (payloads, streams) is released when the block ends."""
         plan = self.plans.get(app_name) if app_name is not None else None
-        with use_routing(plan.routing if plan is not None else None), self._graph_scope():
+        app = self.registry.apps.get(app_name) if app_name is not None else None
+        names = {id(task): name for name, task in app.tasks.items()} if app is not None else None
+        with (
+            use_routing(plan.routing if plan is not None else None),
+            use_app_task_names(names),
+            self._graph_scope(),
+        ):
             yield
 
     def _graph_scope(self) -> contextlib.AbstractContextManager[None]:

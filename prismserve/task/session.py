@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -78,8 +79,15 @@ class Session:
         return self.outputs[index]  # type: ignore[index]
 
     def _name(self, task: UnitTask[Any, Any]) -> str:
-        """`path.in.root (Class)`: equivalent unit tasks share a class, so the path tells them apart."""
-        path = self.root.path_to(task) if self.root is not None else None
+        """`path.in.root (Class)`, the root named as the app being served names it (`omni.encoders.image`):
+        equivalent unit tasks share a class, so the path tells them apart."""
+        if self.root is None:
+            return type(task).__name__
+        path = self.root.path_to(task)
+        names = app_task_names.get()
+        prefix = names.get(id(self.root)) if names is not None else None
+        if prefix is not None:
+            path = f"{prefix}.{path}" if path else prefix
         return f"{path} ({type(task).__name__})" if path else type(task).__name__
 
     def _diverged(self, index: int, what: str) -> NoReturn:
@@ -124,6 +132,20 @@ class Session:
 
 
 current_session: ContextVar[Session | None] = ContextVar("current_session", default=None)
+
+# The served app's names of its tasks (id of the task -> name), set per request by the runtime, so
+# that divergence errors name a unit task by its path in the app; task objects are not changed.
+app_task_names: ContextVar[Mapping[int, str] | None] = ContextVar("prismserve_app_task_names", default=None)
+
+
+@contextmanager
+def use_app_task_names(names: Mapping[int, str] | None) -> Iterator[None]:
+    """Name the root tasks of the requests served inside the block as `names` says."""
+    token = app_task_names.set(names)
+    try:
+        yield
+    finally:
+        app_task_names.reset(token)
 
 
 def replayable_choice(n: int, p: Sequence[float] | None = None) -> int:

@@ -394,3 +394,39 @@ def test_unit_tasks_are_immutable_so_keys_cannot_go_stale():
     task = EncoderTask(model_id="m", modality="image")
     with pytest.raises(ValueError, match="frozen"):
         task.model_id = "other"
+
+
+def test_a_served_apps_divergence_names_the_unit_task_by_its_path_in_the_app():
+    from prismserve.runtime import LocalRuntime
+    from prismserve.toy.executors import EXECUTORS
+
+    source = """
+from pydantic import BaseModel
+from composites import SwapOnReplay
+from prismserve.app import AppConfig
+from prismserve.protocol.chat import ChatRequest
+
+swap = SwapOnReplay()
+
+class Config(AppConfig):
+    tasks = {"omni": swap}
+    input_modalities = frozenset({"text"})
+
+class Answer(BaseModel):
+    tokens: list[str]
+
+async def serve(request: ChatRequest) -> Answer:
+    return Answer(tokens=await (await swap(request)).text.collect())
+"""
+
+    async def scenario():
+        runtime = LocalRuntime(EXECUTORS)
+        app = await runtime.register_app(source, "chat")
+        with use_dispatcher(runtime.dispatcher):
+            async with runtime.request_scope("chat"):
+                await app.serve(ChatRequest.of("x"))
+
+    with pytest.raises(
+        ReplayDivergenceError, match=r"omni\.llm \(LLMTask\) got input\.embeddings\[0\] from call #1"
+    ):
+        asyncio.run(scenario())
