@@ -27,6 +27,8 @@ class Runtime(ABC):
     def __init__(self) -> None:
         self.registry = AppRegistry()
         self.plans: dict[str, Plan] = {}
+        # Per app, its names of its tasks by id: what divergence errors name a request's root by.
+        self._task_names: dict[str, dict[int, str]] = {}
 
     @property
     @abstractmethod
@@ -45,11 +47,9 @@ class Runtime(ABC):
         routers follow the plan deployed for that app, errors name unit tasks by their paths in the
         app, and what its task graphs left behind (payloads, streams) is released when the block ends."""
         plan = self.plans.get(app_name) if app_name is not None else None
-        app = self.registry.apps.get(app_name) if app_name is not None else None
-        names = {id(task): name for name, task in app.tasks.items()} if app is not None else None
         with (
             use_routing(plan.routing if plan is not None else None),
-            use_app_task_names(names),
+            use_app_task_names(self._task_names.get(app_name) if app_name is not None else None),
             self._graph_scope(),
         ):
             yield
@@ -70,12 +70,14 @@ class Runtime(ABC):
         except BaseException:
             self.registry.unregister(app.name)
             raise
+        self._task_names[app.name] = {id(task): name for name, task in app.tasks.items()}
         return app
 
     async def unregister_app(self, name: str) -> None:
         """Unregister an app and stop the deployments no other app uses."""
         released = self.registry.unregister(name)
         self.plans.pop(name, None)
+        self._task_names.pop(name, None)
         await self._on_unregister(name, [d.key for d in released])
 
     async def deploy(self, app_name: str, plan: Plan) -> None:
@@ -86,6 +88,12 @@ class Runtime(ABC):
         if unknown:
             raise ValueError(
                 f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}"
+            )
+        pinned = sorted({cell.node for cell in plan.cells if cell.node is not None})
+        if pinned:
+            raise ValueError(
+                f"plan pins cells to nodes {pinned} (a topology-aware plan): the runtime places every cell "
+                "on a node with room itself; drop `node` from the plan's cells to deploy it"
             )
         _check_routing(app, plan.routing)
         for name, profile in plan.profiles.items():

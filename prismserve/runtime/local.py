@@ -12,7 +12,7 @@ from typing import Any
 
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.dispatcher import ReplicaDispatcher
-from prismserve.runtime.pool import InProcessPool
+from prismserve.runtime.pool import InProcessPool, in_process_refusal
 from prismserve.runtime.task_manager import Placement, TaskManager
 from prismserve.task import DispatchError, TaskGraph, UnitTask
 from prismserve.task.graph import Invocation
@@ -63,12 +63,7 @@ class LocalDispatcher(ReplicaDispatcher):
                 f"{cls.executor_kind!r} (registered: {sorted(self._executors)}), so it cannot run in this process: "
                 "serve it without --in-process (the Ray runtime), or give the task an executor_class"
             )
-        if cls.executor_env:
-            return (
-                f"{cls.__qualname__} runs in the {cls.executor_env!r} executor environment, not in this process: "
-                "serve it without --in-process (the Ray runtime)"
-            )
-        return None
+        return in_process_refusal(cls)
 
     async def deploy(self, task: UnitTask[Any, Any]) -> TaskManager:
         """Start `task`'s deployment unless it runs already (its executor loads); raises what starting raised."""

@@ -206,12 +206,9 @@ class InProcessPool(ReplicaPool):
     async def start(self, manager: TaskManager, replica: Replica) -> None:
         from prismserve.runtime.replica import ExecutorReplica
 
-        task_class = type(manager.task)
-        if manager.spec.backend == "model" and task_class.executor_env:
-            raise RuntimeError(
-                f"{task_class.__name__} runs in the {task_class.executor_env} environment, not in this process: "
-                "serve it on the Ray runtime"
-            )
+        refusal = in_process_refusal(type(manager.task)) if manager.spec.backend == "model" else None
+        if refusal is not None:
+            raise RuntimeError(refusal)
         handle = ExecutorReplica(manager.key, manager.task, manager.spec, 0, in_process=True)
         replica.info = await asyncio.wait_for(handle.start(), manager.start_timeout_s)
         replica.handle = handle
@@ -295,6 +292,16 @@ class InProcessPool(ReplicaPool):
 
     def unreserve(self, reservation: Any) -> None:
         self._reserved.pop(id(reservation), None)
+
+
+def in_process_refusal(task_class: type[Any]) -> str | None:
+    """Why a unit task's real executor cannot run in this process, or None."""
+    if task_class.executor_env:
+        return (
+            f"{task_class.__qualname__} runs in the {task_class.executor_env!r} executor environment, not in "
+            "this process: serve it without --in-process (the Ray runtime)"
+        )
+    return None
 
 
 async def _item(whole: asyncio.Task[Any], index: int) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar, final
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from prismserve.task.data import DataHandle, Stream, accepting_placeholders
+from prismserve.task.data import PLAIN_TYPES, DataHandle, Stream, accepting_placeholders
 from prismserve.task.dispatch import current_dispatcher
 from prismserve.task.errors import TaskDefinitionError, TaskUsageError
 from prismserve.task.graph import TaskGraph, data_id
@@ -30,13 +30,9 @@ InT = TypeVar("InT")
 OutT = TypeVar("OutT")
 
 
-# Types that never hold a placeholder: checked first, by exact type, to keep record fast.
-_LEAVES = frozenset({str, bytes, int, float, bool, type(None)})
-
-
 def _holds_placeholder(obj: Any) -> bool:
     cls = type(obj)
-    if cls in _LEAVES:
+    if cls in PLAIN_TYPES:
         return False
     if isinstance(obj, (DataHandle, Stream)):
         return obj.is_placeholder
@@ -49,7 +45,7 @@ def _holds_placeholder(obj: Any) -> bool:
     else:
         return False
     for value in values:  # noqa: SIM110 - a loop: any() over a generator is slower on the record path
-        if type(value) not in _LEAVES and _holds_placeholder(value):
+        if type(value) not in PLAIN_TYPES and _holds_placeholder(value):
             return True
     return False
 

@@ -12,6 +12,10 @@ from pydantic_core import core_schema
 
 from prismserve.task.errors import RecordError
 
+# Values that never hold a placeholder and compare by value: the record and replay walks skip them
+# by exact type, without a call.
+PLAIN_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
+
 T = TypeVar("T")
 
 _MISSING: Any = object()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
 
-from prismserve.task.data import DataHandle, Stream
+from prismserve.task.data import PLAIN_TYPES, DataHandle, Stream
 from prismserve.task.errors import RecordError, ReplayDivergenceError, TaskUsageError
 from prismserve.task.graph import Invocation, TaskGraph, output_value, producer_of
 
@@ -205,12 +205,8 @@ def _collect_placeholders(obj: Any, deps: dict[str, int], consumer: int, task: A
     else:
         return
     for child in children:
-        if type(child) not in _PLAIN:  # most fields are plain: skip them without a call
+        if type(child) not in PLAIN_TYPES:  # most fields are plain: skip them without a call
             _collect_placeholders(child, deps, consumer, task)
-
-
-# Compared by value between record and replay; anything else is compared structurally or not at all.
-_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
 
 
 class _Differs(Exception):
@@ -237,7 +233,7 @@ def _compare(recorded: Any, replayed: Any, outputs: Any) -> None:
     if recorded is replayed:
         return
     cls = type(recorded)
-    if cls in _PLAIN:
+    if cls in PLAIN_TYPES:
         if cls is type(replayed) and recorded != replayed == replayed:  # noqa: PLR0124 - NaN is no difference
             raise _Differs("a different {where} than record did")
     elif cls is DataHandle or cls is Stream:
@@ -292,7 +288,7 @@ def _compare_source(data: str, replayed: Any, outputs: Any) -> None:
     recorded = f"output {data!r} of call #{producer_of(data)}"
     if isinstance(replayed, (DataHandle, Stream)) or isinstance(expected, (DataHandle, Stream)):
         raise _Differs(f"{{where}} from {_source_of(replayed, outputs)}, where record had {recorded}")
-    if type(replayed) is type(expected) and type(expected) in _PLAIN and replayed != expected:
+    if type(replayed) is type(expected) and type(expected) in PLAIN_TYPES and replayed != expected:
         raise _Differs(f"a different {{where}} than {recorded}, which record passed there")
     # A plain container copied by validation: where it came from cannot be told cheaply.
 

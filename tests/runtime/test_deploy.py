@@ -88,3 +88,14 @@ def test_the_planners_json_is_the_plan_the_runtime_deploys():
     asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
     asyncio.run(runtime.deploy("planned", plan))
     assert runtime.plans["planned"] is plan
+
+
+def test_a_plan_pinning_cells_to_nodes_is_refused_not_ignored():
+    runtime = LocalRuntime(EXECUTORS)
+    asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
+    pinned = Plan.model_validate(
+        {"cells": [{"gpus": 1, "replicas": {"router.paths.EL.llm": 1}, "node": "n1"}]}
+    )
+    with pytest.raises(ValueError, match=r"pins cells to nodes \['n1'\].*drop `node`"):
+        asyncio.run(runtime.deploy("planned", pinned))
+    assert "planned" not in runtime.plans
