@@ -16,7 +16,7 @@ from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
 from prismserve.runtime.dispatcher import ReplicaDispatcher, RoutingPolicy, request_scope
-from prismserve.runtime.pool import RayActorPool, ReplicaPool
+from prismserve.runtime.pool import RayActorPool, ReplicaPool, WirePool
 from prismserve.runtime.resources import ResourceManager
 from prismserve.runtime.task_manager import TaskManager
 from prismserve.task import Dispatcher, UnitTask
@@ -32,7 +32,8 @@ class RayRuntime(Runtime):
     Unit tasks that name an `executor_class` run on it (real models); the others, and deployments a plan
     gives a `sim` profile, run on `sim` executors. `values` maps a unit-task class to the function
     that computes its `sim` outputs (for example the toy executors); other tasks get outputs
-    synthesised from their output type. `pool` runs the replicas (Ray actors by default; an
+    synthesised from their output type. `pool` runs the replicas (by default `WirePool`: Ray actors
+    called over their sockets; an
     `InProcessPool` with declared GPUs runs the same control plane in this process, without Ray).
     """
 
@@ -50,7 +51,7 @@ class RayRuntime(Runtime):
         pool: ReplicaPool | None = None,
     ) -> None:
         super().__init__()
-        self.pool = pool or RayActorPool()
+        self.pool = pool or WirePool()
         self.address = address
         self.fake_gpus = fake_gpus
         self.values = dict(values or {})

@@ -17,10 +17,14 @@ from pydantic import BaseModel
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.dataplane import INLINE_BYTES, ShmSlab, payload_size
 from prismserve.runtime.streams import RemoteStream, RemoteStreamRef, StreamTable
+from prismserve.runtime.wire import ReplicaAddress, WireServer
 from prismserve.task import DataHandle, DispatchError, InvalidInputError, Stream, UnitTask
 from prismserve.task.graph import fill_placeholders
 
 _tracer = otel_trace.get_tracer("prismserve.executor")
+
+# What callers may ask a replica over its socket (runtime/wire.py).
+WIRE_METHODS = frozenset({"invoke", "read_stream", "release", "queue_depth"})
 
 
 @dataclass(slots=True)
@@ -108,6 +112,8 @@ class ExecutorReplica:
         self._streams = StreamTable()
         self._slab: ShmSlab | None = None
         self._pumps: set[asyncio.Task[Any]] = set()
+        self._wire: WireServer | None = None
+        self.address: ReplicaAddress | None = None
 
     async def start(self) -> dict[str, Any]:
         """Build and load the executor; returns where the replica runs."""
@@ -129,8 +135,13 @@ class ExecutorReplica:
         output_type = type(self.task).output_type
         if self.slab_bytes and not self.streaming and _has_handle_fields(output_type):
             self._slab = ShmSlab(self.slab_bytes, self._node, owner=self._me)
+        actor_id = context.get_actor_id() or ""
+        self._wire = WireServer(self, WIRE_METHODS)
+        host = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == self._node)
+        self.address = await self._wire.start(actor_id, self._node, host)
         return {
-            "actor_id": context.get_actor_id(),
+            "wire": self.address,
+            "actor_id": actor_id,
             "node_id": self._node,
             "pid": os.getpid(),
             "python": sys.executable,
@@ -205,7 +216,8 @@ class ExecutorReplica:
             await stream.wait_beyond(0)
             ref = stream
         else:
-            ref = await self._streams.first_batch(stream, self._me)
+            assert self.address is not None  # started as an actor
+            ref = await self._streams.first_batch(stream, self.address)
         items, _, error = stream.snapshot(0)
         if isinstance(error, InvalidInputError) and not items:
             raise error  # rejected before any output: the call fails as the request's fault (a 4xx)
@@ -238,10 +250,11 @@ class ExecutorReplica:
                 # Held under the call's id, so that the request's release frees it.
                 renamed: Stream[Any] = Stream(data_id)
                 self._streams.add(renamed)
+                assert self.address is not None  # exported only by an actor
                 pump = asyncio.get_running_loop().create_task(renamed.drain(value))
                 self._pumps.add(pump)
                 pump.add_done_callback(self._pumps.discard)
-                update[name] = RemoteStreamRef(self._me, renamed.id)
+                update[name] = RemoteStreamRef(self.address, renamed.id)
         return output.model_copy(update=update) if update else output
 
     def _store(self, data_id: str, value: Any, pickled: bytes | None) -> Any:
@@ -271,7 +284,9 @@ class ExecutorReplica:
             self._streams.release_prefix(prefix)
 
     async def stop(self) -> None:
-        """Close the executor (an engine's processes, a model's memory) and remove the slab."""
+        """Close the executor (an engine's processes, a model's memory), the socket and the slab."""
+        if self._wire is not None:
+            self._wire.close()
         if self._slab is not None:
             self._slab.close()
         executor = getattr(self, "executor", None)

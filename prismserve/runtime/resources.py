@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prismserve.planner import CellPlan, Plan, plan_changes
-from prismserve.runtime.pool import RayActorPool, ReplicaPool
+from prismserve.runtime.pool import ReplicaPool, WirePool
 from prismserve.runtime.task_manager import Placement, Replica, TaskManager
 
 _cell_ids = itertools.count()
@@ -40,7 +40,7 @@ class ResourceManager:
     def __init__(self, place_timeout_s: float = 60.0, pool: ReplicaPool | None = None) -> None:
         self.cells: list[Cell] = []
         self.place_timeout_s = place_timeout_s
-        self.pool = pool or RayActorPool()
+        self.pool = pool or WirePool()
 
     def inventory(self) -> dict[str, float]:
         """GPUs of each alive node (real or declared)."""

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from prismserve.runtime.wire import ReplicaAddress
 from prismserve.task import DispatchError, Stream
 
 
@@ -23,7 +24,7 @@ class RemoteStreamRef:
     fast producer's whole stream often arrives with no further round trip.
     """
 
-    owner: Any  # the replica's actor handle
+    owner: ReplicaAddress  # the replica holding the stream
     stream_id: str
     items: tuple[Any, ...] = ()
     closed: bool = False
@@ -57,7 +58,7 @@ class RemoteStream(Stream[Any]):
         start = len(self._ref.items)
         try:
             while True:
-                items, closed, error = await self._ref.owner.read_stream.remote(self._ref.stream_id, start)
+                items, closed, error = await self._ref.owner.read_stream(self._ref.stream_id, start)
                 for item in items:
                     self.put(item)
                 start += len(items)
@@ -92,7 +93,7 @@ class StreamTable:
         items, closed, error = stream.snapshot(start)
         return items, closed, None if error is None else _message(error)
 
-    async def first_batch(self, stream: Stream[Any], owner: Any) -> RemoteStreamRef:
+    async def first_batch(self, stream: Stream[Any], owner: ReplicaAddress) -> RemoteStreamRef:
         """A reference to `stream` once it has its first item (or has ended), carrying what it has.
 
         While items keep arriving on every turn of the event loop (a fast producer), it keeps

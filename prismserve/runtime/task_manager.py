@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prismserve.executors.spec import ExecutorSpec
-from prismserve.runtime.pool import RayActorPool, ReplicaPool
+from prismserve.runtime.pool import ReplicaPool, WirePool
+from prismserve.runtime.wire import ReplicaAddress
 from prismserve.task import UnitTask
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class Replica:
     starting: asyncio.Task[None] | None = None
     spec: ExecutorSpec | None = None
     actor_id: str = ""  # tells this replica's death from its producers' in a failed call
+    address: ReplicaAddress | None = None  # its socket (runtime/wire.py)
 
 
 class Lease:
@@ -93,7 +95,7 @@ class TaskManager:
         self.task = task
         self.spec = spec
         self.slab_bytes = slab_bytes
-        self.pool = pool or RayActorPool()
+        self.pool = pool or WirePool()
         self.replicas: list[Replica] = []
         self.start_timeout_s = 120.0
         # How long an invocation waits for a restarting replica when no other one is healthy.
