@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from prismserve.errors import NoReplicaError, ReplicaStartError
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import RayActorPool, ReplicaPool
 from prismserve.task import UnitTask
@@ -63,14 +64,6 @@ class Lease:
         if self._held:
             self._held = False
             self.replica.in_flight -= 1
-
-
-class ReplicaStartError(RuntimeError):
-    """A replica's actor did not come up."""
-
-
-class NoReplicaError(RuntimeError):
-    """A deployment has no replica that can take an invocation."""
 
 
 class TaskManager:
