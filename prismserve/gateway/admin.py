@@ -7,12 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import ValidationError
 
 from prismserve.app import App
 from prismserve.errors import AuthError, PlacementError
-from prismserve.gateway.errors import invalid
-from prismserve.gateway.http import parse_json, read_body, state
+from prismserve.gateway.http import read_model, state
 from prismserve.gateway.openapi import errors, json_body
 from prismserve.gateway.serving import find_app
 from prismserve.planner import Plan
@@ -60,10 +58,7 @@ def describe(app: App) -> AppInfo:
 )
 async def register(request: Request) -> AppInfo:
     """Register an app from its source: load, validate, deploy what it needs."""
-    try:
-        body = RegisterApp.model_validate(parse_json(await read_body(request)))
-    except ValidationError as exc:
-        raise invalid(exc) from None
+    body = await read_model(request, RegisterApp)
     try:
         app = await state(request).runtime.register_app(body.source, body.name, filename=f"{body.name}.py")
     except PlacementError as exc:
@@ -94,10 +89,7 @@ async def deploy(name: str, request: Request) -> Deployed:
     """Deploy or scale a plan for an app: cells, routing probabilities, sim profiles."""
     runtime = state(request).runtime
     find_app(runtime, name)
-    try:
-        plan = Plan.model_validate(parse_json(await read_body(request)))
-    except ValidationError as exc:
-        raise invalid(exc, "invalid plan: ") from None
+    plan = await read_model(request, Plan, "invalid plan: ")
     await runtime.deploy(name, plan)
     return Deployed(app=name, gpus=plan.total_gpus, replicas=plan.replicas())
 

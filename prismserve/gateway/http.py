@@ -7,15 +7,15 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic_core
 from fastapi import Request
 from opentelemetry.trace import Tracer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from prismserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
-from prismserve.gateway.errors import HTTPError
+from prismserve.gateway.errors import HTTPError, invalid
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
 
@@ -106,6 +106,19 @@ def parse_json(body: bytes) -> Any:
         return pydantic_core.from_json(body)
     except ValueError as exc:
         raise malformed_json(str(exc)) from None
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+async def read_model(request: Request, model: type[Body], what: str = "") -> Body:
+    """The request's JSON body as `model`, validated strictly (`"stream": 0` is no boolean), as
+    /openapi.json documents it; a 400 starting with `what` for fields that do not validate."""
+    payload = parse_json(await read_body(request))
+    try:
+        return model.model_validate(payload, strict=True)
+    except ValidationError as exc:
+        raise invalid(exc, what) from None
 
 
 def json_of(model: BaseModel) -> str:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from prismserve.errors import AppResponseError, InvalidRequestError
 from prismserve.gateway.errors import invalid
-from prismserve.gateway.http import parse_json, read_body, state
+from prismserve.gateway.http import read_model, state
 from prismserve.gateway.openapi import errors, json_body
 from prismserve.gateway.serving import find_app, serving
 from prismserve.protocol.images import ImageRequest, ImageResponse
@@ -59,10 +59,7 @@ def to_image_request(body: OpenAIImageRequest) -> ImageRequest:
 )
 async def images_generations(request: Request) -> JSONResponse:
     """OpenAI image generation, served by the app named in `model`."""
-    try:
-        body = OpenAIImageRequest.model_validate(parse_json(await read_body(request)))
-    except ValidationError as exc:
-        raise invalid(exc) from None
+    body = await read_model(request, OpenAIImageRequest)
     app = find_app(state(request).runtime, body.model)
     if not (isinstance(app.request_type, type) and issubclass(app.request_type, ImageRequest)):
         raise InvalidRequestError(

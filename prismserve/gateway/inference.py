@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from prismserve.gateway.http import json_of, read_body, sse_chunks
-from prismserve.gateway.openapi import any_json_body, errors
+from prismserve.gateway.openapi import SSE_EVENTS, any_json_body, errors
 from prismserve.gateway.serving import find_app, parse_request, serving
 
 router = APIRouter()
@@ -23,7 +23,7 @@ router = APIRouter()
             "one `data: <chunk JSON>` per chunk, then `data: [DONE]` (or an `error` event)",
             "content": {
                 "application/json": {"schema": {"type": "object"}},
-                "text/event-stream": {"schema": {"type": "string"}},
+                **SSE_EVENTS,
             },
         },
         **errors(400, 404, 413, 415, 500, 502),

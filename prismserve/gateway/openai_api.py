@@ -22,9 +22,9 @@ from prismserve.app import App
 from prismserve.errors import AppResponseError, InvalidRequestError
 from prismserve.gateway.chat import check_chat_request, speaks_chat
 from prismserve.gateway.errors import invalid
-from prismserve.gateway.http import error_event, parse_json, read_body, sse_event, state
+from prismserve.gateway.http import error_event, read_model, sse_event, state
 from prismserve.gateway.media import decode_base64, image_from_url, video_from_url, wav_bytes
-from prismserve.gateway.openapi import errors, json_body
+from prismserve.gateway.openapi import SSE_EVENTS, errors, json_body
 from prismserve.gateway.serving import Served, find_app, serving
 from prismserve.protocol.chat import (
     AudioPart,
@@ -36,37 +36,24 @@ from prismserve.protocol.chat import (
     TextPart,
     VideoPart,
 )
-from prismserve.protocol.openai import ChatCompletionAnswer, OpenAIChatRequest
+from prismserve.protocol.openai import (
+    AudioContent,
+    ChatCompletionAnswer,
+    ContentPart,
+    ImageContent,
+    OpenAIChatRequest,
+    TextContent,
+    VideoContent,
+)
 
 router = APIRouter()
 
 
 def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
     """The app's ChatRequest for an OpenAI request; 400 for media that do not decode or that the app refuses."""
-    messages, images, audios, videos = [], 0, 0, 0
+    messages, counts = [], {"image": 0, "video": 0, "audio": 0}
     for message in body.messages:
-        parts: list[Any] = []
-        for part in message.content:
-            if part.type == "text":
-                parts.append(TextPart(text=part.text or ""))
-            elif part.type == "image_url":
-                if part.image_url is None:
-                    raise InvalidRequestError("an image_url part needs image_url.url")
-                data, mime = image_from_url(part.image_url.url, images)
-                parts.append(ImagePart(data=data, mime_type=mime))
-                images += 1
-            elif part.type == "video_url":
-                if part.video_url is None:
-                    raise InvalidRequestError("a video_url part needs video_url.url")
-                data, mime = video_from_url(part.video_url.url, videos)
-                parts.append(VideoPart(data=data, mime_type=mime))
-                videos += 1
-            else:
-                if part.input_audio is None:
-                    raise InvalidRequestError("an input_audio part needs input_audio.data and .format")
-                data = decode_base64(part.input_audio.data, f"audio #{audios}")
-                parts.append(AudioPart(data=data, format=part.input_audio.format))
-                audios += 1
+        parts = [_part(part, counts) for part in message.content]
         role = "system" if message.role == "developer" else message.role
         messages.append(ChatMessage(role=role, content=parts))
     modalities = body.modalities or ["text"]
@@ -94,7 +81,7 @@ def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
             "model": ChatCompletionAnswer,
             "description": "A chat.completion; with `stream: true`, chat.completion.chunk server-sent events "
             "ending in `data: [DONE]` (or an `error` event)",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": SSE_EVENTS,
         },
         **errors(400, 404, 413, 415, 500, 502),
     },
@@ -102,10 +89,7 @@ def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions, served by the app named in `model`."""
     gateway = state(request)
-    try:
-        body = OpenAIChatRequest.model_validate(parse_json(await read_body(request)))
-    except ValidationError as exc:
-        raise invalid(exc) from None
+    body = await read_model(request, OpenAIChatRequest)
     app = find_app(gateway.runtime, body.model)
     if not speaks_chat(app):
         raise InvalidRequestError(
@@ -140,6 +124,25 @@ async def chat_completions(request: Request) -> Response:
             "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
             "usage": _usage(count),
         }
+    )
+
+
+def _part(part: ContentPart, counts: dict[str, int]) -> Any:
+    """The chat type of one OpenAI content part, its media decoded; `counts` numbers the media per kind."""
+    if isinstance(part, TextContent):
+        return TextPart(text=part.text)
+    kind = {ImageContent: "image", VideoContent: "video", AudioContent: "audio"}[type(part)]
+    index = counts[kind]
+    counts[kind] += 1
+    if isinstance(part, ImageContent):
+        data, mime = image_from_url(part.image_url.url, index)
+        return ImagePart(data=data, mime_type=mime)
+    if isinstance(part, VideoContent):
+        data, mime = video_from_url(part.video_url.url, index)
+        return VideoPart(data=data, mime_type=mime)
+    assert isinstance(part, AudioContent)
+    return AudioPart(
+        data=decode_base64(part.input_audio.data, f"audio #{index}"), format=part.input_audio.format
     )
 
 

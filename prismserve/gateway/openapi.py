@@ -9,6 +9,7 @@ components and drops FastAPI's default 422, which this gateway never answers (in
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI
@@ -31,6 +32,20 @@ _WHEN = {
     502: "An executor failed; the message names the call and component",
     503: "Something the deployment needs is missing (e.g. an executor environment)",
 }
+
+
+SSE_EVENTS = {
+    "text/event-stream": {
+        "schema": {
+            "description": "One server-sent event: a chunk as JSON, then `[DONE]`; a failure after the "
+            "status was sent ends the stream with an `error` event whose data is the error body",
+            "type": "object",
+            "required": ["data"],
+            "properties": {"event": {"enum": ["message", "error"]}, "data": {"type": "string"}},
+        }
+    }
+}
+"""The content of a route that streams (OpenAPI 3.1: the schema describes each event)."""
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -77,6 +92,16 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
             schemas.pop(unused, None)
         app.openapi_schema = document
     return app.openapi_schema
+
+
+def allowed_methods(app: FastAPI, path: str) -> str:
+    """The `Allow` header of a 405 at `path`: every documented method of a route matching it (Starlette's
+    own names only the first route's, so a 405 on /admin/apps said `Allow: POST` and hid its GET)."""
+    methods: set[str] = set()
+    for template, operations in openapi_document(app)["paths"].items():
+        if re.fullmatch(re.sub(r"\{[^/}]+\}", "[^/]+", template), path):
+            methods |= {method.upper() for method in operations}
+    return ", ".join(sorted(methods))
 
 
 def _operations(document: dict[str, Any]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from prismserve.gateway.errors import HTTPError, as_http_error, invalid
 from prismserve.gateway.http import GatewayState, request_id, state
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.gateway.middleware import RequestIds
-from prismserve.gateway.openapi import openapi_document
+from prismserve.gateway.openapi import allowed_methods, openapi_document
 from prismserve.observability import get_tracer
 from prismserve.protocol.admin import Health
 from prismserve.runtime import Runtime
@@ -69,6 +69,8 @@ def create_gateway(
             error = HTTPError(exc.status_code, str(exc.detail), "invalid_request_error")
         response = error.response(request_id(request))
         response.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            response.headers["allow"] = allowed_methods(request.app, request.url.path)
         return response
 
     @app.get("/health", response_model=Health)

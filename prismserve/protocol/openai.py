@@ -27,15 +27,40 @@ class InputAudio(BaseModel):
     format: str = "wav"
 
 
-class ContentPart(BaseModel):
-    """One part of a message: text, an image, a video or an audio clip."""
+class TextContent(BaseModel):
+    """Text in a message."""
 
     model_config = _LENIENT
-    type: Literal["text", "image_url", "input_audio", "video_url"]
-    text: str | None = None
-    image_url: ImageURL | None = None
-    video_url: ImageURL | None = None
-    input_audio: InputAudio | None = None
+    type: Literal["text"]
+    text: str
+
+
+class ImageContent(BaseModel):
+    """An image in a message, as a data URL."""
+
+    model_config = _LENIENT
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+class VideoContent(BaseModel):
+    """A video (or animated GIF) in a message, as a data URL of a video/* or image/gif type."""
+
+    model_config = _LENIENT
+    type: Literal["video_url"]
+    video_url: ImageURL
+
+
+class AudioContent(BaseModel):
+    """An audio clip in a message."""
+
+    model_config = _LENIENT
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+ContentPart = Annotated[TextContent | ImageContent | VideoContent | AudioContent, Field(discriminator="type")]
+"""One part of a message: text, an image, a video or an audio clip, told apart by `type`."""
 
 
 def _text_as_a_part(content: Any) -> Any:

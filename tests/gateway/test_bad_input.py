@@ -95,7 +95,8 @@ def test_a_content_part_type_that_is_not_a_string_is_a_400_on_both_apis(gateway,
     )
     assert (
         chat.status_code == 400
-        and "content.0.type: Input should be 'text'" in chat.json()["error"]["message"]
+        and "messages.0.content.0: Input tag" in chat.json()["error"]["message"]
+        and "does not match any of the expected tags" in chat.json()["error"]["message"]
     )
 
 
@@ -137,8 +138,10 @@ def test_fields_that_do_not_validate_are_the_same_400_on_every_route(gateway, bo
     answers = {route: gateway.post(route, content=body, headers={**JSON, **ADMIN}) for route in JSON_ROUTES}
     assert {route: r.status_code for route, r in answers.items()} == {route: 400 for route in JSON_ROUTES}
     assert {r.json()["error"]["type"] for r in answers.values()} == {"invalid_request_error"}
-    assert all("Input should be" in r.json()["error"]["message"] or "Field required" in r.json()["error"]["message"]
-               for r in answers.values()), {route: r.json() for route, r in answers.items()}
+    assert all(
+        "Input should be" in r.json()["error"]["message"] or "Field required" in r.json()["error"]["message"]
+        for r in answers.values()
+    ), {route: r.json() for route, r in answers.items()}
 
 
 @pytest.mark.parametrize(

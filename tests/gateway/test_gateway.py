@@ -304,7 +304,7 @@ def test_openai_client_streams_audio_deltas(chat):
             "omni",
             [{"type": "file", "file": {}}],
             None,
-            "content.0.type: Input should be 'text', 'image_url', 'input_audio' or 'video_url'",
+            "messages.0.content.0: Input tag 'file' found using 'type' does not match any of the expected tags",
         ),
         (
             "omni",
