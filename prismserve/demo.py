@@ -131,7 +131,8 @@ def _tiny_model() -> str:
 
 
 async def _in_process(as_json: bool) -> None:
-    from prismserve.gateway.openai_api import OpenAIChatRequest, to_chat_request
+    from prismserve.gateway.openai_api import to_chat_request
+    from prismserve.protocol.openai import OpenAIChatRequest
 
     registry = AppRegistry()
     app = load_app_source(APP_SOURCE.format(model=_tiny_model(), monolith=False), "omni", "<demo app>")
@@ -173,7 +174,8 @@ async def _server(fake_gpus: int) -> None:
     import uvicorn
 
     from prismserve.gateway import create_gateway
-    from prismserve.gateway.openai_api import OpenAIChatRequest, to_chat_request
+    from prismserve.gateway.openai_api import to_chat_request
+    from prismserve.protocol.openai import OpenAIChatRequest
     from prismserve.runtime import create_runtime
 
     source = APP_SOURCE.format(model=_tiny_model(), monolith=False)

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from prismserve.app.app import App
 from prismserve.app.config import AppConfig
+from prismserve.errors import AppLoadError
 from prismserve.task import Task, TaskDefinitionError
 
 MODALITIES = frozenset({"text", "image", "audio", "video"})
@@ -25,10 +26,6 @@ _STREAM_ORIGINS = {
     collections.abc.AsyncIterable,
     collections.abc.AsyncGenerator,
 }
-
-
-class AppLoadError(ValueError):
-    """An app file cannot be served; the message says where and what to fix."""
 
 
 def load_app(path: str | Path, name: str | None = None) -> App:

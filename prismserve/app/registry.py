@@ -6,11 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prismserve.app.app import App
+from prismserve.errors import AppExistsError, UnknownAppError
+from prismserve.errors import AppRegistryError as AppRegistryError  # its users import it from here
 from prismserve.task import UnitTask
-
-
-class AppRegistryError(ValueError):
-    """An app cannot be registered or unregistered as asked."""
 
 
 @dataclass
@@ -32,7 +30,7 @@ class AppRegistry:
     def register(self, app: App) -> list[Deployment]:
         """Add an app; returns the deployments it needs that did not exist before."""
         if app.name in self._apps:
-            raise AppRegistryError(f"an app named {app.name!r} is already registered; unregister it first")
+            raise AppExistsError(f"an app named {app.name!r} is already registered; unregister it first")
         self._apps[app.name] = app
         new = []
         for key, task in app.unit_tasks().items():
@@ -46,7 +44,7 @@ class AppRegistry:
     def unregister(self, name: str) -> list[Deployment]:
         """Remove an app; returns the deployments no remaining app uses."""
         if name not in self._apps:
-            raise AppRegistryError(f"no app named {name!r} is registered")
+            raise UnknownAppError(f"no app named {name!r} is registered")
         del self._apps[name]
         released = []
         for key, deployment in list(self._deployments.items()):
@@ -60,7 +58,7 @@ class AppRegistry:
         try:
             return self._apps[name]
         except KeyError:
-            raise AppRegistryError(f"no app named {name!r}; registered: {sorted(self._apps)}") from None
+            raise UnknownAppError(f"no app named {name!r}; registered: {sorted(self._apps)}") from None
 
     @property
     def apps(self) -> dict[str, App]:

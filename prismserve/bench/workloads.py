@@ -21,12 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from prismserve.errors import WorkloadError
+
 QWEN_PATCH_PIXELS = 28 * 28  # pixels per image token in Qwen-VL models (14-px patches merged 2x2)
 CARS_ASPECT = 3394 / 1830  # the aspect ratio of media/cars.jpg, kept when resizing it
-
-
-class WorkloadError(ValueError):
-    """A workload cannot be built: a missing data file, an unknown name, bad parameters."""
 
 
 @dataclass(frozen=True)

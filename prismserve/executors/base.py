@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
+from prismserve.errors import ExecutorUnhealthy as ExecutorUnhealthy  # its users import it from here
 from prismserve.models.base import MediaError
 from prismserve.task import InvalidInputError, UnitTask
 
@@ -22,10 +23,6 @@ def media_rejected() -> Iterator[None]:
         yield
     except MediaError as exc:
         raise InvalidInputError(str(exc)) from exc
-
-
-class ExecutorUnhealthy(RuntimeError):
-    """An executor cannot serve any more; its replica should be restarted."""
 
 
 class Executor:

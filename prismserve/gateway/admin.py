@@ -3,109 +3,98 @@
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, Field, ValidationError
+from fastapi import APIRouter, Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from prismserve.app import App, AppLoadError, AppRegistryError
-from prismserve.executors.envs import EnvironmentMissing
-from prismserve.gateway.errors import HTTPError, validation_message
-from prismserve.gateway.http import parse_json, read_body, state
+from prismserve.app import App
+from prismserve.errors import AuthError, PlacementError
+from prismserve.gateway.http import read_model, state
+from prismserve.gateway.openapi import errors, json_body
 from prismserve.gateway.serving import find_app
 from prismserve.planner import Plan
-from prismserve.runtime.resources import PlacementError
+from prismserve.protocol.admin import AppInfo, AppList, Deployed, RegisterApp, RuntimeStatus, Unregistered
+
+# Declares the scheme in /openapi.json; auto_error=False: a missing token is our 401 with our error body.
+_bearer = HTTPBearer(
+    scheme_name="AdminToken",
+    description="The admin token (PRISMSERVE_ADMIN_TOKEN, or the one `prismserve serve` prints at start).",
+    auto_error=False,
+)
 
 
-def require_admin(request: Request) -> None:
-    """401 unless the request carries the admin bearer token."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    expected = state(request).admin_token
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
-        raise HTTPError(
-            401, "admin API: missing or wrong bearer token (Authorization: Bearer <token>)", "auth_error"
-        )
+def require_admin(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+) -> None:
+    """401 unless the request carries the admin bearer token (compared in constant time)."""
+    token = credentials.credentials if credentials is not None else ""
+    if not (token and hmac.compare_digest(token.encode(), state(request).admin_token.encode())):
+        raise AuthError("admin API: missing or wrong bearer token (Authorization: Bearer <token>)")
 
 
-router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)], responses=errors(401))
 
 
-class RegisterApp(BaseModel):
-    """Body of POST /admin/apps."""
-
-    name: str = Field(min_length=1, max_length=64)
-    source: str = Field(min_length=1)
-
-
-def describe(app: App) -> dict[str, Any]:
+def describe(app: App) -> AppInfo:
     """An app as the admin API lists it."""
-    return {
-        "name": app.name,
-        "request_type": app.request_type.__name__,
-        "response_type": app.response_type.__name__,
-        "streaming": app.streaming,
-        "input_modalities": sorted(app.config.input_modalities),
-        "output_modalities": sorted(app.config.output_modalities),
-        "deployments": {path: task.deployment_key() for path, task in app.named_unit_tasks().items()},
-    }
+    return AppInfo(
+        name=app.name,
+        request_type=app.request_type.__name__,
+        response_type=app.response_type.__name__,
+        streaming=app.streaming,
+        input_modalities=sorted(app.config.input_modalities),
+        output_modalities=sorted(app.config.output_modalities),
+        deployments={path: task.deployment_key() for path, task in app.named_unit_tasks().items()},
+    )
 
 
-@router.post("/apps", status_code=201)
-async def register(request: Request) -> dict[str, Any]:
-    """Register an app from its source."""
-    try:
-        body = RegisterApp.model_validate(parse_json(await read_body(request)))
-    except ValidationError as exc:
-        raise HTTPError(422, validation_message(exc)) from None
+@router.post(
+    "/apps",
+    status_code=201,
+    response_model=AppInfo,
+    openapi_extra=json_body(RegisterApp),
+    responses=errors(400, 409, 413, 415, 500, 502, 503),
+)
+async def register(request: Request) -> AppInfo:
+    """Register an app from its source: load, validate, deploy what it needs."""
+    body = await read_model(request, RegisterApp)
     try:
         app = await state(request).runtime.register_app(body.source, body.name, filename=f"{body.name}.py")
-    except AppLoadError as exc:
-        raise HTTPError(400, str(exc)) from None
-    except AppRegistryError as exc:
-        raise HTTPError(409, str(exc), "conflict_error") from None
     except PlacementError as exc:
-        raise HTTPError(409, f"app {body.name!r} cannot be deployed: {exc}", "capacity_error") from None
-    except EnvironmentMissing as exc:
-        raise HTTPError(503, f"app {body.name!r} cannot be deployed: {exc}", "environment_error") from None
+        raise PlacementError(f"app {body.name!r} cannot be deployed: {exc}") from None
     return describe(app)
 
 
-@router.delete("/apps/{name}")
-async def unregister(name: str, request: Request) -> dict[str, str]:
+@router.delete("/apps/{name}", response_model=Unregistered, responses=errors(404, 500))
+async def unregister(name: str, request: Request) -> Unregistered:
     """Unregister an app; deployments no other app uses stop."""
-    try:
-        await state(request).runtime.unregister_app(name)
-    except AppRegistryError as exc:
-        raise HTTPError(404, str(exc), "not_found_error") from None
-    return {"unregistered": name}
+    await state(request).runtime.unregister_app(name)
+    return Unregistered(unregistered=name)
 
 
-@router.get("/apps")
-async def list_apps(request: Request) -> dict[str, Any]:
+@router.get("/apps", response_model=AppList, responses=errors(500))
+async def list_apps(request: Request) -> AppList:
     """Every registered app."""
-    return {"apps": [describe(app) for app in state(request).runtime.registry.apps.values()]}
+    return AppList(apps=[describe(app) for app in state(request).runtime.registry.apps.values()])
 
 
-@router.post("/apps/{name}/plan")
-async def deploy(name: str, request: Request) -> dict[str, Any]:
+@router.post(
+    "/apps/{name}/plan",
+    response_model=Deployed,
+    openapi_extra=json_body(Plan),
+    responses=errors(400, 404, 409, 413, 415, 500, 502),
+)
+async def deploy(name: str, request: Request) -> Deployed:
     """Deploy or scale a plan for an app: cells, routing probabilities, sim profiles."""
     runtime = state(request).runtime
     find_app(runtime, name)
-    try:
-        plan = Plan.model_validate(parse_json(await read_body(request)))
-    except ValidationError as exc:
-        raise HTTPError(422, f"invalid plan: {validation_message(exc)}") from None
-    try:
-        await runtime.deploy(name, plan)
-    except PlacementError as exc:
-        raise HTTPError(409, str(exc), "capacity_error") from None
-    except ValueError as exc:
-        raise HTTPError(400, str(exc)) from None
-    return {"app": name, "gpus": plan.total_gpus, "replicas": plan.replicas()}
+    plan = await read_model(request, Plan, "invalid plan: ")
+    await runtime.deploy(name, plan)
+    return Deployed(app=name, gpus=plan.total_gpus, replicas=plan.replicas())
 
 
-@router.get("/status")
-async def status(request: Request) -> dict[str, Any]:
+@router.get("/status", response_model=RuntimeStatus, responses=errors(500))
+async def status(request: Request) -> RuntimeStatus:
     """Apps, deployments, replicas, cells."""
-    return state(request).runtime.status()
+    return RuntimeStatus.model_validate(state(request).runtime.status())

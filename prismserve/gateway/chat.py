@@ -9,7 +9,8 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from prismserve.app import App
-from prismserve.gateway.errors import HTTPError, validation_message
+from prismserve.errors import InvalidRequestError
+from prismserve.gateway.errors import invalid
 from prismserve.gateway.http import parse_json
 from prismserve.gateway.media import check_audio, check_image, decode_base64
 from prismserve.protocol.chat import ChatRequest
@@ -39,7 +40,7 @@ def parse_chat_json(app: App, body: bytes) -> ChatRequest:
     try:
         request = app.request_type.model_validate(payload)
     except ValidationError as exc:
-        raise HTTPError(422, f"invalid request for app {app.name!r}: {validation_message(exc)}") from None
+        raise invalid(exc, f"invalid request for app {app.name!r}: ") from None
     check_chat_request(app, request)  # type: ignore[arg-type]
     return request  # type: ignore[return-value]
 
@@ -49,13 +50,13 @@ def check_chat_request(app: App, request: ChatRequest) -> None:
     accepted, produced = app.config.input_modalities, app.config.output_modalities
     for kind, parts in (("image", request.images), ("audio", request.audios), ("video", request.videos)):
         if parts and kind not in accepted:
-            raise HTTPError(
-                400, f"app {app.name!r} does not accept {kind} input (it accepts {_listed(accepted)})"
+            raise InvalidRequestError(
+                f"app {app.name!r} does not accept {kind} input (it accepts {_listed(accepted)})"
             )
     for kind in request.modalities:
         if kind not in produced:
-            raise HTTPError(
-                400, f"app {app.name!r} does not produce {kind} output (it produces {_listed(produced)})"
+            raise InvalidRequestError(
+                f"app {app.name!r} does not produce {kind} output (it produces {_listed(produced)})"
             )
     for index, image in enumerate(request.images):
         check_image(image.data, index)

@@ -1,32 +1,31 @@
 """Errors as data: every failure the gateway returns is `{"error": {"message", "type", "code", "request_id"}}`.
 
-`as_http_error` is the one place where an exception becomes what the client sees. A 4xx keeps its
-message (the client has something to fix); a 5xx names only the failing component, because
-exception texts carry Ray actor ids, pids, node addresses and namespaces. The full text goes to the
-log under the request id that the client gets in the body and in `X-Request-Id`.
+`as_http_error` is the one place where an exception becomes what the client sees: the status and
+type come from the error's class (`prismserve.errors`). A user error keeps its message (the client
+has something to fix); a server error names only the failing component, because exception texts
+carry Ray actor ids, pids, node addresses and namespaces. The full text goes to the log under the
+request id that the client gets in the body and in `X-Request-Id`.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from prismserve.task import DispatchError, InvalidInputError
+from prismserve.errors import DispatchError, InvalidRequestError, PrismserveError
+from prismserve.protocol.errors import ErrorDetail, ErrorResponse
 
 log = logging.getLogger(__name__)
 
-# The dispatchers name a failed call `call #<index> (<unit-task class>)` at the start of their message.
-_FAILED_CALL = re.compile(r"^call #\d+ \([\w.]+\)")
-
 
 class HTTPError(Exception):
-    """An error with the HTTP status and message the client gets."""
+    """An error as the client gets it: status, message, type. Made by `as_http_error` only; code
+    that fails raises a class of `prismserve.errors` instead."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    def __init__(self, status: int, message: str, kind: str) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -34,49 +33,52 @@ class HTTPError(Exception):
 
     def body(self, request_id: str) -> dict[str, object]:
         """The OpenAI-style error body, with the request id the log has the details under."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "code": self.status,
-                "request_id": request_id,
-            }
-        }
+        detail = ErrorDetail(message=self.message, type=self.kind, code=self.status, request_id=request_id)
+        return ErrorResponse(error=detail).model_dump()
 
     def response(self, request_id: str) -> JSONResponse:
         """The JSON response for this error."""
         return JSONResponse(self.body(request_id), status_code=self.status)
 
 
-def rejected_input(error: BaseException | None) -> InvalidInputError | None:
-    """The InvalidInputError behind `error` (itself or a cause), if a unit task rejected the request's content."""
+def told_error(error: BaseException | None) -> PrismserveError | None:
+    """The error behind `error` (itself or a cause) whose message is for the client: a user error
+    such as a unit task's rejection of the request's content, wrapped or not."""
     while error is not None:
-        if isinstance(error, InvalidInputError):
+        if isinstance(error, PrismserveError) and error.public:
             return error
         error = error.__cause__
     return None
 
 
-def as_http_error(error: BaseException, request_id: str, where: str, kind: str = "app_error") -> HTTPError:
-    """What the client gets for `error`, raised while serving `where` (`app 'x'`, `the gateway`).
+def as_http_error(
+    error: BaseException, request_id: str, where: str | None = None, kind: str = "app_error"
+) -> HTTPError:
+    """What the client gets for `error`, raised while serving `where` (`app 'x'`; None: the gateway
+    itself, whose own messages need no prefix).
 
-    An HTTPError stays as it is; a rejected input is a 400 with its message; anything else is
-    logged in full with the request id and answered with the failing component only: a 502 for an
-    executor's failure, a 500 (`kind`) for the rest.
+    A user error gets its class's status and its message. Anything else is logged in full with the
+    request id and answered with the failing component only: the class's status (a DispatchError's
+    502 names its call and component), 500 of type `kind` for an exception prismserve did not type.
     """
     if isinstance(error, HTTPError):
         return error
-    rejected = rejected_input(error)
-    if rejected is not None:
-        return HTTPError(400, f"{where}: {rejected}", "invalid_input")
-    log.error("request %s: %s failed: %s: %s", request_id, where, type(error).__name__, error, exc_info=error)
+    told = told_error(error)
+    if told is not None:
+        return HTTPError(told.status, f"{where}: {told}" if where else str(told), told.kind)
+    place = where or "the gateway"
+    log.error("request %s: %s failed: %s: %s", request_id, place, type(error).__name__, error, exc_info=error)
     see_log = f"the gateway's log has the details under request id {request_id}"
     if isinstance(error, DispatchError):
-        call = _FAILED_CALL.match(str(error))
-        return HTTPError(
-            502, f"{where}: {call[0] if call else 'an executor'} failed; {see_log}", "executor_error"
-        )
-    return HTTPError(500, f"{where} failed ({type(error).__name__}); {see_log}", kind)
+        return HTTPError(error.status, f"{place}: {error.failed_part()} failed; {see_log}", error.kind)
+    if isinstance(error, PrismserveError):
+        return HTTPError(error.status, f"{place} failed ({type(error).__name__}); {see_log}", error.kind)
+    return HTTPError(500, f"{place} failed ({type(error).__name__}); {see_log}", kind)
+
+
+def invalid(error: ValidationError | RequestValidationError, what: str = "") -> InvalidRequestError:
+    """The 400 for fields that do not validate: `what` (e.g. `invalid plan: `) then pydantic's errors."""
+    return InvalidRequestError(what + validation_message(error))
 
 
 def validation_message(error: ValidationError | RequestValidationError) -> str:

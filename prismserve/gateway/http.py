@@ -7,14 +7,15 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic_core
 from fastapi import Request
 from opentelemetry.trace import Tracer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from prismserve.gateway.errors import HTTPError
+from prismserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
+from prismserve.gateway.errors import HTTPError, invalid
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
 
@@ -59,25 +60,23 @@ def is_json(content_type: str | None) -> bool:
 
 async def read_body(request: Request) -> bytes:
     """The body of a JSON route's request; 415 for another Content-Type, 413 when it is larger than
-    the gateway accepts."""
+    the gateway accepts (the one body-size limit of every route)."""
     content_type = request.headers.get("content-type")
     if not is_json(content_type):
-        raise HTTPError(
-            415,
-            f"Content-Type {content_type!r} is not accepted: send the body as JSON with Content-Type: application/json",
-            "unsupported_media_type",
+        raise UnsupportedMediaTypeError(
+            f"Content-Type {content_type!r} is not accepted: send the body as JSON with Content-Type: application/json"
         )
     limit = state(request).max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HTTPError(
-            413, f"request body of {int(declared)} bytes is larger than the limit of {limit} bytes"
+        raise PayloadTooLargeError(
+            f"request body of {int(declared)} bytes is larger than the limit of {limit} bytes"
         )
     body = bytearray()
     async for part in request.stream():
         body += part
         if len(body) > limit:
-            raise HTTPError(413, f"request body is larger than the limit of {limit} bytes")
+            raise PayloadTooLargeError(f"request body is larger than the limit of {limit} bytes")
     return bytes(body)
 
 
@@ -91,10 +90,10 @@ _JSON_HINTS = {
 }
 
 
-def malformed_json(reason: str) -> HTTPError:
+def malformed_json(reason: str) -> InvalidRequestError:
     """The 400 for a body the JSON parser refused, with a hint when the reason is terse."""
     hint = next((hint for key, hint in _JSON_HINTS.items() if key in reason), None)
-    return HTTPError(400, f"malformed JSON: {reason}" + (f" ({hint})" if hint else ""))
+    return InvalidRequestError(f"malformed JSON: {reason}" + (f" ({hint})" if hint else ""))
 
 
 def parse_json(body: bytes) -> Any:
@@ -107,6 +106,19 @@ def parse_json(body: bytes) -> Any:
         return pydantic_core.from_json(body)
     except ValueError as exc:
         raise malformed_json(str(exc)) from None
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+async def read_model(request: Request, model: type[Body], what: str = "") -> Body:
+    """The request's JSON body as `model`, validated strictly (`"stream": 0` is no boolean), as
+    /openapi.json documents it; a 400 starting with `what` for fields that do not validate."""
+    payload = parse_json(await read_body(request))
+    try:
+        return model.model_validate(payload, strict=True)
+    except ValidationError as exc:
+        raise invalid(exc, what) from None
 
 
 def json_of(model: BaseModel) -> str:

@@ -6,12 +6,29 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from prismserve.gateway.http import json_of, read_body, sse_chunks
+from prismserve.gateway.openapi import SSE_EVENTS, any_json_body, errors
 from prismserve.gateway.serving import find_app, parse_request, serving
 
 router = APIRouter()
 
 
-@router.post("/v1/apps/{name}/invoke")
+@router.post(
+    "/v1/apps/{name}/invoke",
+    openapi_extra=any_json_body(
+        "The app's request type as JSON (bytes fields as base64); GET /admin/apps names each app's type"
+    ),
+    responses={
+        200: {
+            "description": "The app's response type as JSON; a streaming app answers server-sent events, "
+            "one `data: <chunk JSON>` per chunk, then `data: [DONE]` (or an `error` event)",
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                **SSE_EVENTS,
+            },
+        },
+        **errors(400, 404, 413, 415, 500, 502),
+    },
+)
 async def invoke(name: str, request: Request) -> Response:
     """Run the app's serve() on the body (its request type as JSON; bytes fields as base64)."""
     app = find_app(request.app.state.gateway.runtime, name)

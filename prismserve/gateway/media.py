@@ -8,7 +8,7 @@ import io
 import re
 import wave
 
-from prismserve.gateway.errors import HTTPError
+from prismserve.errors import InvalidRequestError
 
 _DATA_URL = re.compile(
     r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]+)*?);base64,(?P<data>.*)$", re.S
@@ -20,7 +20,7 @@ def decode_base64(text: str, what: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise HTTPError(400, f"{what} is not valid base64") from None
+        raise InvalidRequestError(f"{what} is not valid base64") from None
 
 
 def image_from_url(url: str, index: int) -> tuple[bytes, str]:
@@ -28,8 +28,10 @@ def image_from_url(url: str, index: int) -> tuple[bytes, str]:
     match = _DATA_URL.match(url)
     if match is None:
         if url.startswith(("http://", "https://")):
-            raise HTTPError(400, f"image #{index}: only data: URLs are accepted (the server fetches nothing)")
-        raise HTTPError(400, f"image #{index}: expected a data URL like data:image/png;base64,…")
+            raise InvalidRequestError(
+                f"image #{index}: only data: URLs are accepted (the server fetches nothing)"
+            )
+        raise InvalidRequestError(f"image #{index}: expected a data URL like data:image/png;base64,…")
     return decode_base64(match["data"], f"image #{index}"), match["mime"] or "image/png"
 
 
@@ -41,13 +43,12 @@ def video_from_url(url: str, index: int) -> tuple[bytes, str]:
     """
     match = _DATA_URL.match(url)
     if match is None or not (match["mime"] or "").startswith(("video/", "image/gif")):
-        raise HTTPError(
-            400,
+        raise InvalidRequestError(
             f"video #{index}: expected a data URL like data:video/mp4;base64,… (the server fetches nothing)",
         )
     data = decode_base64(match["data"], f"video #{index}")
     if not data:
-        raise HTTPError(400, f"video #{index} is empty")
+        raise InvalidRequestError(f"video #{index} is empty")
     return data, match["mime"]
 
 
@@ -59,21 +60,23 @@ def check_image(data: bytes, index: int) -> None:
         with Image.open(io.BytesIO(data)) as image:
             image.verify()
     except Image.DecompressionBombError as exc:  # its header claims more pixels than memory should hold
-        raise HTTPError(400, f"image #{index} is too large to decode: {exc} Send a smaller image.") from None
+        raise InvalidRequestError(
+            f"image #{index} is too large to decode: {exc} Send a smaller image."
+        ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise HTTPError(400, f"image #{index} could not be decoded: {exc}") from None
+        raise InvalidRequestError(f"image #{index} could not be decoded: {exc}") from None
 
 
 def check_audio(data: bytes, fmt: str, index: int) -> None:
     """A 400 unless `data` is a WAV file with at least one sample."""
     if fmt != "wav":
-        raise HTTPError(400, f"audio #{index}: format {fmt!r} is not supported; send wav")
+        raise InvalidRequestError(f"audio #{index}: format {fmt!r} is not supported; send wav")
     try:
         with wave.open(io.BytesIO(data)) as clip:
             if clip.getnframes() == 0:
-                raise HTTPError(400, f"audio #{index} has no samples")
+                raise InvalidRequestError(f"audio #{index} has no samples")
     except (wave.Error, EOFError) as exc:
-        raise HTTPError(400, f"audio #{index} could not be decoded as WAV: {exc}") from None
+        raise InvalidRequestError(f"audio #{index} could not be decoded as WAV: {exc}") from None
 
 
 def wav_bytes(pcm16: bytes, sample_rate: int) -> bytes:

@@ -45,5 +45,5 @@ class RequestIds:
         except Exception as exc:
             if started:
                 raise  # half a response went out: only closing the connection tells the client
-            error = as_http_error(exc, request_id, "the gateway", "internal_error")
+            error = as_http_error(exc, request_id, kind="internal_error")
             await error.response(request_id)(scope, receive, send_with_id)

@@ -12,17 +12,19 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 from prismserve.app import App
+from prismserve.errors import AppResponseError, InvalidRequestError
 from prismserve.gateway.chat import check_chat_request, speaks_chat
-from prismserve.gateway.errors import HTTPError, validation_message
-from prismserve.gateway.http import error_event, parse_json, read_body, sse_event, state
+from prismserve.gateway.errors import invalid
+from prismserve.gateway.http import error_event, read_model, sse_event, state
 from prismserve.gateway.media import decode_base64, image_from_url, video_from_url, wav_bytes
+from prismserve.gateway.openapi import SSE_EVENTS, errors, json_body
 from prismserve.gateway.serving import Served, find_app, serving
 from prismserve.protocol.chat import (
     AudioPart,
@@ -34,96 +36,24 @@ from prismserve.protocol.chat import (
     TextPart,
     VideoPart,
 )
+from prismserve.protocol.openai import (
+    AudioContent,
+    ChatCompletionAnswer,
+    ContentPart,
+    ImageContent,
+    OpenAIChatRequest,
+    TextContent,
+    VideoContent,
+)
 
 router = APIRouter()
 
 
-class _ImageURL(BaseModel):
-    url: str
-
-
-class _InputAudio(BaseModel):
-    data: str
-    format: str = "wav"
-
-
-class _Part(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["text", "image_url", "input_audio", "video_url"]
-    text: str | None = None
-    image_url: _ImageURL | None = None
-    video_url: _ImageURL | None = None
-    input_audio: _InputAudio | None = None
-
-
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant"]
-    content: list[_Part] = []
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text_as_a_part(cls, content: Any) -> Any:
-        # `"content": "hi"` is shorthand for one text part; a null content (assistant turns) is none.
-        if content is None:
-            return []
-        return [{"type": "text", "text": content}] if isinstance(content, str) else content
-
-
-class _AudioOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    voice: str | None = None
-    format: Literal["wav", "pcm16"] = "wav"
-
-
-class _StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    include_usage: bool = False
-
-
-class OpenAIChatRequest(BaseModel):
-    """The subset of OpenAI's chat completion request prismserve understands."""
-
-    model_config = ConfigDict(extra="ignore")
-    model: str
-    messages: list[_Message] = Field(min_length=1)
-    modalities: list[Literal["text", "audio"]] | None = None
-    audio: _AudioOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    seed: int | None = None
-    n: int = Field(default=1, ge=1, le=1)
-    stream: bool = False
-    stream_options: _StreamOptions | None = None
-
-
 def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
     """The app's ChatRequest for an OpenAI request; 400 for media that do not decode or that the app refuses."""
-    messages, images, audios, videos = [], 0, 0, 0
+    messages, counts = [], {"image": 0, "video": 0, "audio": 0}
     for message in body.messages:
-        parts: list[Any] = []
-        for part in message.content:
-            if part.type == "text":
-                parts.append(TextPart(text=part.text or ""))
-            elif part.type == "image_url":
-                if part.image_url is None:
-                    raise HTTPError(400, "an image_url part needs image_url.url")
-                data, mime = image_from_url(part.image_url.url, images)
-                parts.append(ImagePart(data=data, mime_type=mime))
-                images += 1
-            elif part.type == "video_url":
-                if part.video_url is None:
-                    raise HTTPError(400, "a video_url part needs video_url.url")
-                data, mime = video_from_url(part.video_url.url, videos)
-                parts.append(VideoPart(data=data, mime_type=mime))
-                videos += 1
-            else:
-                if part.input_audio is None:
-                    raise HTTPError(400, "an input_audio part needs input_audio.data and .format")
-                data = decode_base64(part.input_audio.data, f"audio #{audios}")
-                parts.append(AudioPart(data=data, format=part.input_audio.format))
-                audios += 1
+        parts = [_part(part, counts) for part in message.content]
         role = "system" if message.role == "developer" else message.role
         messages.append(ChatMessage(role=role, content=parts))
     modalities = body.modalities or ["text"]
@@ -138,23 +68,31 @@ def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
     try:
         request: ChatRequest = app.request_type.model_validate(fields)  # type: ignore[assignment]
     except ValidationError as exc:
-        raise HTTPError(400, validation_message(exc)) from None
+        raise invalid(exc) from None
     check_chat_request(app, request)
     return request
 
 
-@router.post("/v1/chat/completions")
+@router.post(
+    "/v1/chat/completions",
+    openapi_extra=json_body(OpenAIChatRequest),
+    responses={
+        200: {
+            "model": ChatCompletionAnswer,
+            "description": "A chat.completion; with `stream: true`, chat.completion.chunk server-sent events "
+            "ending in `data: [DONE]` (or an `error` event)",
+            "content": SSE_EVENTS,
+        },
+        **errors(400, 404, 413, 415, 500, 502),
+    },
+)
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions, served by the app named in `model`."""
     gateway = state(request)
-    try:
-        body = OpenAIChatRequest.model_validate(parse_json(await read_body(request)))
-    except ValidationError as exc:
-        raise HTTPError(400, validation_message(exc)) from None
+    body = await read_model(request, OpenAIChatRequest)
     app = find_app(gateway.runtime, body.model)
     if not speaks_chat(app):
-        raise HTTPError(
-            400,
+        raise InvalidRequestError(
             f"app {app.name!r} does not take chat requests (its serve() takes {app.request_type.__name__}); "
             f"use POST /v1/apps/{app.name}/invoke",
         )
@@ -189,6 +127,25 @@ async def chat_completions(request: Request) -> Response:
     )
 
 
+def _part(part: ContentPart, counts: dict[str, int]) -> Any:
+    """The chat type of one OpenAI content part, its media decoded; `counts` numbers the media per kind."""
+    if isinstance(part, TextContent):
+        return TextPart(text=part.text)
+    kind = {ImageContent: "image", VideoContent: "video", AudioContent: "audio"}[type(part)]
+    index = counts[kind]
+    counts[kind] += 1
+    if isinstance(part, ImageContent):
+        data, mime = image_from_url(part.image_url.url, index)
+        return ImagePart(data=data, mime_type=mime)
+    if isinstance(part, VideoContent):
+        data, mime = video_from_url(part.video_url.url, index)
+        return VideoPart(data=data, mime_type=mime)
+    assert isinstance(part, AudioContent)
+    return AudioPart(
+        data=decode_base64(part.input_audio.data, f"audio #{index}"), format=part.input_audio.format
+    )
+
+
 def _usage(completion_tokens: int) -> dict[str, int]:
     # The gateway sees text chunks, not the model's tokenizer: one chunk counts as one token, and
     # prompt tokens are unknown (0).
@@ -200,10 +157,8 @@ def _as_chat_chunk(app_name: str, chunk: BaseModel) -> ChatChunk:
         return chunk
     if isinstance(chunk, ChatCompletion):
         return ChatChunk(text=chunk.text, audio=chunk.audio, sample_rate=chunk.sample_rate)
-    raise HTTPError(
-        500,
-        f"app {app_name!r} answered with {type(chunk).__name__}, not ChatChunk or ChatCompletion",
-        "app_error",
+    raise AppResponseError(
+        f"app {app_name!r} answered with {type(chunk).__name__}, not ChatChunk or ChatCompletion"
     )
 
 

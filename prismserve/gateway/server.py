@@ -6,17 +6,20 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from opentelemetry.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prismserve import __version__
+from prismserve.errors import NotFoundError, PrismserveError
 from prismserve.gateway import admin, images_api, inference, openai_api
-from prismserve.gateway.errors import HTTPError, validation_message
+from prismserve.gateway.errors import HTTPError, as_http_error, invalid
 from prismserve.gateway.http import GatewayState, request_id, state
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.gateway.middleware import RequestIds
+from prismserve.gateway.openapi import allowed_methods, openapi_document
 from prismserve.observability import get_tracer
+from prismserve.protocol.admin import Health
 from prismserve.runtime import Runtime
 
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20
@@ -49,25 +52,37 @@ def create_gateway(
     app.add_middleware(RequestIds)  # request ids, and every other exception as a 500 (no Exception handler)
 
     @app.exception_handler(HTTPError)
-    async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
-        return exc.response(request_id(request))
+    @app.exception_handler(PrismserveError)
+    async def _error(request: Request, exc: Exception) -> JSONResponse:
+        return as_http_error(exc, request_id(request)).response(request_id(request))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return HTTPError(422, validation_message(exc)).response(request_id(request))
+        return as_http_error(invalid(exc), request_id(request)).response(request_id(request))
 
     @app.exception_handler(StarletteHTTPException)
     async def _starlette_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return HTTPError(exc.status_code, str(exc.detail)).response(request_id(request))
+        # Unknown routes (404) and methods (405, with its Allow header), in the one error body.
+        if exc.status_code == 404:
+            error = as_http_error(NotFoundError(str(exc.detail)), request_id(request))
+        else:
+            error = HTTPError(exc.status_code, str(exc.detail), "invalid_request_error")
+        response = error.response(request_id(request))
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            response.headers["allow"] = allowed_methods(request.app, request.url.path)
+        return response
 
-    @app.get("/health")
-    async def health(request: Request) -> dict[str, object]:
+    @app.get("/health", response_model=Health)
+    async def health(request: Request) -> Health:
         """Liveness: the gateway answers and knows its apps."""
-        return {"status": "ok", "apps": sorted(state(request).runtime.registry.apps)}
+        return Health(status="ok", apps=sorted(state(request).runtime.registry.apps))
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(request: Request) -> Response:
-        """Prometheus metrics."""
+        """Prometheus metrics, in the text exposition format."""
         return Response(state(request).metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
 
     return app

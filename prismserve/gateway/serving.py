@@ -12,9 +12,10 @@ from fastapi import Request
 from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
 
-from prismserve.app import App, AppRegistryError
+from prismserve.app import App
+from prismserve.errors import AppResponseError
 from prismserve.gateway.chat import parse_chat_json, speaks_chat
-from prismserve.gateway.errors import HTTPError, as_http_error, validation_message
+from prismserve.gateway.errors import HTTPError, as_http_error, invalid
 from prismserve.gateway.http import malformed_json, request_id, state
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
@@ -22,15 +23,12 @@ from prismserve.task import use_dispatcher
 
 
 def find_app(runtime: Runtime, name: str) -> App:
-    """The registered app `name`, or a 404 listing the registered ones."""
-    try:
-        return runtime.registry.get(name)
-    except AppRegistryError as exc:
-        raise HTTPError(404, str(exc), "not_found_error") from None
+    """The registered app `name`; an UnknownAppError (404) lists the registered ones."""
+    return runtime.registry.get(name)
 
 
 def parse_request(app: App, body: bytes) -> BaseModel:
-    """The body as the app's request type; 400 for malformed JSON, 422 for invalid fields.
+    """The body as the app's request type; 400 for malformed JSON or invalid fields.
 
     Chat requests carry their images and audio as base64, and are checked like OpenAI requests.
     Other apps parse the body in pydantic's JSON mode (their bytes fields follow their config), with
@@ -41,10 +39,10 @@ def parse_request(app: App, body: bytes) -> BaseModel:
     try:
         return app.parse_request(body)
     except ValidationError as exc:
-        invalid = [e["msg"] for e in exc.errors() if e["type"] == "json_invalid"]
-        if invalid:
-            raise malformed_json(invalid[0].removeprefix("Invalid JSON: ")) from None
-        raise HTTPError(422, f"invalid request for app {app.name!r}: {validation_message(exc)}") from None
+        malformed = [e["msg"] for e in exc.errors() if e["type"] == "json_invalid"]
+        if malformed:
+            raise malformed_json(malformed[0].removeprefix("Invalid JSON: ")) from None
+        raise invalid(exc, f"invalid request for app {app.name!r}: ") from None
 
 
 def request_type(request: BaseModel) -> str:
@@ -89,7 +87,7 @@ class Served:
                     with use_dispatcher(self.runtime.dispatcher):
                         result = await self.app.serve(self.request)
                         if self.app.streaming:
-                            raise HTTPError(500, f"app {self.app.name!r} streams; ask for it as a stream")
+                            raise AppResponseError("the app streams: ask for its answer as a stream")
         except asyncio.CancelledError:
             self._done("cancelled")
             raise

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prismserve.errors import UnknownModelError
 from prismserve.models.base import Adapter, Encoded, Generated, MediaError, MediaInput
 
 # config.json `model_type` (diffusers: the pipeline class) -> the adapter class, imported when a replica
@@ -19,10 +20,6 @@ ADAPTERS: dict[str, str] = {
     "internvl": "prismserve.models.internvl:InternVL",
     "gemma3": "prismserve.models.gemma3:Gemma3",
 }
-
-
-class UnknownModelError(ValueError):
-    """A checkpoint whose family no adapter handles, or that cannot be found."""
 
 
 def model_type(path: str) -> str:

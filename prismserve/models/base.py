@@ -16,15 +16,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from prismserve.errors import MediaError
 from prismserve.offline import disable_telemetry
 
 # transformers' from_pretrained builds models under a process-wide meta-device context: two loads in
 # threads of one process (in-process executors) corrupt each other. Replicas are processes of their own.
 LOADING = threading.Lock()
-
-
-class MediaError(ValueError):
-    """Media a model cannot take: undecodable bytes, or a modality the checkpoint has no encoder for."""
 
 
 @dataclass

@@ -1,13 +1,5 @@
-"""Planner errors: a message that says what to fix, never a solver trace."""
+"""Errors of the planner: defined in `prismserve.errors` (one hierarchy), named here for its users."""
 
+from prismserve.errors import InfeasibleError, PlannerError, SpecError
 
-class PlannerError(ValueError):
-    """Base of the planner's errors."""
-
-
-class SpecError(PlannerError):
-    """The plan spec is malformed or inconsistent."""
-
-
-class InfeasibleError(PlannerError):
-    """No deployment meets the request (budget too small, no instance fits …)."""
+__all__ = ["InfeasibleError", "PlannerError", "SpecError"]

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from prismserve.app import App, AppLoadError, AppRegistry, load_app_source
+from prismserve.errors import InvalidRequestError
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import Plan
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
@@ -86,12 +87,12 @@ class Runtime(ABC):
         names = app.named_unit_tasks()
         unknown = sorted((set(plan.replicas()) | set(plan.profiles)) - set(names))
         if unknown:
-            raise ValueError(
+            raise InvalidRequestError(
                 f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}"
             )
         pinned = sorted({cell.node for cell in plan.cells if cell.node is not None})
         if pinned:
-            raise ValueError(
+            raise InvalidRequestError(
                 f"plan pins cells to nodes {pinned} (a topology-aware plan): the runtime places every cell "
                 "on a node with room itself; drop `node` from the plan's cells to deploy it"
             )
@@ -101,7 +102,7 @@ class Runtime(ABC):
                 SimProfile.model_validate(profile)
             except ValidationError as exc:
                 errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-                raise ValueError(f"plan profiles[{name!r}] is not a sim profile: {errors}") from None
+                raise InvalidRequestError(f"plan profiles[{name!r}] is not a sim profile: {errors}") from None
         await self._on_deploy(app, plan)
         self.plans[app_name] = plan
 
@@ -142,7 +143,7 @@ class Runtime(ABC):
 
 
 def _check_routing(app: App, routing: Routing) -> None:
-    """Raise ValueError if the plan's routing names a path one of the app's routers does not have."""
+    """Raise InvalidRequestError if the plan's routing names a path one of the app's routers does not have."""
     stack = list(app.tasks.values())
     while stack:
         task = stack.pop()

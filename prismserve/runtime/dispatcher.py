@@ -22,6 +22,7 @@ from typing import Any, Literal
 from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 
+from prismserve.errors import InputLost, ReplicaDied
 from prismserve.runtime.replica import Call, localize
 from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, TaskManager
 from prismserve.task import DispatchError, InvalidInputError, Stream, TaskError, TaskGraph
@@ -36,14 +37,6 @@ RoutingPolicy = Literal["static", "dynamic"]
 _scope: ContextVar[list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] | None] = (
     ContextVar("prismserve_request_scope", default=None)
 )
-
-
-class ReplicaDied(DispatchError):
-    """A replica died while holding an invocation."""
-
-
-class InputLost(ReplicaDied):
-    """An invocation's input was lost with the replica that produced it."""
 
 
 @dataclass(slots=True)
@@ -143,8 +136,8 @@ class ReplicaDispatcher:
         """The task manager of an invocation's deployment."""
         manager = self.managers.get(node.task_key)
         if manager is None:
-            raise DispatchError(
-                f"call #{node.index} ({type(node.task).__name__}) has no deployment: register the app that uses it"
+            raise DispatchError.at(
+                node.index, type(node.task).__name__, "has no deployment: register the app that uses it"
             )
         return manager
 
@@ -152,7 +145,7 @@ class ReplicaDispatcher:
         try:
             return await manager.lease(dynamic=self.policy == "dynamic")
         except NoReplicaError as exc:
-            raise DispatchError(f"call #{index} ({manager.name}) cannot run: {exc}") from None
+            raise DispatchError.at(index, manager.name, f"cannot run: {exc}") from None
 
     @staticmethod
     def _submit(request: str, sent: list[_Sent], carrier: dict[str, str]) -> None:
@@ -234,15 +227,15 @@ class ReplicaDispatcher:
         death = manager.pool.death(error, replica)
         if death == "replica":
             manager.restart(replica)
-            return ReplicaDied(f"call #{index} ({manager.name}) failed: its replica {replica.id} died")
+            return ReplicaDied.at(index, manager.name, f"failed: its replica {replica.id} died")
         if death == "input":
-            return InputLost(f"call #{index} ({manager.name}) failed: an input's replica died")
+            return InputLost.at(index, manager.name, "failed: an input's replica died")
         cause = manager.pool.cause(error)
         if isinstance(cause, InvalidInputError):  # the request's fault, not the replica's
             return InvalidInputError(f"call #{index} ({manager.name}) rejected its input: {cause}")
         if isinstance(cause, DispatchError):  # already names its call (a producer's, or a stream's)
             return cause
-        return DispatchError(f"call #{index} ({manager.name}) failed: {type(cause).__name__}: {cause}")
+        return DispatchError.at(index, manager.name, f"failed: {type(cause).__name__}: {cause}")
 
     def _track(self, request: str, replicas: list[tuple[TaskManager, Replica]]) -> None:
         scope = _scope.get()

@@ -48,7 +48,7 @@ class LocalDispatcher(ReplicaDispatcher):
         for node in graph.nodes:
             reason = self.unrunnable(node.task)
             if reason is not None:
-                raise DispatchError(f"call #{node.index}: {reason}")
+                raise DispatchError.at(node.index, type(node.task).__name__, f"cannot run here: {reason}")
         return await super().execute(graph)
 
     def unrunnable(self, task: UnitTask[Any, Any]) -> str | None:
@@ -86,9 +86,7 @@ class LocalDispatcher(ReplicaDispatcher):
         try:
             return await self.deploy(node.task)
         except Exception as exc:  # noqa: BLE001 - named for the caller, tried again on the next request
-            raise DispatchError(
-                f"call #{node.index} ({type(node.task).__name__}) cannot start: {exc}"
-            ) from exc
+            raise DispatchError.at(node.index, type(node.task).__name__, f"cannot start: {exc}") from exc
 
     async def _start(self, task: UnitTask[Any, Any]) -> TaskManager:
         function = self._executors.get(type(task).executor_kind)

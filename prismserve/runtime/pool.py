@@ -17,7 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from prismserve.runtime.wire import ReplicaGone, WireClient, connection, disconnect
+from prismserve.errors import ReplicaGone
+from prismserve.runtime.wire import WireClient, connection, disconnect
 
 if TYPE_CHECKING:
     from prismserve.runtime.replica import Call

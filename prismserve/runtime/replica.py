@@ -83,7 +83,7 @@ async def naming_errors(source: AsyncIterator[Any], index: int, task_name: str) 
     except (DispatchError, InvalidInputError):
         raise
     except Exception as exc:  # noqa: BLE001 - every consumer of the stream gets the named error
-        raise DispatchError(f"call #{index} ({task_name}) failed: {type(exc).__name__}: {exc}") from exc
+        raise DispatchError.at(index, task_name, f"failed: {type(exc).__name__}: {exc}") from exc
 
 
 class ExecutorReplica:
@@ -265,7 +265,7 @@ class ExecutorReplica:
             return ObjectStoreRef(ray.put(value))
         return ref
 
-    async def read_stream(self, stream_id: str, start: int) -> tuple[list[Any], bool, str | None]:
+    async def read_stream(self, stream_id: str, start: int) -> tuple[list[Any], bool, DispatchError | None]:
         """Items of a stream from `start` on (waits for one unless the stream ended)."""
         return await self._streams.read(stream_id, start)
 

@@ -7,15 +7,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from prismserve.errors import PlacementError
 from prismserve.planner import CellPlan, Plan, plan_changes
 from prismserve.runtime.pool import ReplicaPool, WirePool
 from prismserve.runtime.task_manager import Placement, Replica, TaskManager
 
 _cell_ids = itertools.count()
-
-
-class PlacementError(ValueError):
-    """A cell cannot be placed on the cluster; the message says what is missing."""
 
 
 @dataclass(eq=False)

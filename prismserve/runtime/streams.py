@@ -7,13 +7,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from prismserve.errors import StreamReadError
 from prismserve.runtime.wire import ReplicaAddress
 from prismserve.task import DispatchError, Stream
 
 
-def _message(error: BaseException) -> str:
-    # A DispatchError already names the call and component; other errors keep their type.
-    return str(error) if isinstance(error, DispatchError) else f"{type(error).__name__}: {error}"
+def _portable(error: BaseException) -> DispatchError:
+    """What a stream's readers get of its failure: a DispatchError already names the call and component
+    (as attributes, which the gateway reports); other errors keep their type in the message."""
+    return error if isinstance(error, DispatchError) else DispatchError(f"{type(error).__name__}: {error}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +30,7 @@ class RemoteStreamRef:
     stream_id: str
     items: tuple[Any, ...] = ()
     closed: bool = False
-    error: str | None = None
-
-
-class StreamReadError(DispatchError):
-    """The producer of a stream failed or was lost; carries the producer's message."""
+    error: DispatchError | None = None
 
 
 class RemoteStream(Stream[Any]):
@@ -47,7 +45,7 @@ class RemoteStream(Stream[Any]):
         for item in ref.items:
             self.put(item)
         if ref.closed:
-            self.fail(StreamReadError(ref.error)) if ref.error is not None else self.close()
+            self.fail(StreamReadError.of(ref.error)) if ref.error is not None else self.close()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         if self._pump is None and not self._ref.closed:
@@ -64,7 +62,7 @@ class RemoteStream(Stream[Any]):
                 start += len(items)
                 if closed:
                     if error is not None:
-                        self.fail(StreamReadError(error))
+                        self.fail(StreamReadError.of(error))
                     else:
                         self.close()
                     return
@@ -84,14 +82,18 @@ class StreamTable:
         """Make a stream readable."""
         self._streams[stream.id] = stream
 
-    async def read(self, stream_id: str, start: int) -> tuple[list[Any], bool, str | None]:
+    async def read(self, stream_id: str, start: int) -> tuple[list[Any], bool, DispatchError | None]:
         """Items from `start` on, waiting for at least one unless the stream has ended."""
         stream = self._streams.get(stream_id)
         if stream is None:
-            return [], True, f"stream {stream_id} is not held by this replica (released or never created)"
+            return (
+                [],
+                True,
+                DispatchError(f"stream {stream_id} is not held by this replica (released or never created)"),
+            )
         await stream.wait_beyond(start)
         items, closed, error = stream.snapshot(start)
-        return items, closed, None if error is None else _message(error)
+        return items, closed, None if error is None else _portable(error)
 
     async def first_batch(self, stream: Stream[Any], owner: ReplicaAddress) -> RemoteStreamRef:
         """A reference to `stream` once it has its first item (or has ended), carrying what it has.
@@ -107,7 +109,7 @@ class StreamTable:
             await asyncio.sleep(0)
             items, closed, error = stream.snapshot(0)
         return RemoteStreamRef(
-            owner, stream.id, tuple(items), closed, None if error is None else _message(error)
+            owner, stream.id, tuple(items), closed, None if error is None else _portable(error)
         )
 
     def release_prefix(self, prefix: str) -> None:

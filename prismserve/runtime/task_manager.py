@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from prismserve.errors import NoReplicaError, ReplicaStartError
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import ReplicaPool, WirePool
 from prismserve.runtime.wire import ReplicaAddress
@@ -65,14 +66,6 @@ class Lease:
         if self._held:
             self._held = False
             self.replica.in_flight -= 1
-
-
-class ReplicaStartError(RuntimeError):
-    """A replica's actor did not come up."""
-
-
-class NoReplicaError(RuntimeError):
-    """A deployment has no replica that can take an invocation."""
 
 
 class TaskManager:

@@ -28,18 +28,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from prismserve.errors import DispatchError, ReplicaGone
+
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("!IIB")  # payload bytes, message id, kind
 _AUTH, _REQUEST, _NOTIFY, _OK, _ERROR = range(5)
-
-
-class ReplicaGone(RuntimeError):
-    """A replica stopped or died while a call on it was open (its connection dropped)."""
-
-    def __init__(self, actor_id: str) -> None:
-        super().__init__(f"replica {actor_id} is gone")
-        self.actor_id = actor_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +47,7 @@ class ReplicaAddress:
     port: int
     token: bytes
 
-    async def read_stream(self, stream_id: str, start: int) -> tuple[list[Any], bool, str | None]:
+    async def read_stream(self, stream_id: str, start: int) -> tuple[list[Any], bool, DispatchError | None]:
         """Items of a stream the replica holds, from `start` on (see `StreamTable.read`)."""
         return await connection(self).request("read_stream", stream_id, start)
 

@@ -1,30 +1,25 @@
-"""Typed errors of the task layer: each says what went wrong and what to change."""
+"""Typed errors of the task layer: each says what went wrong and what to change.
 
+Defined in `prismserve.errors` (one hierarchy, with the HTTP status of each) and named here for the
+task layer's users.
+"""
 
-class TaskError(Exception):
-    """Base class of every error the task layer raises on purpose."""
+from prismserve.errors import (
+    DispatchError,
+    InvalidInputError,
+    RecordError,
+    ReplayDivergenceError,
+    TaskDefinitionError,
+    TaskError,
+    TaskUsageError,
+)
 
-
-class TaskDefinitionError(TaskError, TypeError):
-    """A task class is declared in a way prismserve cannot run (async invoke, overridden unit invoke …)."""
-
-
-class TaskUsageError(TaskError, RuntimeError):
-    """A task is used outside the way it runs (invoke called directly, no dispatcher set …)."""
-
-
-class RecordError(TaskError, RuntimeError):
-    """A composite's invoke touched a placeholder's value during record."""
-
-
-class ReplayDivergenceError(TaskError, RuntimeError):
-    """Replay took a different path through the unit tasks than record did."""
-
-
-class DispatchError(TaskError, RuntimeError):
-    """A unit-task invocation of a graph could not be executed."""
-
-
-class InvalidInputError(TaskError, ValueError):
-    """A request's content cannot be served (undecodable media, a modality the model lacks): the
-    client's fault, reported as a 4xx, not as a failed executor."""
+__all__ = [
+    "DispatchError",
+    "InvalidInputError",
+    "RecordError",
+    "ReplayDivergenceError",
+    "TaskDefinitionError",
+    "TaskError",
+    "TaskUsageError",
+]

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field, InstanceOf, model_validator
 
+from prismserve.errors import InvalidRequestError
 from prismserve.task import Task, replayable_choice
 from prismserve.task.routing import Routing, current_routing
 
@@ -30,11 +31,11 @@ class Router(Task[Any, Any]):
         return self
 
     def check_routing(self, routing: Routing) -> None:
-        """Raise ValueError if `routing` names a path this router does not have (checked on deploy)."""
+        """Raise InvalidRequestError if `routing` names a path this router does not have (checked on deploy)."""
         for request_type, probabilities in routing.items():
             unknown = sorted(set(probabilities) - set(self.paths))
             if unknown:
-                raise ValueError(
+                raise InvalidRequestError(
                     f"routing[{request_type!r}] names paths {unknown}; the router has {sorted(self.paths)}"
                 )
 

@@ -80,13 +80,13 @@ def test_a_lone_surrogate_in_a_message_is_a_400_on_chat_and_before_the_invoke_st
 
 
 @pytest.mark.parametrize("kind", [["image"], {"image": 1}], ids=["list", "object"])
-def test_a_content_part_type_that_is_not_a_string_is_a_4xx(gateway, kind):
+def test_a_content_part_type_that_is_not_a_string_is_a_400_on_both_apis(gateway, kind):
     invoke = gateway.post(
         "/v1/apps/answer/invoke",
         json={"messages": [{"role": "user", "content": [{"type": kind, "data": "AAAA"}]}]},
     )
     assert (
-        invoke.status_code == 422
+        invoke.status_code == 400
         and "does not match any of the expected tags" in invoke.json()["error"]["message"]
     )
     chat = gateway.post(
@@ -95,7 +95,8 @@ def test_a_content_part_type_that_is_not_a_string_is_a_4xx(gateway, kind):
     )
     assert (
         chat.status_code == 400
-        and "content.0.type: Input should be 'text'" in chat.json()["error"]["message"]
+        and "messages.0.content.0: Input tag" in chat.json()["error"]["message"]
+        and "does not match any of the expected tags" in chat.json()["error"]["message"]
     )
 
 
@@ -130,6 +131,17 @@ def test_the_encoders_media_decoding_refuses_a_decompression_bomb_as_media_error
         MediaError, match=r"video frames too large to decode: Image size \(10000000000 pixels\)"
     ):
         load_video_frames(bomb_png(), 4)
+
+
+@pytest.mark.parametrize("body", [b"[]", b'"text"', b"{}", b'{"model": 7, "name": 7, "cells": 7}'])
+def test_fields_that_do_not_validate_are_the_same_400_on_every_route(gateway, body):
+    answers = {route: gateway.post(route, content=body, headers={**JSON, **ADMIN}) for route in JSON_ROUTES}
+    assert {route: r.status_code for route, r in answers.items()} == {route: 400 for route in JSON_ROUTES}
+    assert {r.json()["error"]["type"] for r in answers.values()} == {"invalid_request_error"}
+    assert all(
+        "Input should be" in r.json()["error"]["message"] or "Field required" in r.json()["error"]["message"]
+        for r in answers.values()
+    ), {route: r.json() for route, r in answers.items()}
 
 
 @pytest.mark.parametrize(

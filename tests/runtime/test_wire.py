@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from prismserve.runtime.wire import ReplicaAddress, ReplicaGone, WireServer, connection, disconnect
+from prismserve.errors import ReplicaGone
+from prismserve.runtime.wire import ReplicaAddress, WireServer, connection, disconnect
 from prismserve.task import InvalidInputError
 
 
