@@ -198,7 +198,7 @@ class WireClient(_Framed):
             else:
                 await loop.create_connection(lambda: self, address.host, address.port)
         except OSError as exc:
-            log.warning("cannot reach replica %s: %s", address.actor_id, exc)
+            log.debug("cannot reach replica %s: %s", address.actor_id, exc)  # stopped or restarting
             self.connection_lost(None)
 
     def connection_made(self, transport: Any) -> None:
