@@ -2,17 +2,20 @@
 `ThinkerExecutor` also hands an Omni talker its conditioning.
 
 The transformers backend covers what vLLM cannot run (and the paper's monolithic baseline, 000 §7.1):
-one generation at a time, in a worker thread, tokens handed to the event loop as they come.
+concurrent requests are batched by `HFEngine` (continuous batching in a worker thread), tokens handed
+to the event loop as they come and turned into text at constant cost per token (`TextDecoder`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 from prismserve.executors.base import Executor, media_rejected
+from prismserve.executors.hf_engine import HFEngine
 from prismserve.models import Encoded, Generated, MediaInput, adapter_for
 from prismserve.task import Stream
 from prismserve.tasklib.units import LLMInput, LLMTask, OmniMonolithTask, ThinkerOutput, ThinkerTask
@@ -24,10 +27,16 @@ class HFLLMExecutor(Executor):
     """Streams the text an LLM generates for a conversation with precomputed embeddings or raw media."""
 
     task: LLMTask | ThinkerTask | OmniMonolithTask  # the Omni monolith reuses the generation loop
+    max_batch = 32  # rows decoded together; more requests wait for a row to free
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
         await asyncio.to_thread(self.adapter.load_llm, self.takes_media)
+        self.engine = HFEngine(self.adapter, self.max_batch)
+
+    async def close(self) -> None:
+        if hasattr(self, "engine"):
+            await asyncio.to_thread(self.engine.close)
 
     @property
     def takes_media(self) -> bool:
@@ -52,25 +61,22 @@ class HFLLMExecutor(Executor):
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
-        generation = loop.run_in_executor(
-            None,
-            lambda: self.adapter.generate(
-                inputs,
-                request.max_tokens,
-                temperature=request.temperature,
-                seed=request.seed,
-                on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
-                should_stop=stop.is_set,
-                with_hidden=request.speech,
-            ),
+        generation = self.engine.submit(
+            inputs,
+            request.max_tokens,
+            temperature=request.temperature,
+            seed=request.seed,
+            on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
+            should_stop=stop.is_set,
+            with_hidden=request.speech,
         )
-        generation.add_done_callback(lambda _: loop.call_soon_threadsafe(tokens.put_nowait, _END))
+        generation.add_done_callback(lambda _: _call_soon(loop, tokens.put_nowait, _END))
         decoder = TextDecoder(self.adapter.tokenizer, self.adapter.eos_token_ids())
         try:
             while (token := await tokens.get()) is not _END:
                 if text := decoder.push(token):
                     yield text
-            result.append(await generation)  # raises what generation raised
+            result.append(await asyncio.wrap_future(generation))  # raises what generation raised
             if text := decoder.flush():
                 yield text
         finally:
@@ -118,28 +124,36 @@ class ThinkerExecutor(HFLLMExecutor):
         return ThinkerOutput(text=text, talker=talker)
 
 
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
+    """`callback(*args)` on `loop` from another thread, unless the loop has closed meanwhile."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
+
+
 class TextDecoder:
-    """Token ids in, text deltas out; holds back incomplete UTF-8 sequences and end tokens."""
+    """Token ids in, text deltas out, at constant cost per token (the tokenizers library's
+    `DecodeStream`); holds back incomplete UTF-8 sequences and end tokens."""
 
     def __init__(self, tokenizer: Any, end_ids: set[int]) -> None:
+        from tokenizers.decoders import DecodeStream
+
         self.tokenizer = tokenizer
         self.end_ids = end_ids
-        self.ids: list[int] = []
-        self.sent = ""
+        self.stream = DecodeStream(skip_special_tokens=True)
+        self.held: list[int] = []  # ids whose text the stream has not given out yet
 
     def push(self, token: int) -> str:
         """The new text after `token` ('' while a character is incomplete)."""
         if token in self.end_ids:
             return ""
-        self.ids.append(token)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd") or len(text) <= len(self.sent):
+        text = self.stream.step(self.tokenizer.backend_tokenizer, token)
+        if not text:
+            self.held.append(token)
             return ""
-        delta, self.sent = text[len(self.sent) :], text
-        return delta
+        self.held.clear()
+        return text
 
     def flush(self) -> str:
         """Text held back at the end (an incomplete character decodes as U+FFFD)."""
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        delta, self.sent = text[len(self.sent) :], text
-        return delta
+        held, self.held = self.held, []
+        return self.tokenizer.decode(held, skip_special_tokens=True) if held else ""

@@ -128,8 +128,11 @@ class Adapter(ABC):
         with_logits: bool = False,
         with_hidden: bool = False,
     ) -> Generated:
-        """Generate up to `max_tokens` (greedy at temperature 0); `on_token` sees each id as it comes,
-        `should_stop` ends generation early (the consumer went away)."""
+        """Generate up to `max_tokens` with transformers' own `generate`, one request at a time (greedy
+        at temperature 0); `on_token` sees each id as it comes, `should_stop` ends generation early.
+
+        Serving goes through `executors.hf_engine.HFEngine` (batched); this is its reference in the
+        equality tests and the one-at-a-time baseline of `benchmarks/bench_hf_batching.py`."""
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -168,6 +171,12 @@ class Adapter(ABC):
     def llm(self) -> Any:
         """The module whose `generate` produces text."""
         return self.model
+
+    def position_offset(self) -> int:
+        """How far the decode positions of the prompt `generate` last prefilled are shifted from its
+        length: Qwen's M-RoPE `rope_deltas` (media take fewer positions than tokens), else 0."""
+        deltas = getattr(getattr(self.llm(), "model", None), "rope_deltas", None)
+        return 0 if deltas is None else int(deltas.reshape(-1)[0])
 
     @property
     @abstractmethod

@@ -24,6 +24,7 @@ SCRIPTS = {
     "bench_transports.py": ["--calls", "20"],
     "bench_routing.py": ["--clients", "4", "--seconds", "1"],
     "bench_omni.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
+    "bench_hf_batching.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
     "bench_vllm.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
 }
 

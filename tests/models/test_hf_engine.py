@@ -1,0 +1,156 @@
+"""The transformers engine's continuous batching: concurrent requests of different lengths (text,
+image, audio; raw media and precomputed embeddings) each get what transformers' `generate` gives
+them alone, and stay independent of each other."""
+
+from __future__ import annotations
+
+import base64
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from prismserve.executors.hf_engine import HFEngine
+from prismserve.models import MediaInput, adapter_for
+from prismserve.protocol.chat import ChatRequest
+from prismserve.tasklib import conversation
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+FAMILIES = ["qwen2.5-vl", "internvl3", "gemma3", "qwen2.5-omni", "qwen3-omni"]
+
+
+def requests(cars_jpg: bytes, small_png: bytes, wav: bytes, family: str) -> list[ChatRequest]:
+    """Prompts of different lengths and kinds: short and long text, one and two images, a spoken question."""
+    chosen = [
+        ChatRequest.of("A long text prompt that goes on about many different things. " * 6),
+        ChatRequest.of("Describe the picture.", images=[cars_jpg]),
+        ChatRequest.of("Hi"),
+        ChatRequest.of("Compare them.", images=[cars_jpg, small_png]),
+    ]
+    if "omni" in family:
+        audio = {"type": "audio", "data": base64.b64encode(wav).decode()}
+        chosen.append(
+            ChatRequest.model_validate(
+                {"messages": [{"role": "user", "content": [audio, {"type": "text", "text": "Answer."}]}]}
+            )
+        )
+    return chosen
+
+
+def staggered(engine: HFEngine, inputs: list[dict], lengths: list[int], **options) -> list:
+    """Submit the first request, the others once it has generated three tokens (they join a running
+    batch); every request's Generated, in order."""
+    started = threading.Event()
+    seen: list[int] = []
+
+    def first_token(token: int) -> None:
+        seen.append(token)
+        if len(seen) == 3:
+            started.set()
+
+    futures = [engine.submit(inputs[0], lengths[0], on_token=first_token, **options)]
+    assert started.wait(120)
+    futures += [engine.submit(i, n, **options) for i, n in zip(inputs[1:], lengths[1:], strict=True)]
+    results = [f.result(timeout=300) for f in futures]
+    assert seen == results[0].token_ids  # streamed as generated, in order
+    return results
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def monolith(request):
+    from prismserve.testing import tiny
+
+    adapter = adapter_for(str(tiny.build(request.param)))
+    adapter.load_llm(with_encoders=True)
+    return adapter
+
+
+def test_concurrent_requests_get_the_tokens_they_get_alone(monolith, cars_jpg, small_png, query_wav):
+    family = monolith.family
+    inputs = []
+    for request in requests(cars_jpg, small_png, query_wav, family):
+        messages, media = conversation(request)
+        inputs.append(monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]))
+    lengths = [24, 9, 16, 5, 12][: len(inputs)]
+    alone = [monolith.generate(i, n, with_logits=True) for i, n in zip(inputs, lengths, strict=True)]
+    engine = HFEngine(monolith)
+    try:
+        batched = staggered(engine, inputs, lengths, with_logits=True)
+        assert engine.peak_batch == len(inputs)  # all joined one running batch
+    finally:
+        engine.close()
+    for one, other in zip(alone, batched, strict=True):
+        assert other.token_ids == one.token_ids
+        # Per-step logits, not only argmax: random weights hide wrong positions (M-RoPE offsets) in tokens.
+        np.testing.assert_allclose(other.logits, one.logits, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-vl", "qwen2.5-omni"])
+def test_fissioned_llm_batches_embedding_prompts(family, cars_jpg, small_png, query_wav):
+    """Prompts fed as precomputed encoder outputs (`inputs_embeds`, `mm_encoder_outputs`) batch too;
+    the thinker's hidden states (the talker's conditioning) equal `generate`'s."""
+    from prismserve.testing import tiny
+
+    path = str(tiny.build(family))
+    encoder, llm = adapter_for(path), adapter_for(path)
+    encoder.load_encoder("image")
+    llm.load_llm(with_encoders=False)
+    chosen = requests(cars_jpg, small_png, query_wav, family)[:4]
+    inputs = []
+    for request in chosen:
+        messages, media = conversation(request)
+        encoded = encoder.encode("image", [m.data for m in media]) if media else []
+        inputs.append(llm.llm_inputs(messages, encoded=encoded))
+    lengths = [20, 7, 12, 9]
+    speech = family == "qwen2.5-omni"
+    alone = [
+        llm.generate(i, n, with_logits=True, with_hidden=speech) for i, n in zip(inputs, lengths, strict=True)
+    ]
+    engine = HFEngine(llm)
+    try:
+        batched = staggered(engine, inputs, lengths, with_logits=True, with_hidden=speech)
+    finally:
+        engine.close()
+    for one, other in zip(alone, batched, strict=True):
+        assert other.token_ids == one.token_ids
+        np.testing.assert_allclose(other.logits, one.logits, atol=1e-4, rtol=0)
+        if speech:
+            assert len(other.hidden_states) == len(one.hidden_states)
+            for mine, theirs in zip(other.hidden_states, one.hidden_states, strict=True):
+                for a, b in zip(mine, theirs, strict=True):
+                    assert a.shape == b.shape
+                    torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+
+
+def test_requests_stay_independent(tiny_vl, cars_jpg):
+    """A cancelled request, a failing one and a sampled one (own temperature and seed) leave their
+    neighbours' tokens unchanged; each ends at its own max_tokens."""
+    adapter = adapter_for(tiny_vl)
+    adapter.load_llm(with_encoders=True)
+    messages, media = conversation(ChatRequest.of("Describe the picture.", images=[cars_jpg]))
+    image = adapter.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media])
+    text = adapter.llm_inputs(conversation(ChatRequest.of("Tell me a story about a robot."))[0])
+    expected_image = adapter.generate(image, 20).token_ids
+    expected_text = adapter.generate(text, 11).token_ids
+    engine = HFEngine(adapter)
+    try:
+        sampled_alone = engine.submit(text, 12, temperature=0.9, seed=7).result(timeout=300).token_ids
+        cancel = threading.Event()
+        futures = {
+            "image": engine.submit(image, 20),
+            "cancelled": engine.submit(text, 30, on_token=lambda _: cancel.set(), should_stop=cancel.is_set),
+            "broken": engine.submit({"input_ids": torch.tensor([[10**7]])}, 5),
+            "sampled": engine.submit(text, 12, temperature=0.9, seed=7),
+            "text": engine.submit(text, 11),
+        }
+        with pytest.raises(IndexError):
+            futures["broken"].result(timeout=300)
+        results = {k: f.result(timeout=300).token_ids for k, f in futures.items() if k != "broken"}
+    finally:
+        engine.close()
+    assert results["image"] == expected_image and results["text"] == expected_text
+    assert len(results["cancelled"]) == 1  # stopped at its first token
+    assert results["sampled"] == sampled_alone  # its own generator: neighbours do not move its draws
+    assert results["sampled"] != expected_text[: len(results["sampled"])]  # really sampled
