@@ -29,7 +29,10 @@ import sys
 import time
 from typing import Any
 
+import toy_fixture  # noqa: F401  (the toys are a test fixture)
 import uvicorn
+from toy import MLLM_APP_PATH
+from toy.executors import EXECUTORS, VALUES
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.gateway.server import create_gateway
@@ -38,8 +41,6 @@ from prismserve.runtime.local import LocalDispatcher
 from prismserve.runtime.pool import RayActorPool, WirePool
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
-from prismserve.toy import MLLM_APP_PATH
-from prismserve.toy.executors import EXECUTORS, VALUES
 
 APP = MLLM_APP_PATH.read_text()  # the toy MLLM: image encoder fissioned from the LLM
 

@@ -15,11 +15,13 @@ import json
 import statistics
 import time
 
+import toy_fixture  # noqa: F401  (the toys are a test fixture)
+from toy.executors import EXECUTORS
+from toy.tasks import OmniTask
+
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
-from prismserve.toy.executors import EXECUTORS
-from prismserve.toy.tasks import OmniTask
 
 
 def percentile(samples: list[float], q: float) -> float:

@@ -16,12 +16,14 @@ import json
 import statistics
 import time
 
+import toy_fixture  # noqa: F401  (the toys are a test fixture)
+from toy import MLLM_APP_PATH
+
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
-from prismserve.toy import MLLM_APP_PATH
 
 APP = MLLM_APP_PATH.read_text()  # the toy MLLM: image encoder fissioned from the LLM
 

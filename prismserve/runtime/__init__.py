@@ -12,14 +12,14 @@ def create_runtime(
 
     `address` joins a Ray cluster (default: start a local one); `fake_gpus` declares GPUs on a
     CPU-only machine. Unit tasks that name a real executor (the task library's encoders, LLMs,
-    generators) run on it; toy tasks compute their outputs with the toy executors on `sim` replicas.
+    generators) run on it; other tasks run on `sim` replicas, their outputs computed by the app's
+    `Config.sim_values` functions or synthesised.
     """
     if policy not in ("static", "dynamic"):
         raise ValueError(f"unknown routing policy {policy!r}: use 'static' or 'dynamic'")
     from prismserve.runtime.ray_runtime import RayRuntime
-    from prismserve.toy.executors import VALUES
 
-    return RayRuntime(address=address, fake_gpus=fake_gpus, policy=policy, values=VALUES)  # type: ignore[arg-type]
+    return RayRuntime(address=address, fake_gpus=fake_gpus, policy=policy)  # type: ignore[arg-type]
 
 
 __all__ = ["LocalRuntime", "Runtime", "create_runtime"]

@@ -31,7 +31,7 @@ class RayRuntime(Runtime):
 
     Unit tasks that name an `executor_class` run on it (real models); the others, and deployments a plan
     gives a `sim` profile, run on `sim` executors. `values` maps a unit-task class to the function
-    that computes its `sim` outputs (for example the toy executors); other tasks get outputs
+    that computes its `sim` outputs, beside those apps declare (`AppConfig.sim_values`); other tasks get outputs
     synthesised from their output type. `pool` runs the replicas (by default `WirePool`: Ray actors
     called over their sockets; an
     `InProcessPool` with declared GPUs runs the same control plane in this process, without Ray).
@@ -106,6 +106,7 @@ class RayRuntime(Runtime):
 
             # App files are not importable in Ray workers: their classes travel by value.
             cloudpickle.register_pickle_by_value(app.module)
+        self.values.update(app.config.sim_values)
         tasks = {task.deployment_key(): task for task in app.named_unit_tasks().values()}
         # Every spec first: one that cannot be built (an executor environment missing) leaves nothing behind.
         specs = {key: self._spec(task, None) for key, task in tasks.items() if key not in self.managers}

@@ -16,7 +16,7 @@ _cell_ids = itertools.count()
 
 
 @dataclass(eq=False)
-class Cell:
+class PlacedCell:
     """A group of replicas on GPUs of one node, deployed and removed as a unit (000 §4.3)."""
 
     id: int
@@ -35,7 +35,7 @@ class ResourceManager:
     """
 
     def __init__(self, place_timeout_s: float = 60.0, pool: ReplicaPool | None = None) -> None:
-        self.cells: list[Cell] = []
+        self.cells: list[PlacedCell] = []
         self.place_timeout_s = place_timeout_s
         self.pool = pool or WirePool()
 
@@ -53,7 +53,7 @@ class ResourceManager:
 
     async def create_cell(
         self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]
-    ) -> Cell:
+    ) -> PlacedCell:
         """Reserve the cell's replicas' resources on one node and start them."""
         members = [managers[key] for key, n in sorted(replicas.items()) for _ in range(n)]
         needed = sum(m.task.gpus_per_replica for m in members)
@@ -70,7 +70,7 @@ class ResourceManager:
         bundles: list[dict[str, float]] = [
             {"GPU": m.task.gpus_per_replica} if m.task.gpus_per_replica else {"CPU": 0.001} for m in members
         ]
-        cell = Cell(next(_cell_ids), owner, gpus, dict(replicas))
+        cell = PlacedCell(next(_cell_ids), owner, gpus, dict(replicas))
         try:
             cell.placement_group, cell.node_id = await self.pool.reserve(
                 bundles, f"prismserve-cell-{cell.id}", self.place_timeout_s
@@ -94,7 +94,7 @@ class ResourceManager:
             raise errors[0]
         return cell
 
-    async def remove_cell(self, cell: Cell) -> None:
+    async def remove_cell(self, cell: PlacedCell) -> None:
         """Stop the cell's replicas and give its GPUs back."""
         await asyncio.gather(*(manager.remove_replica(replica) for manager, replica in cell.members))
         # A replica that failed to start is still listed by its manager.
@@ -118,7 +118,7 @@ class ResourceManager:
         """
         owned = [c for c in self.cells if c.owner == owner]
         change = plan_changes(Plan(cells=[_as_plan(c) for c in owned]), Plan(cells=desired))
-        removed: list[Cell] = []
+        removed: list[PlacedCell] = []
         for gone in change.remove:
             matching = [c for c in owned if c not in removed and _as_plan(c).same_cell(gone)]
             removed += matching[: gone.count]
@@ -135,5 +135,5 @@ class ResourceManager:
             await self.remove_cell(cell)
 
 
-def _as_plan(cell: Cell) -> CellPlan:
+def _as_plan(cell: PlacedCell) -> CellPlan:
     return CellPlan(gpus=cell.gpus, replicas=cell.replicas)

@@ -6,18 +6,18 @@ import asyncio
 import textwrap
 
 import pytest
+from toy.executors import EXECUTORS
 
 from prismserve.app import AppLoadError, load_app, load_app_source
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
-from prismserve.toy.executors import EXECUTORS
 
 HEADER = """
 from collections.abc import AsyncIterator
 from pydantic import BaseModel
 from prismserve.app import AppConfig
-from prismserve.toy.tasks import ChatRequest, MLLMTask
+from toy.tasks import ChatRequest, MLLMTask
 """
 
 ANSWER_APP = (
@@ -170,7 +170,7 @@ BAD_APPS = {
     ),
     "unserialisable_unit_config": (
         HEADER
-        + "from prismserve.toy.tasks import EncoderTask\n"
+        + "from toy.tasks import EncoderTask\n"
         + "class Bad(EncoderTask):\n    hook: object = None\n"
         + "class Config(AppConfig):\n    tasks = {'e': Bad(model_id='m', modality='image', hook=lambda x: x)}\n",
         (

@@ -5,19 +5,19 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from toy.executors import EXECUTORS
 
 from prismserve.app import AppRegistry, AppRegistryError, load_app_source
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
-from prismserve.toy.executors import EXECUTORS
 
 # 002 Listing 2: two LLMs behind one vision encoder deployment, answered side by side.
 ARENA_APP = """
 import asyncio
 from pydantic import BaseModel
 from prismserve.app import AppConfig
-from prismserve.toy.tasks import ChatRequest, MLLMTask
+from toy.tasks import ChatRequest, MLLMTask
 
 models = ["gemma-4b", "gemma-12b"]
 mllms = {m: MLLMTask(model_id=m, encoder_model_id="siglip") for m in models}
@@ -36,7 +36,7 @@ async def serve(request: ChatRequest) -> Answers:
 SOLO_APP = """
 from pydantic import BaseModel
 from prismserve.app import AppConfig
-from prismserve.toy.tasks import ChatRequest, MLLMTask
+from toy.tasks import ChatRequest, MLLMTask
 
 mllm = MLLMTask(model_id="gemma-4b", encoder_model_id="siglip")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from toy import APP_PATH
+from toy.executors import EXECUTORS
 
 from prismserve.cli import main
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
-from prismserve.toy import APP_PATH
-from prismserve.toy.executors import EXECUTORS
 
 TOKEN = "bench-token"
 

@@ -13,7 +13,7 @@ from prismserve.cli import main
 
 
 def prismserve(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.path.join(os.getcwd(), "tests")])}
     return subprocess.run(
         [sys.executable, "-m", "prismserve", *args], capture_output=True, text=True, env=env, timeout=280
     )
@@ -77,7 +77,7 @@ def test_demo_json_prints_graphs_that_parse():
 
 
 def test_check_lists_deployments_of_a_valid_app():
-    from prismserve.toy import APP_PATH
+    from toy import APP_PATH
 
     result = prismserve("check", str(APP_PATH))
     assert result.returncode == 0, result.stderr
@@ -99,7 +99,7 @@ def test_check_refuses_unserialisable_unit_task_configuration_in_one_line(tmp_pa
     bad.write_text(
         "import threading\n"
         "from prismserve.app import AppConfig\n"
-        "from prismserve.toy.tasks import EncoderTask\n"
+        "from toy.tasks import EncoderTask\n"
         "class Locked(EncoderTask):\n    guard: object = None\n"
         "class Config(AppConfig):\n    tasks = {'e': Locked(model_id='m', modality='image', guard=threading.Lock())}\n"
     )

@@ -6,10 +6,10 @@ import httpx
 import openai
 import pytest
 from gateway_apps import ADMIN, APPS, TOKEN, flaky_llm
+from toy.executors import EXECUTORS
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
-from prismserve.toy.executors import EXECUTORS
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import wave
 import zlib
 from pathlib import Path
 
-from prismserve.toy import APP_PATH
-from prismserve.toy.executors import EXECUTORS
+from toy import APP_PATH
+from toy.executors import EXECUTORS
 
 TOKEN = "test-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
@@ -20,7 +20,7 @@ OMNI = Path(APP_PATH).read_text()
 ANSWER = """
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatCompletion, ChatRequest
-from prismserve.toy.tasks import MLLMTask
+from toy.tasks import MLLMTask
 
 mllm = MLLMTask(model_id="m")
 
@@ -36,7 +36,7 @@ async def serve(request: ChatRequest) -> ChatCompletion:
 NOT_CHAT = """
 from pydantic import BaseModel
 from prismserve.app import AppConfig
-from prismserve.toy.tasks import EncoderTask, MediaInput
+from toy.tasks import EncoderTask, MediaInput
 
 encoder = EncoderTask(model_id="m", modality="image")
 
@@ -61,7 +61,7 @@ GARBLED = """
 from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatChunk, ChatCompletion, ChatRequest
-from prismserve.toy.tasks import MLLMTask
+from toy.tasks import MLLMTask
 
 class Config(AppConfig):
     tasks = {{"mllm": MLLMTask(model_id="m")}}

@@ -20,12 +20,12 @@ from gateway_apps import (
     data_url,
     sse_events,
 )
+from toy.executors import EXECUTORS
 
 from prismserve.gateway import create_gateway
 from prismserve.models.base import MediaError
 from prismserve.models.media import load_image, load_video_frames
 from prismserve.runtime import LocalRuntime
-from prismserve.toy.executors import EXECUTORS
 
 JSON = {"content-type": "application/json"}
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 from gateway_apps import ANSWER, TOKEN, chat_body, png
+from toy import APP_PATH
+from toy.executors import EXECUTORS
 
 from prismserve.cli import main
 from prismserve.gateway.launch import ServeOptions, prepare_server, run_server
 from prismserve.runtime import LocalRuntime
-from prismserve.toy import APP_PATH
-from prismserve.toy.executors import EXECUTORS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -196,7 +196,12 @@ def serving(
     answers; `settings` are more environment variables. A server that has not announced itself
     within `deadline` seconds is killed."""
     command = [sys.executable, "-m", "prismserve", "serve", *args, "--port", "0"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PRISMSERVE_ADMIN_TOKEN": "chosen-token", **settings}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
+        "PRISMSERVE_ADMIN_TOKEN": "chosen-token",
+        **settings,
+    }
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

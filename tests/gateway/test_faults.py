@@ -11,10 +11,10 @@ import httpx
 import openai
 import pytest
 from gateway_apps import ADMIN, OMNI, TOKEN, chat_body, sse_events
+from toy.executors import EXECUTORS
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
-from prismserve.toy.executors import EXECUTORS
 
 
 def test_an_executor_failure_mid_stream_ends_the_stream_with_an_error_event(gateway):

@@ -11,11 +11,11 @@ import pytest
 from gateway_apps import ADMIN, ANSWER, OMNI, TOKEN, chat_body
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from toy.executors import EXECUTORS
 
 from prismserve.gateway import create_gateway
 from prismserve.observability import extract_context, get_tracer, inject_context, setup_tracing
 from prismserve.runtime import LocalRuntime
-from prismserve.toy.executors import EXECUTORS
 
 
 @pytest.fixture
@@ -133,15 +133,15 @@ class _BusyRuntime(LocalRuntime):
     """A LocalRuntime that reports fixed queue depths, as a runtime with replicas does."""
 
     def queue_depths(self) -> dict[str, int]:
-        return {"prismserve.toy.tasks.LLMTask:abc": 3, "prismserve.toy.tasks.EncoderTask:def": 0}
+        return {"toy.tasks.LLMTask:abc": 3, "toy.tasks.EncoderTask:def": 0}
 
 
 def test_metrics_read_queue_depths_from_the_runtime_at_scrape_time(serve_gateway):
     app = create_gateway(_BusyRuntime(EXECUTORS), admin_token=TOKEN)
     with serve_gateway(app) as url:
         text = httpx.get(f"{url}/metrics").text
-    assert 'prismserve_executor_queue_depth{deployment="prismserve.toy.tasks.LLMTask:abc"} 3.0' in text
-    assert 'prismserve_executor_queue_depth{deployment="prismserve.toy.tasks.EncoderTask:def"} 0.0' in text
+    assert 'prismserve_executor_queue_depth{deployment="toy.tasks.LLMTask:abc"} 3.0' in text
+    assert 'prismserve_executor_queue_depth{deployment="toy.tasks.EncoderTask:def"} 0.0' in text
     assert "prismserve_apps_registered 0.0" in text
 
 

@@ -12,10 +12,10 @@ import schemathesis
 from gateway_apps import ADMIN, APPS, TOKEN
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import positive_data_acceptance
+from toy.executors import EXECUTORS
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
-from prismserve.toy.executors import EXECUTORS
 
 EXAMPLES = int(os.environ.get("PRISMSERVE_SCHEMATHESIS_EXAMPLES", "15"))
 """Examples per route: CI-sized; set the variable for a longer hunt."""

@@ -12,6 +12,7 @@ import numpy as np
 import openai
 import pytest
 from PIL import Image
+from toy.executors import EXECUTORS
 
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.gateway import create_gateway
@@ -22,7 +23,6 @@ from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
 from prismserve.tasklib.imagegen import ImageGenTask
 from prismserve.tasklib.units import ImageGeneratorTask, TextEncoderTask
-from prismserve.toy.executors import EXECUTORS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 CLASSES = {TextEncoderTask, ImageGeneratorTask}
@@ -103,7 +103,7 @@ def gateway(tiny_image, serve_gateway):
         with pytest.MonkeyPatch.context() as env:
             env.setenv("PRISMSERVE_MODEL", tiny_image)
             asyncio.run(runtime.register_app(EXAMPLE.read_text(), "qwen-image"))
-        asyncio.run(runtime.register_app("from prismserve.toy.mllm_app import *", "chat"))
+        asyncio.run(runtime.register_app("from toy.mllm_app import *", "chat"))
         yield url, tiny_image
 
 

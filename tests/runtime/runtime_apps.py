@@ -7,7 +7,7 @@ from pydantic import BaseModel
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatRequest
 from prismserve.tasklib import Router
-from prismserve.toy.tasks import MLLMTask
+from toy.tasks import MLLMTask
 
 router = Router(paths={
     "EL": MLLMTask(model_id="vl", encoder_fission=False),
@@ -30,7 +30,7 @@ import asyncio
 from pydantic import BaseModel
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatRequest
-from prismserve.toy.tasks import MLLMTask
+from toy.tasks import MLLMTask
 
 models = ["gemma-4b", "gemma-12b"]
 mllms = {m: MLLMTask(model_id=m, encoder_model_id="siglip") for m in models}
@@ -51,7 +51,7 @@ SOLO = """
 from pydantic import BaseModel
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatRequest
-from prismserve.toy.tasks import MLLMTask
+from toy.tasks import MLLMTask
 
 mllm = MLLMTask(model_id="gemma-4b", encoder_model_id="siglip")
 

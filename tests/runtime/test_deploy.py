@@ -8,13 +8,13 @@ from collections import Counter
 
 import pytest
 from runtime_apps import ROUTED_MLLM
+from toy.executors import EXECUTORS
 
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime import LocalRuntime
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
-from prismserve.toy.executors import EXECUTORS
 
 ONLY_EL = {"cells": [], "routing": {"text": {"EL": 1.0}}}
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from toy.executors import EXECUTORS, embed
+from toy.tasks import MLLMTask
+
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.dispatcher import ReplicaDispatcher
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.task_manager import Placement, TaskManager
 from prismserve.task import use_dispatcher
-from prismserve.toy.executors import EXECUTORS, embed
-from prismserve.toy.tasks import MLLMTask
 
 
 class Cluster:
@@ -61,7 +62,7 @@ class Cluster:
 
 
 def tokens(text: str, images: list[bytes]) -> list[str]:
-    from prismserve.toy.tasks import MediaInput
+    from toy.tasks import MediaInput
 
     checksum = sum(sum(embed(MediaInput(modality="image", data=d))) for d in images)
     return [f"[{len(images)} media, {checksum:.3f}]", "user:", *text.split()]

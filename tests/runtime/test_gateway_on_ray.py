@@ -12,11 +12,11 @@ import openai
 import pytest
 from PIL import Image
 from runtime_apps import started_with_gateway
+from toy import APP_PATH
+from toy.executors import VALUES
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.toy import APP_PATH
-from prismserve.toy.executors import VALUES
 
 TOKEN = "ray-test-token"
 
@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import Router
-from prismserve.toy.tasks import MLLMTask
+from toy.tasks import MLLMTask
 
 router = Router(paths={
     "EL": MLLMTask(model_id="vl", encoder_fission=False),

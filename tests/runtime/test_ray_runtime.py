@@ -7,14 +7,14 @@ from collections import Counter
 
 import pytest
 from runtime_apps import ARENA, GPUS_PER_NODE, ROUTED_MLLM, SOLO
+from toy.executors import VALUES, embed
+from toy.tasks import MediaInput
 
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.runtime.resources import PlacementError
 from prismserve.task import DispatchError, use_dispatcher
-from prismserve.toy.executors import VALUES, embed
-from prismserve.toy.tasks import MediaInput
 
 ROUTED_PLAN = {
     "cells": [

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from runtime_apps import ROUTED_MLLM, SOLO
+from toy.executors import VALUES
 
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
@@ -13,7 +14,6 @@ from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.runtime.resources import PlacementError
 from prismserve.task import use_dispatcher
-from prismserve.toy.executors import VALUES
 
 ROUTED_PLAN = {
     "cells": [

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from toy.tasks import EncoderTask
 
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.task_manager import Lease, NoReplicaError, Placement, TaskManager
-from prismserve.toy.tasks import EncoderTask
 
 
 class FakePool(InProcessPool):

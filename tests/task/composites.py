@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from itertools import count
 
+from toy.tasks import ChatOutput, EncoderTask, LLMInput, LLMTask, MediaInput, MLLMTask
+
 from prismserve.protocol.chat import ChatRequest
 from prismserve.task import Task, TaskInput, TaskOutput, replayable_choice
-from prismserve.toy.tasks import ChatOutput, EncoderTask, LLMInput, LLMTask, MediaInput, MLLMTask
 
 
 class Pair(Task[ChatRequest, ChatOutput]):

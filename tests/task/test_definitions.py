@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from toy.tasks import EncoderTask, MLLMTask, OmniTask
 
 from prismserve.protocol.chat import ChatRequest
 from prismserve.task import (
@@ -15,7 +16,6 @@ from prismserve.task import (
     TaskOutput,
     UnitTask,
 )
-from prismserve.toy.tasks import EncoderTask, MLLMTask, OmniTask
 
 
 class In(TaskInput):

@@ -6,12 +6,12 @@ import asyncio
 import json
 
 import pytest
+from toy.executors import EXECUTORS
+from toy.tasks import OmniTask
 
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import TaskError, TaskGraph
-from prismserve.toy.executors import EXECUTORS
-from prismserve.toy.tasks import OmniTask
 
 
 def _spoken_request() -> ChatRequest:
@@ -62,7 +62,7 @@ def test_graph_read_back_executes_and_replays_to_the_same_answer():
 
 def test_changed_task_class_is_reported():
     doc = OmniTask(model_id="m").record(ChatRequest.of("x")).to_dict()
-    doc["nodes"][0]["task"]["key"] = "prismserve.toy.tasks.LLMTask:0000"
+    doc["nodes"][0]["task"]["key"] = "toy.tasks.LLMTask:0000"
     with pytest.raises(TaskError, match="node 0: .* the class has changed"):
         TaskGraph.from_dict(doc)
     with pytest.raises(TaskError, match="format version"):

@@ -6,12 +6,12 @@ import asyncio
 import threading
 
 import pytest
+from toy.executors import EXECUTORS
+from toy.tasks import EncoderOutput, MLLMTask
 
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import DispatchError, use_dispatcher
-from prismserve.toy.executors import EXECUTORS
-from prismserve.toy.tasks import EncoderOutput, MLLMTask
 
 
 def run(coro):

@@ -19,6 +19,17 @@ from composites import (
     Router,
     SideEffect,
 )
+from toy.executors import EXECUTORS, embed
+from toy.tasks import (
+    EncoderOutput,
+    EncoderTask,
+    LLMTask,
+    MediaInput,
+    MLLMTask,
+    OmniTask,
+    TalkerTask,
+    VocoderTask,
+)
 
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
@@ -30,17 +41,6 @@ from prismserve.task import (
     TaskUsageError,
     replayable_choice,
     use_dispatcher,
-)
-from prismserve.toy.executors import EXECUTORS, embed
-from prismserve.toy.tasks import (
-    EncoderOutput,
-    EncoderTask,
-    LLMTask,
-    MediaInput,
-    MLLMTask,
-    OmniTask,
-    TalkerTask,
-    VocoderTask,
 )
 
 
@@ -377,15 +377,18 @@ def test_equivalence_is_same_class_and_same_field_values():
 
 
 def test_deployment_key_is_stable_across_processes():
+    import os
     import subprocess
     import sys
+    from pathlib import Path
 
     code = (
-        "from prismserve.toy.tasks import EncoderTask;"
+        "from toy.tasks import EncoderTask;"
         "print(EncoderTask(model_id='m', modality='image').deployment_key())"
     )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}  # tests/: where `toy` is
     other = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout.strip()
     assert other == EncoderTask(modality="image", model_id="m").deployment_key()
 
@@ -397,8 +400,9 @@ def test_unit_tasks_are_immutable_so_keys_cannot_go_stale():
 
 
 def test_a_served_apps_divergence_names_the_unit_task_by_its_path_in_the_app():
+    from toy.executors import EXECUTORS
+
     from prismserve.runtime import LocalRuntime
-    from prismserve.toy.executors import EXECUTORS
 
     source = """
 from pydantic import BaseModel

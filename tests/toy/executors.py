@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from prismserve.task import DataHandle
-from prismserve.toy.tasks import (
+from toy.tasks import (
     EncoderOutput,
     EncoderTask,
     LLMInput,

@@ -4,7 +4,8 @@ from pydantic import BaseModel
 
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatRequest
-from prismserve.toy.tasks import MLLMTask
+from toy.executors import VALUES
+from toy.tasks import MLLMTask
 
 mllm = MLLMTask(model_id="toy-vl")
 
@@ -12,6 +13,7 @@ mllm = MLLMTask(model_id="toy-vl")
 class Config(AppConfig):
     tasks = {"mllm": mllm}
     input_modalities = frozenset({"text", "image"})
+    sim_values = VALUES
 
 
 class Answer(BaseModel):

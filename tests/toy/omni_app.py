@@ -4,7 +4,8 @@ from collections.abc import AsyncIterator
 
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatChunk, ChatRequest
-from prismserve.toy.tasks import OmniTask
+from toy.executors import VALUES
+from toy.tasks import OmniTask
 
 omni = OmniTask(model_id="toy-omni", encoder_fission=True)
 
@@ -13,6 +14,7 @@ class Config(AppConfig):
     tasks = {"omni": omni}
     input_modalities = frozenset({"text", "image", "audio"})
     output_modalities = frozenset({"text", "audio"})
+    sim_values = VALUES
 
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
