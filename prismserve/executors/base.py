@@ -25,6 +25,12 @@ def media_rejected() -> Iterator[None]:
         raise InvalidInputError(str(exc)) from exc
 
 
+def call_soon(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
+    """`callback(*args)` on `loop` from another thread, unless the loop has closed meanwhile."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
+
+
 class Executor:
     """Runs one unit task's invocations inside a replica.
 

@@ -19,7 +19,6 @@ How a request runs here:
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import logging
 import queue
 import threading
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prismserve.models import Generated
+from prismserve.models import EngineModel, Generated
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +72,14 @@ class Sequence:
 
 
 class HFEngine:
-    """Generates for every submitted request at once on one transformers LLM (a worker thread owns
-    the model; `submit` is safe from any thread)."""
+    """Generates for every submitted request at once on one transformers model (a worker thread owns
+    the model; `submit` is safe from any thread). `model` is an adapter (its LLM) or an EngineModel."""
 
-    def __init__(self, adapter: Any, max_batch: int = 32) -> None:
-        self.adapter = adapter
-        self.llm = adapter.llm()
+    def __init__(self, model: Any, max_batch: int = 32) -> None:
+        self.model = model if isinstance(model, EngineModel) else EngineModel.of(model)
+        self.llm = self.model.module
         self.max_batch = max(1, max_batch)
-        self.end_ids = adapter.eos_token_ids()
+        self.end_ids = self.model.end_ids
         self.peak_batch = 0  # the most rows decoded together so far (tests and benchmarks read it)
         self._queue: queue.SimpleQueue[Sequence | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name="hf-engine", daemon=True)
@@ -166,7 +165,7 @@ class HFEngine:
             prompt = inputs["input_ids"]
             sequence.cache = out.past_key_values
             sequence.length = prompt.shape[1]
-            sequence.position = sequence.length + self.adapter.position_offset()
+            sequence.position = sequence.length + self.model.position_offset()
             sequence.history = prompt
             sequence.processors = self._processors(sequence)
             sequence.generator = self._generator(sequence)
@@ -178,15 +177,9 @@ class HFEngine:
             return False
 
     def _processors(self, sequence: Sequence) -> Any:
-        """The logits processors `generate` would use for this request (the checkpoint's generation
-        config with the request's temperature)."""
-        config = copy.deepcopy(self.llm.generation_config)
-        if sequence.temperature > 0:
-            config.update(do_sample=True, temperature=sequence.temperature)
-        else:
-            config.update(do_sample=False)
+        """The logits processors `generate` would use for this request."""
         return self.llm._get_logits_processor(
-            generation_config=config,
+            generation_config=self.model.generation_config(sequence.temperature),
             input_ids_seq_length=sequence.length,
             device=sequence.history.device,
             model_kwargs={},
@@ -215,7 +208,7 @@ class HFEngine:
         positions = torch.tensor([[s.position] for s in rows], device=device)
         batch.mask = torch.cat([batch.mask, batch.mask.new_ones(len(rows), 1)], dim=1)
         out = self.llm(
-            input_ids=ids,
+            **self.model.step_inputs(rows, ids),
             attention_mask=batch.mask,
             position_ids=positions,
             past_key_values=batch.cache,

@@ -9,12 +9,11 @@ to the event loop as they come and turned into text at constant cost per token (
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from prismserve.executors.base import Executor, media_rejected
+from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
 from prismserve.models import Encoded, Generated, MediaInput, adapter_for
 from prismserve.task import Stream
@@ -70,7 +69,7 @@ class HFLLMExecutor(Executor):
             should_stop=stop.is_set,
             with_hidden=request.speech,
         )
-        generation.add_done_callback(lambda _: _call_soon(loop, tokens.put_nowait, _END))
+        generation.add_done_callback(lambda _: call_soon(loop, tokens.put_nowait, _END))
         decoder = TextDecoder(self.adapter.tokenizer, self.adapter.eos_token_ids())
         try:
             while (token := await tokens.get()) is not _END:
@@ -122,12 +121,6 @@ class ThinkerExecutor(HFLLMExecutor):
 
         self.spawn(think())
         return ThinkerOutput(text=text, talker=talker)
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
-    """`callback(*args)` on `loop` from another thread, unless the loop has closed meanwhile."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(callback, *args)
 
 
 class TextDecoder:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
 
-from prismserve.executors.base import Executor, media_rejected
+from prismserve.executors.base import Executor, call_soon, media_rejected
+from prismserve.executors.hf_engine import HFEngine
 from prismserve.executors.hf_llm import HFLLMExecutor, TextDecoder
 from prismserve.models import adapter_for
 from prismserve.task import Stream
@@ -32,15 +34,24 @@ def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
 
 
 class TalkerExecutor(Executor):
-    """Generates codes from the conditioning a thinker streams, streaming them in chunks."""
+    """Generates codes from the conditioning a thinker streams, streaming them in chunks. Concurrent
+    requests decode together in one batch (`HFEngine`) where the family offers its talker to the
+    engine (`talker_model`); otherwise they take turns on transformers' `generate`."""
 
     task: TalkerTask
 
     chunk_codes = 25  # per chunk: half a second of Qwen2.5-Omni's speech, two seconds of Qwen3-Omni's frames
+    max_batch = 32
 
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
         await asyncio.to_thread(self.adapter.load_talker)
+        engine_model = getattr(self.adapter, "talker_model", None)
+        self.engine = HFEngine(engine_model(), self.max_batch) if engine_model else None
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.close)
 
     async def stream(self, task_input: Any) -> AsyncIterator[list[int]]:
         request = TalkerInput.model_validate(task_input)
@@ -49,31 +60,52 @@ class TalkerExecutor(Executor):
             raise ValueError(f"the thinker sent {len(items)} conditioning items (was speech asked of it?)")
         loop = asyncio.get_running_loop()
         codes: asyncio.Queue[Any] = asyncio.Queue()
-        talking = loop.run_in_executor(
-            None,
-            lambda: self.adapter.talk(
-                items[0],
-                request.max_codes,
-                temperature=request.temperature,
-                on_code=lambda c: loop.call_soon_threadsafe(codes.put_nowait, c),
-            ),
-        )
-        talking.add_done_callback(lambda _: loop.call_soon_threadsafe(codes.put_nowait, None))
+        stop = threading.Event()
+        talking = self._talk(items[0], request, lambda c: call_soon(loop, codes.put_nowait, c), stop)
+        talking.add_done_callback(lambda _: codes.put_nowait(None))
         generated: list[int] = []
         sent = 0
-        while (code := await codes.get()) is not None:
-            generated.append(code)
-            spoken = self.adapter.until_end(generated)
-            if len(spoken) - sent >= self.chunk_codes:
-                yield spoken[sent:]
-                sent = len(spoken)
-        spoken = await talking  # raises what the talker raised
+        try:
+            while (code := await codes.get()) is not None:
+                generated.append(code)
+                spoken = self.adapter.until_end(generated)
+                if len(spoken) - sent >= self.chunk_codes:
+                    yield spoken[sent:]
+                    sent = len(spoken)
+            spoken = self.adapter.until_end(await talking)  # raises what the talker raised
+        finally:
+            stop.set()  # a consumer that went away frees the engine's row at the next step
         if len(spoken) > sent:
             yield spoken[sent:]
 
+    def _talk(
+        self, conditioning: Any, request: TalkerInput, on_code: Callable[[Any], None], stop: threading.Event
+    ) -> asyncio.Future[list[Any]]:
+        """Start generating; the future holds every code generated (the end token included)."""
+        if self.engine is None:
+            return asyncio.get_running_loop().run_in_executor(
+                None,
+                lambda: self.adapter.talk(
+                    conditioning, request.max_codes, temperature=request.temperature, on_code=on_code
+                ),
+            )
+        generation = self.engine.submit(
+            self.adapter.talker_prompt(conditioning),
+            request.max_codes,
+            temperature=request.temperature,
+            on_token=on_code,
+            should_stop=stop.is_set,
+        )
+
+        async def token_ids() -> list[Any]:
+            return (await asyncio.wrap_future(generation)).token_ids
+
+        return asyncio.ensure_future(token_ids())
+
 
 class VocoderExecutor(Executor):
-    """Turns codes into 24 kHz audio, streamed in half-second chunks."""
+    """Turns codes into 24 kHz audio as they arrive, chunk by chunk while the talker is still
+    talking (the family's streaming decode, `vocoder_stream`)."""
 
     task: VocoderTask
 
@@ -84,13 +116,11 @@ class VocoderExecutor(Executor):
     async def stream(self, task_input: Any) -> AsyncIterator[bytes]:
         request = VocoderInput.model_validate(task_input)
         with media_rejected():
-            speaker = self.adapter.speaker(request.speaker)
-        # The vocoder sees the whole utterance, as in the monolith (Qwen2.5's chunked token2wav would differ).
-        codes = [code for chunk in await request.codes.collect() for code in chunk]
-        if not codes:
-            return
-        wav = await asyncio.to_thread(self.adapter.vocode, codes, speaker, request.seed)
-        for chunk in pcm16_chunks(wav):
+            decoder = self.adapter.vocoder_stream(self.adapter.speaker(request.speaker), request.seed)
+        async for codes in request.codes:
+            for chunk in pcm16_chunks(await asyncio.to_thread(decoder.push, codes)):
+                yield chunk
+        for chunk in pcm16_chunks(await asyncio.to_thread(decoder.finish)):
             yield chunk
 
 

@@ -65,6 +65,8 @@ def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
         fields["temperature"] = body.temperature
     if body.seed is not None:
         fields["seed"] = body.seed
+    if body.audio is not None and body.audio.voice is not None:
+        fields["voice"] = body.audio.voice
     try:
         request: ChatRequest = app.request_type.model_validate(fields)  # type: ignore[assignment]
     except ValidationError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from prismserve.errors import UnknownModelError
-from prismserve.models.base import Adapter, Encoded, Generated, MediaError, MediaInput
+from prismserve.models.base import Adapter, Encoded, EngineModel, Generated, MediaError, MediaInput
 
 # config.json `model_type` (diffusers: the pipeline class) -> the adapter class, imported when a replica
 # needs it. The one place that says which adapter loads which checkpoints.
@@ -52,6 +52,7 @@ __all__ = [
     "ADAPTERS",
     "Adapter",
     "Encoded",
+    "EngineModel",
     "Generated",
     "MediaError",
     "MediaInput",

@@ -8,11 +8,12 @@ the real `from_pretrained` path; parts a replica does not run are dropped right 
 
 from __future__ import annotations
 
+import copy
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -172,12 +173,6 @@ class Adapter(ABC):
         """The module whose `generate` produces text."""
         return self.model
 
-    def position_offset(self) -> int:
-        """How far the decode positions of the prompt `generate` last prefilled are shifted from its
-        length: Qwen's M-RoPE `rope_deltas` (media take fewer positions than tokens), else 0."""
-        deltas = getattr(getattr(self.llm(), "model", None), "rope_deltas", None)
-        return 0 if deltas is None else int(deltas.reshape(-1)[0])
-
     @property
     @abstractmethod
     def tokenizer(self) -> Any:
@@ -258,3 +253,49 @@ def _settings(processor_class: type[Any], path: str) -> dict[str, Any]:
 def as_numpy(tensor: Any) -> np.ndarray:
     """A CPU float32 numpy copy of a torch tensor (numpy has no bfloat16; the data plane moves numpy)."""
     return tensor.detach().float().cpu().numpy()
+
+
+class EngineModel:
+    """What an `HFEngine` generates with: a module whose `generate` prefills, the ids that end a
+    request, and how a decoding step is fed. This default serves a family's LLM (or thinker) through
+    its adapter; models fed more than their last token per step (Qwen2.5-Omni's talker) subclass it."""
+
+    def __init__(self, module: Any, end_ids: set[int]) -> None:
+        self.module = module
+        self.end_ids = end_ids
+
+    @classmethod
+    def of(cls, adapter: Any) -> EngineModel:
+        """A family adapter's LLM (its `llm()`, ending on its end-of-sequence ids)."""
+        return cls(adapter.llm(), adapter.eos_token_ids())
+
+    def position_offset(self) -> int:
+        """How far the decode positions of the prompt just prefilled are shifted from its length:
+        Qwen's M-RoPE `rope_deltas` (media take fewer positions than tokens), else 0."""
+        deltas = getattr(getattr(self.module, "model", None), "rope_deltas", None)
+        return 0 if deltas is None else int(deltas.reshape(-1)[0])
+
+    def generation_config(self, temperature: float) -> Any:
+        """The generation config a request's logits processors come from (the checkpoint's, with the
+        request's temperature)."""
+        config = copy.deepcopy(self.module.generation_config)
+        if temperature > 0:
+            config.update(do_sample=True, temperature=temperature)
+        else:
+            config.update(do_sample=False)
+        return config
+
+    def step_inputs(self, rows: list[Any], ids: Any) -> dict[str, Any]:
+        """The model inputs of one decoding step for `rows` (the engine's sequences), `ids` ([rows, 1])
+        being each row's last token."""
+        return {"input_ids": ids}
+
+
+class VocoderStream(Protocol):
+    """One utterance decoded to audio while its codes arrive (a family's `vocoder_stream`)."""
+
+    def push(self, codes: list[Any]) -> np.ndarray:
+        """Audio (float samples) that these codes complete; often none."""
+
+    def finish(self) -> np.ndarray:
+        """The rest of the utterance's audio."""

@@ -23,8 +23,10 @@ from prismserve.models.base import (
     LOADING,
     Adapter,
     Encoded,
+    EngineModel,
     MediaError,
     MediaInput,
+    VocoderStream,
     as_numpy,
     build_processor,
     token_streamer,
@@ -292,16 +294,10 @@ class Qwen25Omni(Adapter):
         del model.thinker, model.token2wav
         self.model = model
 
-    def talk(
-        self,
-        conditioning: dict[str, np.ndarray],
-        max_codes: int,
-        *,
-        temperature: float = 0.0,
-        on_code: Callable[[int], None] | None = None,
-    ) -> list[int]:
-        """The talker's codec ids for the thinker's output (greedy at temperature 0); `on_code` sees
-        each id as it is generated (the end token included)."""
+    def talker_prompt(self, conditioning: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The talker's prompt from the thinker's conditioning, as its `generate` takes it: codec ids
+        (masks, then pad and start), the prefix embeddings, text ids for the 3-D positions, and the
+        reply embeddings fed one per decoding step."""
         import torch
 
         talker = self.model.talker
@@ -319,34 +315,58 @@ class Qwen25Omni(Adapter):
             ],
             dim=1,
         )
-        extra = {}
+        prompt = {
+            "input_ids": codec_prompt,
+            "input_text_ids": tensor("text_ids")[None],
+            "thinker_reply_part": tensor("reply_embeds")[None].to(talker.dtype),
+            "inputs_embeds": tensor("prefix_embeds")[None].to(talker.dtype),
+            "attention_mask": torch.ones_like(codec_prompt),
+        }
         if "image_grid_thw" in conditioning:
-            extra["image_grid_thw"] = tensor("image_grid_thw")
+            prompt["image_grid_thw"] = tensor("image_grid_thw")
         if "audio_feature_lengths" in conditioning:
-            extra["audio_feature_lengths"] = tensor("audio_feature_lengths")
+            prompt["audio_feature_lengths"] = tensor("audio_feature_lengths")
+        return prompt
+
+    def talker_sampling(self, temperature: float) -> dict[str, Any]:
+        """How the talker samples (transformers' Qwen2.5-Omni defaults): greedy at temperature 0."""
+        talker = self.model.talker
         sampling = (
             {"do_sample": False}
             if temperature <= 0
             else {"do_sample": True, "temperature": temperature, "top_k": 40, "top_p": 0.8}
         )
+        return {"suppress_tokens": [talker.codec_bos_token], "repetition_penalty": 1.05, **sampling}
+
+    def talker_model(self) -> TalkerModel:
+        """The talker as the batching engine runs it."""
+        return TalkerModel(self)
+
+    def talk(
+        self,
+        conditioning: dict[str, np.ndarray],
+        max_codes: int,
+        *,
+        temperature: float = 0.0,
+        on_code: Callable[[int], None] | None = None,
+    ) -> list[int]:
+        """The talker's codec ids for the thinker's output from transformers' `generate`, one request
+        at a time (greedy at temperature 0); `on_code` sees each id as it is generated (the end token
+        included). Serving batches through `talker_model`; this is its reference."""
+        import torch
+
+        talker = self.model.talker
+        prompt = self.talker_prompt(conditioning)
         with self.lock, torch.inference_mode():
-            dtype = talker.dtype
             out = talker.generate(
-                input_ids=codec_prompt,
-                input_text_ids=tensor("text_ids")[None],
-                thinker_reply_part=tensor("reply_embeds")[None].to(dtype),
-                inputs_embeds=tensor("prefix_embeds")[None].to(dtype),
-                attention_mask=torch.ones_like(codec_prompt),
-                suppress_tokens=[talker.codec_bos_token],
+                **prompt,
+                **self.talker_sampling(temperature),
                 eos_token_id=[talker.codec_pad_token, talker.codec_eos_token],
                 pad_token_id=talker.codec_pad_token,
-                repetition_penalty=1.05,
                 max_new_tokens=max_codes,
                 streamer=token_streamer(on_code) if on_code is not None else None,
-                **sampling,
-                **extra,
             )
-        return self.until_end(out[0, codec_prompt.shape[1] :].tolist())
+        return self.until_end(out[0, prompt["input_ids"].shape[1] :].tolist())
 
     def until_end(self, codes: list[int]) -> list[int]:
         """`codes` up to the talker's first end token."""
@@ -361,7 +381,8 @@ class Qwen25Omni(Adapter):
         self.model = model
 
     def vocode(self, codes: list[int], speaker: str, seed: int = 0) -> np.ndarray:
-        """24 kHz float32 audio for `codes`; `seed` fixes the diffusion's starting noise."""
+        """24 kHz float32 audio for the whole utterance's `codes`, as transformers' `generate` makes it;
+        `seed` fixes the diffusion's starting noise."""
         import torch
 
         params = self.model.speaker_map[speaker]
@@ -373,6 +394,10 @@ class Qwen25Omni(Adapter):
                 reference_mel=params["ref_mel"].to(self.device).float(),
             )
         return wav.reshape(-1).float().cpu().numpy()
+
+    def vocoder_stream(self, speaker: str, seed: int = 0) -> VocoderStream:
+        """A streaming decode of one utterance: codes in as the talker makes them, audio out per chunk."""
+        return Token2WavStream(self, speaker, seed)
 
     # --- the whole model ------------------------------------------------------------------------
     def load_monolith(self) -> None:
@@ -422,3 +447,157 @@ class Qwen25Omni(Adapter):
         sequences, wav = out if audio else (getattr(out, "sequences", out), None)
         tokens = sequences[0, inputs["input_ids"].shape[1] :].tolist()
         return tokens, None if wav is None else wav.reshape(-1).float().cpu().numpy()
+
+
+class TalkerModel(EngineModel):
+    """Qwen2.5-Omni's talker in the batching engine: each decoding step is fed its last codec id's
+    embedding plus the thinker's reply embedding for that step (the last one, a pad, repeats), as the
+    talker's own `generate` feeds it; positions continue from the talker's M-RoPE deltas."""
+
+    def __init__(self, adapter: Qwen25Omni) -> None:
+        talker = adapter.model.talker
+        super().__init__(talker, {talker.codec_pad_token, talker.codec_eos_token})
+        self.adapter = adapter
+
+    def position_offset(self) -> int:
+        # The talker keeps its deltas on itself; transformers' `generate` (5.2x) leaves them unset
+        # (its prefill gets no attention mask) and decodes at the cache length: so do we.
+        deltas = self.module.rope_deltas
+        return 0 if deltas is None else int(deltas.reshape(-1)[0])
+
+    def generation_config(self, temperature: float) -> Any:
+        config = super().generation_config(temperature)
+        config.update(**self.adapter.talker_sampling(temperature))
+        return config
+
+    def step_inputs(self, rows: list[Any], ids: Any) -> dict[str, Any]:
+        import torch
+
+        reply = []
+        for row in rows:
+            part = row.inputs["thinker_reply_part"][0]
+            reply.append(part[min(len(row.tokens) - 1, len(part) - 1)])
+        return {"inputs_embeds": self.module.get_input_embeddings()(ids) + torch.stack(reply)[:, None]}
+
+
+class Token2WavStream:
+    """Token2wav decoding an utterance chunk by chunk while its codes arrive, as Qwen's reference
+    streaming decode does.
+
+    The DiT attends within blocks of `block_size` mel frames, some layers one block back or ahead,
+    so a chunk's mel is sampled on a window holding the chunk and the blocks its attention reaches
+    on either side (the starting noise sliced from one seeded sequence for the utterance). BigVGAN
+    is convolutional: each new stretch of mel is vocoded with `CONTEXT` frames of mel on the left,
+    and the last `CONTEXT` frames wait for their right neighbours. Time to first audio is one chunk
+    (`CHUNK_BLOCKS` blocks of mel, plus the look-ahead) instead of the whole utterance; an utterance
+    that ends within its first chunk is decoded exactly as `Qwen25Omni.vocode` decodes it.
+    """
+
+    CHUNK_BLOCKS = 3  # mel frames per chunk: 3 blocks of 24, 0.72 s of audio
+    CONTEXT = 20  # mel frames of context around each vocoded stretch
+
+    def __init__(self, adapter: Qwen25Omni, speaker: str, seed: int) -> None:
+        import torch
+
+        token2wav = adapter.model.token2wav
+        self.adapter = adapter
+        self.dit, self.bigvgan = token2wav.code2wav_dit_model, token2wav.code2wav_bigvgan_model
+        config = self.dit.config
+        self.repeats, block = config.repeats, config.block_size
+        self.chunk = self.CHUNK_BLOCKS * block
+        self.behind = block * len(config.look_backward_layers)
+        self.ahead = block * len(config.look_ahead_layers)
+        self.hop = int(np.prod(self.bigvgan.config.upsample_rates))  # audio samples per mel frame
+        params = adapter.model.speaker_map[speaker]
+        self.cond = params["cond"].to(adapter.device).float()
+        self.ref_mel = params["ref_mel"].to(adapter.device).float()
+        self.seed = seed
+        self.noise = torch.empty(1, 0, config.mel_dim)
+        self.codes: list[int] = []
+        self.mel: list[Any] = []  # [1, mel_dim, frames] per finished chunk
+        self.mel_frames = 0
+        self.vocoded = 0  # mel frames already turned into audio
+
+    def push(self, codes: list[int]) -> np.ndarray:
+        """Audio that became final with these codes (often none)."""
+        self.codes.extend(codes)
+        frames = len(self.codes) * self.repeats
+        while frames >= self.mel_frames + self.chunk + self.ahead:
+            self._sample(self.mel_frames + self.chunk, frames)
+        return self._vocode(final=False)
+
+    def finish(self) -> np.ndarray:
+        """The rest of the utterance's audio."""
+        frames = len(self.codes) * self.repeats
+        if frames > self.mel_frames:
+            self._sample(frames, frames)
+        return self._vocode(final=True)
+
+    def _sample(self, end: int, available: int) -> None:
+        """Mel frames from `self.mel_frames` to `end`, sampled on a window with their context."""
+        import torch
+
+        start = self.mel_frames
+        first, last = max(0, start - self.behind), min(end + self.ahead, available)
+        codes = torch.tensor(
+            [self.codes[first // self.repeats : last // self.repeats]], device=self.cond.device
+        )
+        with self.adapter.lock, torch.inference_mode():
+            mel = _dit_sample(self.dit, self.cond, self.ref_mel, codes, self._noise(first, last))
+        self.mel.append(mel[:, :, start - first : end - first])
+        self.mel_frames = end
+
+    def _noise(self, first: int, last: int) -> Any:
+        """The utterance's starting noise over frames [first, last): one seeded sequence, drawn in
+        doublings (a longer draw from the same seed starts with the shorter one)."""
+        import torch
+
+        if last > self.noise.shape[1]:
+            generator = torch.Generator().manual_seed(self.seed)
+            size = max(last, 2 * self.noise.shape[1], 256)
+            self.noise = torch.randn([1, size, self.noise.shape[2]], generator=generator)
+        return self.noise[:, first:last].to(self.cond.device)
+
+    def _vocode(self, final: bool) -> np.ndarray:
+        """Audio for the mel frames whose right context is known (all of them when `final`)."""
+        import torch
+
+        done = self.mel_frames if final else self.mel_frames - self.CONTEXT
+        if done <= self.vocoded:
+            return np.zeros(0, dtype=np.float32)
+        mel = torch.cat(self.mel, dim=2)
+        self.mel = [mel[:, :, -(self.CONTEXT * 2 + self.chunk) :]]  # all that later stretches can need
+        offset = self.mel_frames - mel.shape[2]  # frame number of mel[..., 0]
+        first = max(self.vocoded - self.CONTEXT, offset)
+        with self.adapter.lock, torch.inference_mode():
+            wav = self.bigvgan(mel[:, :, first - offset :]).reshape(-1)
+        audio = wav[(self.vocoded - first) * self.hop : (done - first) * self.hop]
+        self.vocoded = done
+        return audio.float().cpu().numpy()
+
+
+def _dit_sample(dit: Any, cond: Any, ref_mel: Any, codes: Any, noise: Any) -> Any:
+    """The token2wav DiT's mel `[1, mel_dim, frames]` for `codes` from the starting `noise`: the
+    sampling of transformers' `Qwen2_5OmniToken2WavDiTModel.sample` (10 Runge-Kutta steps with
+    classifier-free guidance 0.5 and sway -1), which draws its own noise and so cannot start from a
+    slice of the utterance's."""
+    import torch
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
+
+    speaker = cond.unsqueeze(1).repeat(1, noise.shape[1], 1)
+
+    def velocity(time: Any, state: Any) -> Any:
+        both = dit(
+            hidden_states=state,
+            quantized_code=codes,
+            speaker_embedding=speaker,
+            condition_vector=ref_mel,
+            time_step=time,
+            apply_cfg=True,
+        )
+        guided, unguided = torch.chunk(both, 2, dim=0)
+        return guided + (guided - unguided) * 0.5
+
+    times = torch.linspace(0, 1, 10, device=codes.device, dtype=speaker.dtype)
+    times += -1.0 * (torch.cos(torch.pi / 2 * times) - 1 + times)
+    return RungeKutta4ODESolver(function=velocity, initial_value=noise).integrate(times)[-1].permute(0, 2, 1)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import Encoded, MediaError, as_numpy
+from prismserve.models.base import Encoded, MediaError, VocoderStream, as_numpy
 from prismserve.models.qwen2_5_omni import Qwen25Omni
 
 
@@ -248,5 +248,52 @@ class Qwen3Omni(Qwen25Omni):
             wav = self.model.code2wav.chunked_decode(frames, chunk_size=300, left_context_size=25)
         return wav.reshape(-1).float().cpu().numpy()
 
+    def vocoder_stream(self, speaker: str, seed: int = 0) -> VocoderStream:
+        """A streaming decode of one utterance (`speaker` and `seed` play no part, as in `vocode`)."""
+        return Code2WavStream(self)
+
     def generate_options(self, args: dict[str, Any], audio: bool) -> dict[str, Any]:
         return {**args, "thinker_eos_token_id": sorted(self.eos_token_ids()), "return_audio": audio}
+
+
+class Code2WavStream:
+    """Code2wav decoding an utterance while its frames arrive: every `CHUNK` frames are decoded with
+    the `CONTEXT` frames before them (transformers' `chunked_decode` scheme, in chunks small enough to
+    stream). Code2wav is causal, but its last transposed convolutions leave the final samples of a
+    decode unfinished until the next frames come: those wait for the next chunk instead of being
+    dropped, so the stream has no gaps. An utterance of at most `CHUNK` frames decodes exactly as
+    `Qwen3Omni.vocode` decodes it."""
+
+    CHUNK = 25  # frames per decoded chunk: two seconds of audio at 12.5 frames a second
+    CONTEXT = 25
+
+    def __init__(self, adapter: Qwen3Omni) -> None:
+        self.adapter = adapter
+        self.code2wav = adapter.model.code2wav
+        self.frames: list[Any] = []
+        self.decoded = 0  # frames decoded so far
+        self.sent = 0  # audio samples handed out so far
+
+    def push(self, frames: list[Any]) -> np.ndarray:
+        """Audio that these frames complete (whole chunks of them)."""
+        self.frames.extend(frames)
+        return self._decode(self.decoded + (len(self.frames) - self.decoded) // self.CHUNK * self.CHUNK)
+
+    def finish(self) -> np.ndarray:
+        """The rest of the utterance's audio."""
+        return self._decode(len(self.frames))
+
+    def _decode(self, end: int) -> np.ndarray:
+        import torch
+
+        wavs = []
+        upsample = self.code2wav.total_upsample
+        with self.adapter.lock, torch.inference_mode():
+            while self.decoded < end:
+                first, stop = max(0, self.decoded - self.CONTEXT), min(self.decoded + self.CHUNK, end)
+                codes = torch.tensor(self.frames[first:stop], device=self.adapter.device).T[None]
+                wav = self.code2wav(codes).reshape(-1)  # samples from first * upsample on
+                wavs.append(wav[self.sent - first * upsample :])
+                self.sent = first * upsample + len(wav)
+                self.decoded = stop
+        return torch.cat(wavs).float().cpu().numpy() if wavs else np.zeros(0, dtype=np.float32)

@@ -86,6 +86,8 @@ class ChatRequest(TaskInput):
     max_tokens: int = Field(default=256, ge=1, le=32768)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     seed: int | None = None
+    # The speaker of audio answers (a name the model knows); None: the app's or the model's default.
+    voice: str | None = Field(default=None, min_length=1, max_length=64)
 
     @classmethod
     def of(

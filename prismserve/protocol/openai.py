@@ -82,7 +82,8 @@ class Message(BaseModel):
 
 
 class AudioOptions(BaseModel):
-    """How speech comes back: WAV or raw 16-bit PCM (the voice is accepted and ignored)."""
+    """How speech comes back: WAV or raw 16-bit PCM, in `voice` (one of the model's speakers; its
+    first when unset)."""
 
     model_config = _LENIENT
     voice: str | None = None

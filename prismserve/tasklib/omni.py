@@ -38,7 +38,7 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     modalities: tuple[MediaModality, ...] = ("image", "audio")
     encoder_fission: bool = True
     monolith: bool = False
-    speaker: str | None = None
+    speaker: str | None = None  # the default voice; a request's `voice` overrides it
     max_codes: int = Field(default=600, ge=1)
 
     def post_init(self) -> None:
@@ -52,7 +52,8 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         self.vocoder = VocoderTask(model=self.model)
 
     def invoke(self, request: ChatRequest) -> OmniOutput:
-        speech = {"speech": request.wants_audio, "speaker": self.speaker}
+        speaker = request.voice or self.speaker
+        speech = {"speech": request.wants_audio, "speaker": speaker}
         if self.monolith:
             out = self.whole.invoke(llm_input(request, self.model, self.modalities, None, **speech))
             return OmniOutput(text=out.text, audio=out.audio if request.wants_audio else None)
@@ -65,7 +66,7 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         seed = request.seed or 0
         return OmniOutput(
             text=thought.text,
-            audio=self.vocoder.invoke(VocoderInput(codes=codes, speaker=self.speaker, seed=seed)),
+            audio=self.vocoder.invoke(VocoderInput(codes=codes, speaker=speaker, seed=seed)),
         )
 
 

@@ -154,3 +154,48 @@ def test_requests_stay_independent(tiny_vl, cars_jpg):
     assert len(results["cancelled"]) == 1  # stopped at its first token
     assert results["sampled"] == sampled_alone  # its own generator: neighbours do not move its draws
     assert results["sampled"] != expected_text[: len(results["sampled"])]  # really sampled
+
+
+def test_talker_batches_as_generate_talks(tiny_omni, cars_jpg, small_png, query_wav):
+    """Qwen2.5-Omni's talker in the engine (fed each step's thinker reply embedding, its own M-RoPE
+    deltas and sampling rules) gives every request the codes and logits of the talker's `generate`."""
+    thinker, talker = adapter_for(tiny_omni), adapter_for(tiny_omni)
+    thinker.load_llm(with_encoders=True)
+    talker.load_talker()
+    speaker = thinker.speaker(None)
+    conditionings = []
+    for request in requests(cars_jpg, small_png, query_wav, "qwen2.5-omni")[
+        1:
+    ]:  # image, text, 2 images, audio
+        messages, media = conversation(request)
+        inputs = thinker.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media])
+        conditionings.append(
+            thinker.talker_inputs(inputs, thinker.generate(inputs, 6, with_hidden=True), speaker)
+        )
+    lengths = [40, 12, 30, 25]
+    module = talker.model.talker
+    alone = []
+    for conditioning, n in zip(conditionings, lengths, strict=True):
+        with torch.inference_mode():
+            out = module.generate(
+                **talker.talker_prompt(conditioning),
+                **talker.talker_sampling(0.0),
+                eos_token_id=[module.codec_pad_token, module.codec_eos_token],
+                pad_token_id=module.codec_pad_token,
+                max_new_tokens=n,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
+        alone.append(out)
+        assert talker.talk(conditioning, n) == talker.until_end(out.sequences[0].tolist()[-len(out.logits) :])
+    engine = HFEngine(talker.talker_model())
+    try:
+        prompts = [talker.talker_prompt(c) for c in conditionings]
+        batched = staggered(engine, prompts, lengths, with_logits=True)
+        assert engine.peak_batch == len(prompts)
+    finally:
+        engine.close()
+    for one, other in zip(alone, batched, strict=True):
+        assert other.token_ids == one.sequences[0, -len(one.logits) :].tolist()
+        assert len(set(other.token_ids)) > 3  # varied codes: a wrong step input would show
+        np.testing.assert_allclose(other.logits, torch.cat(one.logits).numpy(), atol=1e-4, rtol=0)

@@ -63,6 +63,37 @@ def test_split_model_equals_transformers_generate(parts, cars_jpg, query_wav):
     assert np.abs(parts["vocoder"].vocode(codes, speaker, seed=8) - wav).max() > 1e-2 * peak
 
 
+def streamed(vocoder, codes: list, speaker: str, seed: int, per_push: int) -> tuple[np.ndarray, int]:
+    """A streaming decode of `codes` pushed `per_push` at a time: the audio, and how many codes had
+    been pushed when the first audio came out."""
+    stream, parts, first = vocoder.vocoder_stream(speaker, seed), [], 0
+    for start in range(0, len(codes), per_push):
+        parts.append(stream.push(codes[start : start + per_push]))
+        first = first or (start + per_push if len(parts[-1]) else 0)
+    parts.append(stream.finish())
+    return np.concatenate(parts), first or len(codes)
+
+
+def test_streaming_token2wav_decodes_as_the_whole_utterance(parts):
+    """Chunked token2wav (DiT windows with the blocks their attention reaches, BigVGAN with context)
+    gives the whole utterance's audio; the first audio needs one chunk of codes, not all of them."""
+    vocoder = parts["vocoder"]
+    speaker = vocoder.speaker(None)
+    codes = np.random.default_rng(0).integers(0, 59, 200).tolist()  # 4 s of speech
+    whole = vocoder.vocode(codes, speaker, seed=3)
+    audio, first = streamed(vocoder, codes, speaker, 3, per_push=25)  # as the talker sends them
+    assert first == 50  # 36 codes of chunk + 12 of look-ahead, arriving in pushes of 25
+    peak = np.abs(whole).max()
+    assert audio.shape == whole.shape and peak > 0.05
+    np.testing.assert_allclose(audio, whole, atol=1e-5 * peak, rtol=0)
+    # An utterance within the first chunk is one window: exactly the whole decode.
+    np.testing.assert_array_equal(
+        streamed(vocoder, codes[:30], speaker, 3, 7)[0], vocoder.vocode(codes[:30], speaker, 3)
+    )
+    # The seed still picks the noise.
+    assert np.abs(streamed(vocoder, codes, speaker, 4, 25)[0] - audio).max() > 1e-2 * peak
+
+
 def test_audio_batches_equal_single_clips(parts, query_wav, cars_jpg):
     import io
     import wave
