@@ -10,7 +10,8 @@ image+text -> text and audio+text -> text+speech (cars.jpg and query_to_cars.wav
 workloads). Two phases (monolith with 1 replica, then 5), each `--rounds` rounds in which the split
 deployment and the monolith take turns, `--requests` per deployment and phase in all, after a
 warm-up. Reported per deployment, medians over its rounds: throughput (requests/s), end-to-end
-latency P50/P99, time to first text P50; and split / monolith ratios.
+latency P50/P99, time to first text P50, time to first audio P50 (speech requests); and split /
+monolith ratios.
 Run: python benchmarks/bench_omni.py [--clients 8] [--requests 96] [--rounds 3] [--out result.json]
 """
 
@@ -42,28 +43,34 @@ def requests(image: bytes, audio: bytes, max_tokens: int) -> list[ChatRequest]:
     ]
 
 
-async def one(app, request: ChatRequest, runtime) -> tuple[float, float]:
-    """End-to-end latency and time to the first text of one request, served as the gateway serves it."""
+async def one(app, request: ChatRequest, runtime) -> tuple[float, float, float | None]:
+    """End-to-end latency, time to the first text and (speech asked for) time to the first audio of
+    one request, served as the gateway serves it."""
     start = time.perf_counter()
-    first = None
+    first_text = first_audio = None
     async with runtime.request_scope(app.name):
         async for chunk in await app.serve(request):
-            if chunk.text and first is None:
-                first = time.perf_counter() - start
-    return time.perf_counter() - start, first or time.perf_counter() - start
+            if chunk.text and first_text is None:
+                first_text = time.perf_counter() - start
+            if chunk.audio and first_audio is None:
+                first_audio = time.perf_counter() - start
+    end = time.perf_counter() - start
+    return end, first_text or end, first_audio if request.wants_audio else None
 
 
 async def load(runtime, app, cycle: list[ChatRequest], clients: int, total: int) -> dict[str, float]:
     """`total` requests from `clients` closed-loop clients; throughput and latency percentiles."""
-    latencies, ttfts = [], []
+    latencies, ttfts, ttfas = [], [], []
     issued = iter(range(total))
 
     async def client(offset: int) -> None:
         with use_dispatcher(runtime.dispatcher):
             for n in issued:
-                latency, ttft = await one(app, cycle[(n + offset) % len(cycle)], runtime)
+                latency, ttft, ttfa = await one(app, cycle[(n + offset) % len(cycle)], runtime)
                 latencies.append(latency)
                 ttfts.append(ttft)
+                if ttfa is not None:
+                    ttfas.append(ttfa)
 
     start = time.perf_counter()
     await asyncio.gather(*(client(i) for i in range(clients)))
@@ -75,6 +82,7 @@ async def load(runtime, app, cycle: list[ChatRequest], clients: int, total: int)
         "p50_s": statistics.median(ordered),
         "p99_s": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
         "ttft_p50_s": statistics.median(ttfts),
+        "ttfa_p50_s": statistics.median(ttfas) if ttfas else float("nan"),
     }
 
 
@@ -105,7 +113,8 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
                     pair.append(row)
                     print(
                         f"{label:<10} {row['req_per_s']:6.2f} req/s  p50 {row['p50_s']:.2f} s  "
-                        f"p99 {row['p99_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s",
+                        f"p99 {row['p99_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s  "
+                        f"ttfa p50 {row['ttfa_p50_s']:.2f} s",
                         flush=True,
                     )
                 pairs[name].append((pair[0], pair[1]))
@@ -118,7 +127,7 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
     results["split_over"] = {
         name: {
             key: statistics.median(a[key] / b[key] for a, b in runs)
-            for key in ("req_per_s", "p50_s", "p99_s", "ttft_p50_s")
+            for key in ("req_per_s", "p50_s", "p99_s", "ttft_p50_s", "ttfa_p50_s")
         }
         for name, runs in pairs.items()
     }
@@ -141,16 +150,19 @@ def main() -> None:
     results = asyncio.run(measure(args.clients, args.requests, args.rounds, args.max_tokens))
     print(
         f"\ntiny Qwen2.5-Omni, {args.clients} clients, medians of rounds      req/s   p50 s   p99 s  ttft p50 s"
+        "  ttfa p50 s"
     )
     for name in ("split", "monolith", "monolith5"):
         row = results[name]
         print(
             f"{name:<48} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p99_s']:7.2f} {row['ttft_p50_s']:9.2f}"
+            f" {row['ttfa_p50_s']:10.2f}"
         )
     for base, ratio in results["split_over"].items():
         print(
             f"split / {base} (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
-            f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x"
+            f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x, "
+            f"ttfa p50 {ratio['ttfa_p50_s']:.2f}x"
         )
     if args.out:
         with open(args.out, "w") as f:

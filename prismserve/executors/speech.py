@@ -36,7 +36,7 @@ def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
 class TalkerExecutor(Executor):
     """Generates codes from the conditioning a thinker streams, streaming them in chunks. Concurrent
     requests decode together in one batch (`HFEngine`) where the family offers its talker to the
-    engine (`talker_model`); otherwise they take turns on transformers' `generate`."""
+    engine (`talker_model`; Qwen2.5-Omni); otherwise they take turns on transformers' `generate`."""
 
     task: TalkerTask
 
@@ -46,8 +46,8 @@ class TalkerExecutor(Executor):
     async def load(self) -> None:
         self.adapter = adapter_for(self.task.model)
         await asyncio.to_thread(self.adapter.load_talker)
-        engine_model = getattr(self.adapter, "talker_model", None)
-        self.engine = HFEngine(engine_model(), self.max_batch) if engine_model else None
+        engine_model = self.adapter.talker_model()
+        self.engine = HFEngine(engine_model, self.max_batch) if engine_model else None
 
     async def close(self) -> None:
         if self.engine is not None:

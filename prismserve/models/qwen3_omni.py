@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import Encoded, MediaError, VocoderStream, as_numpy
+from prismserve.models.base import Encoded, EngineModel, MediaError, VocoderStream, as_numpy
 from prismserve.models.qwen2_5_omni import Qwen25Omni
 
 
@@ -230,6 +230,9 @@ class Qwen3Omni(Qwen25Omni):
                 hook.remove()
         return frames
 
+    def talker_model(self) -> EngineModel | None:
+        return None  # each step runs the code predictor's own generation: not batched yet
+
     def until_end(self, codes: list[Any]) -> list[Any]:
         return codes  # frames stop where the talker stopped: its end token gets no frame
 
@@ -245,7 +248,9 @@ class Qwen3Omni(Qwen25Omni):
 
         frames = torch.tensor(codes, device=self.device).T[None]  # [1, codebooks, frames]
         with self.lock, torch.inference_mode():
-            wav = self.model.code2wav.chunked_decode(frames, chunk_size=300, left_context_size=25)
+            wav = self.model.code2wav.chunked_decode(
+                frames, chunk_size=Code2WavStream.REFERENCE_CHUNK, left_context_size=Code2WavStream.CONTEXT
+            )
         return wav.reshape(-1).float().cpu().numpy()
 
     def vocoder_stream(self, speaker: str, seed: int = 0) -> VocoderStream:
@@ -258,14 +263,16 @@ class Qwen3Omni(Qwen25Omni):
 
 class Code2WavStream:
     """Code2wav decoding an utterance while its frames arrive: every `CHUNK` frames are decoded with
-    the `CONTEXT` frames before them (transformers' `chunked_decode` scheme, in chunks small enough to
-    stream). Code2wav is causal, but its last transposed convolutions leave the final samples of a
-    decode unfinished until the next frames come: those wait for the next chunk instead of being
-    dropped, so the stream has no gaps. An utterance of at most `CHUNK` frames decodes exactly as
-    `Qwen3Omni.vocode` decodes it."""
+    the `CONTEXT` frames before them, transformers' `chunked_decode` scheme in chunks small enough to
+    stream. Code2wav is causal, but its transposed convolutions leave the last samples of a decode
+    unfinished until later frames come: within one of `chunked_decode`'s chunks of `REFERENCE_CHUNK`
+    frames they wait for the next small chunk; at the end of one they are dropped, as
+    `chunked_decode` drops them, so the stream has the length of `Qwen3Omni.vocode`'s audio (and, for
+    an utterance of at most `CHUNK` frames, exactly its samples)."""
 
     CHUNK = 25  # frames per decoded chunk: two seconds of audio at 12.5 frames a second
     CONTEXT = 25
+    REFERENCE_CHUNK = 300  # `chunked_decode`'s chunk, as `Qwen3Omni.vocode` calls it
 
     def __init__(self, adapter: Qwen3Omni) -> None:
         self.adapter = adapter
@@ -295,5 +302,7 @@ class Code2WavStream:
                 wav = self.code2wav(codes).reshape(-1)  # samples from first * upsample on
                 wavs.append(wav[self.sent - first * upsample :])
                 self.sent = first * upsample + len(wav)
+                if stop % self.REFERENCE_CHUNK == 0:
+                    self.sent = stop * upsample  # the unfinished samples chunked_decode drops
                 self.decoded = stop
         return torch.cat(wavs).float().cpu().numpy() if wavs else np.zeros(0, dtype=np.float32)

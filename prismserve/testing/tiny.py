@@ -17,7 +17,7 @@ from typing import Any
 from prismserve.offline import disable_telemetry
 
 # Bump when what a builder writes changes: older cached checkpoints are then rebuilt.
-FORMAT = 5
+FORMAT = 6
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -210,8 +210,11 @@ def _qwen2_5_omni(out: Path) -> None:
         "ref_mel": torch.randn(1, 30, 80),
     }
     # Random weights give a near-silent vocoder (peaks ~1e-8): scale its last layer to peak near 0.5,
-    # so that audio comparisons and 16-bit PCM carry signal.
+    # so that audio comparisons and 16-bit PCM carry signal. And a random talker ends its speech after
+    # a few codes: zero logits for its end tokens make it speak until max_codes, as a real utterance
+    # of a few seconds would (streaming and batching have something to do).
     with torch.no_grad():
+        model.talker.codec_head.weight[[CODEC_VOCAB - 5, CODEC_VOCAB - 3]] = 0
         wav = model.token2wav(
             torch.arange(20)[None], conditioning=speaker["cond"], reference_mel=speaker["ref_mel"]
         )

@@ -159,3 +159,14 @@ def test_bad_audio_is_rejected_by_the_encoder(tiny_omni):
         _serve(
             executors, OmniTask(model=tiny_omni), ChatRequest.of("hear", audios=[b"RIFF....WAVEfmt broken"])
         )
+
+
+@pytest.mark.parametrize("monolith", [False, True])
+def test_a_voice_the_model_lacks_is_the_requests_fault(tiny_omni, monolith):
+    executors = InProcessExecutors()
+    task = OmniTask(model=tiny_omni, max_codes=10, monolith=monolith)
+    request = ChatRequest.of("Speak.", audio_out=True, max_tokens=3, voice="Nobody")
+    with pytest.raises(InvalidInputError, match=r"has no speaker 'Nobody'; it has \['Chelsie'\]"):
+        _serve(executors, task, request)
+    text, audio, _ = _serve(executors, task, request.model_copy(update={"voice": "Chelsie"}))
+    assert text and audio

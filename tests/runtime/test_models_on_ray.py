@@ -195,7 +195,12 @@ def check_speech(url: str, admin: httpx.Client, tiny_omni: str, app: str) -> Non
     text, audio = omni_monolith(tiny_omni, request)
     assert message.content == text and text
     whole = np.frombuffer(audio, "<i2")
-    assert len(pcm) == len(whole) > 0 and np.abs(pcm.astype(int) - whole).max() <= 2
+    assert len(pcm) == len(whole) > 0 and np.abs(whole).max() > 1000
+    # The vocoder streams: Qwen2.5-Omni's token2wav windows reach all the DiT attends to (float noise,
+    # then 16-bit rounding); Qwen3-Omni's code2wav decodes 25 frames at a time with 25 of left context
+    # where transformers' whole-utterance decode has up to 300 (left-context error, within 1 %).
+    tolerance = 2 if "qwen2" in app else 0.01 * np.abs(whole).max()
+    assert np.abs(pcm.astype(int) - whole).max() <= tolerance
     omni = [d for d in admin.get("/admin/status").json()["deployments"].values() if app in d["apps"]]
     assert sorted(d["executor_kind"] for d in omni) == [
         "mm-encoder",
@@ -204,6 +209,11 @@ def check_speech(url: str, admin: httpx.Client, tiny_omni: str, app: str) -> Non
         "mm-thinker",
         "mm-vocoder",
     ]
+    with pytest.raises(openai.BadRequestError, match="has no speaker 'alloy'"):  # the voice is honoured
+        client.chat.completions.create(
+            model=app, modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"},
+            messages=[{"role": "user", "content": "Speak."}],
+        )  # fmt: skip
 
 
 def omni_monolith(model: str, request: ChatRequest) -> tuple[str, bytes]:
