@@ -12,7 +12,7 @@ deployment and the monolith take turns, `--requests` per deployment and phase in
 warm-up. Reported per deployment, medians over its rounds: throughput (requests/s), end-to-end
 latency P50/P99, time to first text P50, time to first audio P50 (speech requests); and split /
 monolith ratios.
-Run: python benchmarks/bench_omni.py [--clients 8] [--requests 96] [--rounds 3] [--out result.json]
+Run: python benchmarks/bench_omni.py [--clients 8] [--requests 96] [--rounds 3] [--max-codes 250] [--out result.json]
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ async def load(runtime, app, cycle: list[ChatRequest], clients: int, total: int)
     }
 
 
-async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dict[str, Any]:
+async def measure(clients: int, total: int, rounds: int, max_tokens: int, codes: int) -> dict[str, Any]:
     """Per deployment, the median over `rounds` rounds of `total / rounds` requests; the split
     deployment alternates round by round with the monolith it is compared with, so that the
     machine's drift touches both alike."""
@@ -98,8 +98,12 @@ async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dic
     rows: dict[str, list[dict[str, float]]] = {"split": [], "monolith": [], "monolith5": []}
     pairs: dict[str, list[tuple[dict[str, float], dict[str, float]]]] = {"monolith": [], "monolith5": []}
     try:
-        split = await runtime.register_app(APP_SOURCE.format(model=model, monolith=False), "split")
-        whole = await runtime.register_app(APP_SOURCE.format(model=model, monolith=True), "whole")
+        split = await runtime.register_app(
+            APP_SOURCE.format(model=model, max_codes=codes, monolith=False), "split"
+        )
+        whole = await runtime.register_app(
+            APP_SOURCE.format(model=model, max_codes=codes, monolith=True), "whole"
+        )
         await load(runtime, split, cycle, clients, clients)  # warm-up: one request per client
         for name, replicas in (("monolith", 1), ("monolith5", 5)):
             plan = {"cells": [{"gpus": 1, "count": replicas, "replicas": {"omni.whole": 1}}]}
@@ -145,9 +149,12 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds per phase (medians are reported)")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument(
+        "--max-codes", type=int, default=250, help="codec ids per spoken answer (250: five seconds of speech)"
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
-    results = asyncio.run(measure(args.clients, args.requests, args.rounds, args.max_tokens))
+    results = asyncio.run(measure(args.clients, args.requests, args.rounds, args.max_tokens, args.max_codes))
     print(
         f"\ntiny Qwen2.5-Omni, {args.clients} clients, medians of rounds      req/s   p50 s   p99 s  ttft p50 s"
         "  ttfa p50 s"

@@ -30,13 +30,14 @@ from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import TaskGraph, use_dispatcher
 
+DEMO_CODES = 50  # one second of speech per spoken answer
 APP_SOURCE = """
 from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import OmniTask, chat_chunks
 
-omni = OmniTask(model={model!r}, max_codes=50, monolith={monolith})
+omni = OmniTask(model={model!r}, max_codes={max_codes}, monolith={monolith})
 
 class Config(AppConfig):
     tasks = {{"omni": omni}}
@@ -135,7 +136,9 @@ async def _in_process(as_json: bool) -> None:
     from prismserve.protocol.openai import OpenAIChatRequest
 
     registry = AppRegistry()
-    app = load_app_source(APP_SOURCE.format(model=_tiny_model(), monolith=False), "omni", "<demo app>")
+    app = load_app_source(
+        APP_SOURCE.format(model=_tiny_model(), max_codes=DEMO_CODES, monolith=False), "omni", "<demo app>"
+    )
     registry.register(app)
     print(f"app {app.name!r}: request {app.request_type.__name__}, streams {app.response_type.__name__}")
     print(f"deployments: {len(registry.deployments)}")
@@ -178,7 +181,7 @@ async def _server(fake_gpus: int) -> None:
     from prismserve.protocol.openai import OpenAIChatRequest
     from prismserve.runtime import create_runtime
 
-    source = APP_SOURCE.format(model=_tiny_model(), monolith=False)
+    source = APP_SOURCE.format(model=_tiny_model(), max_codes=DEMO_CODES, monolith=False)
     runtime = create_runtime(fake_gpus=fake_gpus)
     await runtime.start()
     token = secrets.token_urlsafe(16)

@@ -8,6 +8,7 @@ the real `from_pretrained` path; parts a replica does not run are dropped right 
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import threading
 from abc import ABC, abstractmethod
@@ -299,3 +300,43 @@ class VocoderStream(Protocol):
 
     def finish(self) -> np.ndarray:
         """The rest of the utterance's audio."""
+
+
+class CallBatcher:
+    """Batches calls made from many threads: `batcher(key, item)` blocks until `handler(key, items)`
+    has run on a batch holding `item` and returns its result for it. Items of one key go together
+    (at most `max_batch`); a worker thread of its own runs one batch at a time, the group of the
+    oldest waiting item first. For model parts whose callers are per-request threads (a vocoder's
+    streams), where an asyncio batcher cannot reach."""
+
+    def __init__(self, handler: Callable[[Any, list[Any]], list[Any]], max_batch: int = 8) -> None:
+        self.handler = handler
+        self.max_batch = max(1, max_batch)
+        self.peak_batch = 0  # the most items run together so far (tests read it)
+        self._waiting: list[tuple[Any, Any, concurrent.futures.Future[Any]]] = []
+        self._ready = threading.Condition()
+        threading.Thread(target=self._serve, name="call-batcher", daemon=True).start()
+
+    def __call__(self, key: Any, item: Any) -> Any:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._ready:
+            self._waiting.append((key, item, future))
+            self._ready.notify()
+        return future.result()
+
+    def _serve(self) -> None:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: bool(self._waiting))
+                key = self._waiting[0][0]
+                batch = [w for w in self._waiting if w[0] == key][: self.max_batch]
+                self._waiting = [w for w in self._waiting if all(w is not b for b in batch)]
+            self.peak_batch = max(self.peak_batch, len(batch))
+            try:
+                results = self.handler(key, [item for _, item, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
+                for _, _, future in batch:
+                    future.set_exception(exc)
+                continue
+            for (_, _, future), result in zip(batch, results, strict=True):
+                future.set_result(result)

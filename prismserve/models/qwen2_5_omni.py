@@ -22,6 +22,7 @@ import numpy as np
 from prismserve.models.base import (
     LOADING,
     Adapter,
+    CallBatcher,
     Encoded,
     EngineModel,
     MediaError,
@@ -396,8 +397,29 @@ class Qwen25Omni(Adapter):
         return wav.reshape(-1).float().cpu().numpy()
 
     def vocoder_stream(self, speaker: str, seed: int = 0) -> VocoderStream:
-        """A streaming decode of one utterance: codes in as the talker makes them, audio out per chunk."""
+        """A streaming decode of one utterance: codes in as the talker makes them, audio out per chunk.
+        Concurrent streams sample and vocode their chunks in batches (`token2wav_batcher`)."""
         return Token2WavStream(self, speaker, seed)
+
+    @cached_property
+    def token2wav_batcher(self) -> CallBatcher:
+        """Runs the streams' DiT windows (key: voice and length) and BigVGAN stretches (key: length)
+        in batches."""
+        return CallBatcher(self._token2wav_batch, max_batch=8)
+
+    def _token2wav_batch(self, key: tuple[Any, ...], items: list[Any]) -> list[Any]:
+        import torch
+
+        token2wav = self.model.token2wav
+        with self.lock, torch.inference_mode():
+            if key[0] == "bigvgan":  # mel stretches [mel_dim, frames] -> audio [samples]
+                wavs = token2wav.code2wav_bigvgan_model(torch.stack(items))
+                return list(wavs.reshape(len(items), -1))
+            params = self.model.speaker_map[key[1]]  # DiT windows: (codes [n], noise [frames, mel_dim])
+            cond = params["cond"].to(self.device).float().expand(len(items), -1)
+            ref_mel = params["ref_mel"].to(self.device).float().expand(len(items), -1, -1)
+            codes, noise = (torch.stack(parts) for parts in zip(*items, strict=True))
+            return list(_dit_sample(token2wav.code2wav_dit_model, cond, ref_mel, codes, noise))
 
     # --- the whole model ------------------------------------------------------------------------
     def load_monolith(self) -> None:
@@ -489,11 +511,13 @@ class Token2WavStream:
     on either side (the starting noise sliced from one seeded sequence for the utterance). BigVGAN
     is convolutional: each new stretch of mel is vocoded with `CONTEXT` frames of mel on the left,
     and the last `CONTEXT` frames wait for their right neighbours. Time to first audio is one chunk
-    (`CHUNK_BLOCKS` blocks of mel, plus the look-ahead) instead of the whole utterance; an utterance
-    that ends within its first chunk is decoded exactly as `Qwen25Omni.vocode` decodes it.
+    (`CHUNK_BLOCKS` blocks of mel, plus the look-ahead) instead of the whole utterance; later chunks
+    double in size, so that the context sampled twice costs little; an utterance that ends within
+    its first chunk is decoded exactly as `Qwen25Omni.vocode` decodes it.
     """
 
-    CHUNK_BLOCKS = 3  # mel frames per chunk: 3 blocks of 24, 0.72 s of audio
+    CHUNK_BLOCKS = 3  # mel frames of the first chunk: 3 blocks of 24, 0.72 s of audio
+    MAX_CHUNK_BLOCKS = 12  # later chunks double up to this: less context recomputed per frame
     CONTEXT = 20  # mel frames of context around each vocoded stretch
 
     def __init__(self, adapter: Qwen25Omni, speaker: str, seed: int) -> None:
@@ -501,17 +525,14 @@ class Token2WavStream:
 
         token2wav = adapter.model.token2wav
         self.adapter = adapter
-        self.dit, self.bigvgan = token2wav.code2wav_dit_model, token2wav.code2wav_bigvgan_model
-        config = self.dit.config
-        self.repeats, block = config.repeats, config.block_size
-        self.chunk = self.CHUNK_BLOCKS * block
-        self.behind = block * len(config.look_backward_layers)
-        self.ahead = block * len(config.look_ahead_layers)
-        self.hop = int(np.prod(self.bigvgan.config.upsample_rates))  # audio samples per mel frame
-        params = adapter.model.speaker_map[speaker]
-        self.cond = params["cond"].to(adapter.device).float()
-        self.ref_mel = params["ref_mel"].to(adapter.device).float()
-        self.seed = seed
+        config = token2wav.code2wav_dit_model.config
+        self.repeats, self.block = config.repeats, config.block_size
+        self.chunk = self.CHUNK_BLOCKS * self.block  # mel frames of the next chunk
+        self.behind = self.block * len(config.look_backward_layers)
+        self.ahead = self.block * len(config.look_ahead_layers)
+        # audio samples per mel frame
+        self.hop = int(np.prod(token2wav.code2wav_bigvgan_model.config.upsample_rates))
+        self.speaker, self.seed = speaker, seed
         self.noise = torch.empty(1, 0, config.mel_dim)
         self.codes: list[int] = []
         self.mel: list[Any] = []  # [1, mel_dim, frames] per finished chunk
@@ -524,6 +545,7 @@ class Token2WavStream:
         frames = len(self.codes) * self.repeats
         while frames >= self.mel_frames + self.chunk + self.ahead:
             self._sample(self.mel_frames + self.chunk, frames)
+            self.chunk = min(2 * self.chunk, self.MAX_CHUNK_BLOCKS * self.block)
         return self._vocode(final=False)
 
     def finish(self) -> np.ndarray:
@@ -540,11 +562,11 @@ class Token2WavStream:
         start = self.mel_frames
         first, last = max(0, start - self.behind), min(end + self.ahead, available)
         codes = torch.tensor(
-            [self.codes[first // self.repeats : last // self.repeats]], device=self.cond.device
+            [self.codes[first // self.repeats : last // self.repeats]], device=self.adapter.device
         )
-        with self.adapter.lock, torch.inference_mode():
-            mel = _dit_sample(self.dit, self.cond, self.ref_mel, codes, self._noise(first, last))
-        self.mel.append(mel[:, :, start - first : end - first])
+        key = ("dit", self.speaker, codes.shape[1])  # windows of one length and voice sample together
+        mel = self.adapter.token2wav_batcher(key, (codes[0], self._noise(first, last)[0]))
+        self.mel.append(mel[None, :, start - first : end - first])
         self.mel_frames = end
 
     def _noise(self, first: int, last: int) -> Any:
@@ -556,7 +578,7 @@ class Token2WavStream:
             generator = torch.Generator().manual_seed(self.seed)
             size = max(last, 2 * self.noise.shape[1], 256)
             self.noise = torch.randn([1, size, self.noise.shape[2]], generator=generator)
-        return self.noise[:, first:last].to(self.cond.device)
+        return self.noise[:, first:last].to(self.adapter.device)
 
     def _vocode(self, final: bool) -> np.ndarray:
         """Audio for the mel frames whose right context is known (all of them when `final`)."""
@@ -566,11 +588,11 @@ class Token2WavStream:
         if done <= self.vocoded:
             return np.zeros(0, dtype=np.float32)
         mel = torch.cat(self.mel, dim=2)
-        self.mel = [mel[:, :, -(self.CONTEXT * 2 + self.chunk) :]]  # all that later stretches can need
+        self.mel = [mel[:, :, -self.CONTEXT * 2 :]]  # all that later stretches can need
         offset = self.mel_frames - mel.shape[2]  # frame number of mel[..., 0]
         first = max(self.vocoded - self.CONTEXT, offset)
-        with self.adapter.lock, torch.inference_mode():
-            wav = self.bigvgan(mel[:, :, first - offset :]).reshape(-1)
+        stretch = mel[0, :, first - offset :]
+        wav = self.adapter.token2wav_batcher(("bigvgan", stretch.shape[1]), stretch)
         audio = wav[(self.vocoded - first) * self.hop : (done - first) * self.hop]
         self.vocoded = done
         return audio.float().cpu().numpy()

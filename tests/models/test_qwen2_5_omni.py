@@ -94,6 +94,26 @@ def test_streaming_token2wav_decodes_as_the_whole_utterance(parts):
     assert np.abs(streamed(vocoder, codes, speaker, 4, 25)[0] - audio).max() > 1e-2 * peak
 
 
+def test_concurrent_token2wav_streams_decode_in_batches(parts):
+    """Streams decoded at once share DiT and BigVGAN batches, and each gets the audio it gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    vocoder = parts["vocoder"]
+    speaker = vocoder.speaker(None)
+    rng = np.random.default_rng(1)
+    utterances = [
+        (rng.integers(0, 59, n).tolist(), seed) for seed, n in enumerate([200, 200, 130, 260, 90, 200])
+    ]
+    alone = [streamed(vocoder, codes, speaker, seed, 25)[0] for codes, seed in utterances]
+    vocoder.token2wav_batcher.peak_batch = 0
+    with ThreadPoolExecutor(len(utterances)) as pool:
+        together = list(pool.map(lambda u: streamed(vocoder, u[0], speaker, u[1], 25)[0], utterances))
+    assert vocoder.token2wav_batcher.peak_batch > 1
+    for one, other in zip(alone, together, strict=True):
+        assert other.shape == one.shape
+        np.testing.assert_allclose(other, one, atol=1e-5 * np.abs(one).max(), rtol=0)
+
+
 def test_audio_batches_equal_single_clips(parts, query_wav, cars_jpg):
     import io
     import wave
