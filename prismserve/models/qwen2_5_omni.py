@@ -398,16 +398,17 @@ class Qwen25Omni(Adapter):
 
     def vocoder_stream(self, speaker: str, seed: int = 0) -> VocoderStream:
         """A streaming decode of one utterance: codes in as the talker makes them, audio out per chunk.
-        Concurrent streams sample and vocode their chunks in batches (`token2wav_batcher`)."""
+        Concurrent streams sample and vocode their chunks in batches (`vocoder_batcher`)."""
         return Token2WavStream(self, speaker, seed)
 
     @cached_property
-    def token2wav_batcher(self) -> CallBatcher:
-        """Runs the streams' DiT windows (key: voice and length) and BigVGAN stretches (key: length)
-        in batches."""
-        return CallBatcher(self._token2wav_batch, max_batch=8)
+    def vocoder_batcher(self) -> CallBatcher:
+        """Runs the vocoder streams' work in batches (`_vocoder_batch`)."""
+        return CallBatcher(self._vocoder_batch, max_batch=8)
 
-    def _token2wav_batch(self, key: tuple[Any, ...], items: list[Any]) -> list[Any]:
+    def _vocoder_batch(self, key: tuple[Any, ...], items: list[Any]) -> list[Any]:
+        """Token2wav for several streams at once: DiT windows (key: voice and length) or BigVGAN
+        stretches (key: length)."""
         import torch
 
         token2wav = self.model.token2wav
@@ -565,7 +566,7 @@ class Token2WavStream:
             [self.codes[first // self.repeats : last // self.repeats]], device=self.adapter.device
         )
         key = ("dit", self.speaker, codes.shape[1])  # windows of one length and voice sample together
-        mel = self.adapter.token2wav_batcher(key, (codes[0], self._noise(first, last)[0]))
+        mel = self.adapter.vocoder_batcher(key, (codes[0], self._noise(first, last)[0]))
         self.mel.append(mel[None, :, start - first : end - first])
         self.mel_frames = end
 
@@ -592,7 +593,7 @@ class Token2WavStream:
         offset = self.mel_frames - mel.shape[2]  # frame number of mel[..., 0]
         first = max(self.vocoded - self.CONTEXT, offset)
         stretch = mel[0, :, first - offset :]
-        wav = self.adapter.token2wav_batcher(("bigvgan", stretch.shape[1]), stretch)
+        wav = self.adapter.vocoder_batcher(("bigvgan", stretch.shape[1]), stretch)
         audio = wav[(self.vocoded - first) * self.hop : (done - first) * self.hop]
         self.vocoded = done
         return audio.float().cpu().numpy()

@@ -254,8 +254,16 @@ class Qwen3Omni(Qwen25Omni):
         return wav.reshape(-1).float().cpu().numpy()
 
     def vocoder_stream(self, speaker: str, seed: int = 0) -> VocoderStream:
-        """A streaming decode of one utterance (`speaker` and `seed` play no part, as in `vocode`)."""
+        """A streaming decode of one utterance (`speaker` and `seed` play no part, as in `vocode`);
+        concurrent streams decode their chunks in batches (`vocoder_batcher`)."""
         return Code2WavStream(self)
+
+    def _vocoder_batch(self, key: Any, items: list[Any]) -> list[Any]:
+        """Code2wav on several streams' chunks of one length (`key`), each `[codebooks, frames]`."""
+        import torch
+
+        with self.lock, torch.inference_mode():
+            return list(self.model.code2wav(torch.stack(items)).reshape(len(items), -1))
 
     def generate_options(self, args: dict[str, Any], audio: bool) -> dict[str, Any]:
         return {**args, "thinker_eos_token_id": sorted(self.eos_token_ids()), "return_audio": audio}
@@ -295,14 +303,13 @@ class Code2WavStream:
 
         wavs = []
         upsample = self.code2wav.total_upsample
-        with self.adapter.lock, torch.inference_mode():
-            while self.decoded < end:
-                first, stop = max(0, self.decoded - self.CONTEXT), min(self.decoded + self.CHUNK, end)
-                codes = torch.tensor(self.frames[first:stop], device=self.adapter.device).T[None]
-                wav = self.code2wav(codes).reshape(-1)  # samples from first * upsample on
-                wavs.append(wav[self.sent - first * upsample :])
-                self.sent = first * upsample + len(wav)
-                if stop % self.REFERENCE_CHUNK == 0:
-                    self.sent = stop * upsample  # the unfinished samples chunked_decode drops
-                self.decoded = stop
+        while self.decoded < end:
+            first, stop = max(0, self.decoded - self.CONTEXT), min(self.decoded + self.CHUNK, end)
+            codes = torch.tensor(self.frames[first:stop], device=self.adapter.device).T  # [codebooks, frames]
+            wav = self.adapter.vocoder_batcher(codes.shape[1], codes)  # samples from first * upsample on
+            wavs.append(wav[self.sent - first * upsample :])
+            self.sent = first * upsample + len(wav)
+            if stop % self.REFERENCE_CHUNK == 0:
+                self.sent = stop * upsample  # the unfinished samples chunked_decode drops
+            self.decoded = stop
         return torch.cat(wavs).float().cpu().numpy() if wavs else np.zeros(0, dtype=np.float32)

@@ -105,10 +105,10 @@ def test_concurrent_token2wav_streams_decode_in_batches(parts):
         (rng.integers(0, 59, n).tolist(), seed) for seed, n in enumerate([200, 200, 130, 260, 90, 200])
     ]
     alone = [streamed(vocoder, codes, speaker, seed, 25)[0] for codes, seed in utterances]
-    vocoder.token2wav_batcher.peak_batch = 0
+    vocoder.vocoder_batcher.peak_batch = 0
     with ThreadPoolExecutor(len(utterances)) as pool:
         together = list(pool.map(lambda u: streamed(vocoder, u[0], speaker, u[1], 25)[0], utterances))
-    assert vocoder.token2wav_batcher.peak_batch > 1
+    assert vocoder.vocoder_batcher.peak_batch > 1
     for one, other in zip(alone, together, strict=True):
         assert other.shape == one.shape
         np.testing.assert_allclose(other, one, atol=1e-5 * np.abs(one).max(), rtol=0)

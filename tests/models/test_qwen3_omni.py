@@ -99,6 +99,8 @@ def test_split_speech_equals_transformers_generate(tiny_qwen3, cars_jpg, query_w
 def test_streaming_code2wav_decodes_as_the_whole_utterance(tiny_qwen3):
     """Code2wav in chunks of 25 frames with 25 of left context, the unfinished tail of each decode
     held for the next: the whole utterance's audio within left-context error, of its length."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from test_qwen2_5_omni import streamed
 
     vocoder = adapter_for(tiny_qwen3)
@@ -115,3 +117,12 @@ def test_streaming_code2wav_decodes_as_the_whole_utterance(tiny_qwen3):
     np.testing.assert_array_equal(
         streamed(vocoder, frames[:20], speaker, 0, 7)[0], vocoder.vocode(frames[:20], speaker)
     )
+    # Streams decoded at once share batches, each with the audio it gets alone.
+    starts = [0, 0, 5, 10]
+    alone = [streamed(vocoder, frames[n:], speaker, 0, 25)[0] for n in starts]
+    vocoder.vocoder_batcher.peak_batch = 0
+    with ThreadPoolExecutor(len(starts)) as pool:
+        together = list(pool.map(lambda n: streamed(vocoder, frames[n:], speaker, 0, 25)[0], starts))
+    assert vocoder.vocoder_batcher.peak_batch > 1
+    for one, other in zip(alone, together, strict=True):
+        np.testing.assert_allclose(other, one, atol=1e-5 * peak, rtol=0)
