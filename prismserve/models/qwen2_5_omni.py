@@ -13,7 +13,8 @@ Split points and what crosses them:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -36,6 +37,84 @@ from prismserve.models.media import load_audio, load_image
 
 SAMPLE_RATE_IN = 16000
 SAMPLE_RATE_OUT = 24000
+
+
+@dataclass(frozen=True)
+class TalkerTokens:
+    """The token ids the talker's conditioning is built with: the thinker's media placeholders (their
+    embeddings are hidden from the talker) and the talker's text end and pad tokens."""
+
+    media: tuple[int, ...]
+    text_end: int
+    text_pad: int
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> TalkerTokens:
+        """From a checkpoint's configuration (its config.json, as a dict)."""
+        thinker, talker = config["thinker_config"], config["talker_config"]
+        media = ("audio_token_index", "image_token_index", "video_token_index")
+        return cls(
+            media=tuple(thinker[key] for key in media),
+            text_end=talker["tts_text_end_token_id"],
+            text_pad=talker["tts_text_pad_token_id"],
+        )
+
+
+def talker_conditioning(
+    prompt_ids: Any,
+    input_embeds: Any,
+    hidden: Any,
+    generated: list[int],
+    embed: Callable[[list[int]], Any],
+    *,
+    speaker_bos: int,
+    tokens: TalkerTokens,
+    eos_ids: Collection[int],
+) -> dict[str, np.ndarray]:
+    """The talker's conditioning, built as transformers' `generate` builds it, from what the thinker
+    computed at every position it was fed (the prompt, then each generated token but the last):
+    `input_embeds` and `hidden` (its last hidden state after the final norm), `[positions, hidden]`
+    torch tensors. `embed` looks token ids up in the thinker's embedding table (`[n, hidden]`).
+
+    One function for every engine that runs the thinker (transformers, vLLM), so they agree."""
+    import torch
+
+    prompt = len(prompt_ids)
+    embeds = input_embeds.clone()
+    media = torch.isin(prompt_ids, torch.tensor(tokens.media, device=prompt_ids.device))
+    embeds[:prompt][media] = 0  # the talker does not see the media's embeddings
+    summed = hidden + embeds
+    reply = summed[prompt:]
+    prefix = torch.cat([summed[:prompt], embed([speaker_bos]), reply[:1]])
+    end, pad = embed([tokens.text_end]), embed([tokens.text_pad])
+    reply = torch.cat([reply[1:], end, pad])
+    # As transformers does: text end right after the last real token, pads after it.
+    generated_ids = torch.tensor(generated, device=prompt_ids.device)
+    eos = torch.tensor(sorted(eos_ids), device=prompt_ids.device)
+    positions = torch.arange(len(generated), device=prompt_ids.device)
+    first_end = (
+        torch.where(torch.isin(generated_ids, eos), positions, len(generated))
+        .min()
+        .clamp(min=1, max=len(generated) - 1)
+    )
+    slots = torch.arange(reply.shape[0], device=prompt_ids.device)[:, None]
+    reply = torch.where(slots >= first_end, pad, reply)
+    reply = torch.where(slots == first_end - 1, end, reply)
+    return {
+        "input_ids": prompt_ids.cpu().numpy(),
+        "text_ids": np.asarray([*prompt_ids.tolist(), speaker_bos, *generated[:1]], dtype=np.int64),
+        "prefix_embeds": as_numpy(prefix),
+        "reply_embeds": as_numpy(reply),
+    }
+
+
+def choose_speaker(speakers: Mapping[str, Any], name: str | None, family: str) -> str:
+    """A speaker of the checkpoint's speaker map (`name`, or its first); an unknown one is a MediaError."""
+    if name is None:
+        return next(iter(speakers))
+    if name not in speakers:
+        raise MediaError(f"{family} has no speaker {name!r}; it has {sorted(speakers)}")
+    return name
 
 
 class Qwen25Omni(Adapter):
@@ -231,57 +310,27 @@ class Qwen25Omni(Adapter):
 
     def speaker(self, name: str | None) -> str:
         """A speaker the checkpoint has (`name`, or its first)."""
-        speakers = self.model.speaker_map
-        if name is None:
-            return next(iter(speakers))
-        if name not in speakers:
-            raise MediaError(f"{self.family} has no speaker {name!r}; it has {sorted(speakers)}")
-        return name
+        return choose_speaker(self.model.speaker_map, name, self.family)
 
     def talker_inputs(self, inputs: dict[str, Any], generated: Any, speaker: str) -> dict[str, np.ndarray]:
         """The talker's conditioning from the thinker's prompt, output and per-step hidden states."""
         import torch
 
-        thinker, config = self.model.thinker, self.model.config
+        thinker = self.model.thinker
         ids = inputs["input_ids"]
-        steps = generated.hidden_states
-        prompt_embeds = steps[0][0].clone()
-        media = torch.isin(ids, torch.tensor([config.thinker_config.audio_token_index, config.thinker_config.image_token_index,
-                                             config.thinker_config.video_token_index], device=ids.device))  # fmt: skip
-        prompt_embeds[media] = 0  # the talker does not see the media's embeddings
-        token_embeds = [prompt_embeds] + [step[0] for step in steps[1:]]
-        hidden = [steps[0][-1]] + [step[-1] for step in steps[1:]]
+        steps = generated.hidden_states  # per forward: (input embeddings, layer outputs..., last normed)
         embed = thinker.get_input_embeddings()
-        talker = config.talker_config
-
-        def token(token_id: int) -> Any:
-            return embed(torch.tensor([[token_id]], device=ids.device))
-
         with torch.inference_mode():
-            reply = torch.cat(hidden[1:], dim=1) + torch.cat(token_embeds[1:], dim=1)
-            bos = self.model.speaker_map[speaker]["bos_token"]
-            prefix = torch.cat([hidden[0] + token_embeds[0], token(bos), reply[:, :1]], dim=1)
-            end, pad = token(talker.tts_text_end_token_id), token(talker.tts_text_pad_token_id)
-            reply = torch.cat([reply[:, 1:], end, pad], dim=1)
-            # As transformers does: text end right after the last real token, pads after it.
-            tokens = torch.tensor(generated.token_ids, device=ids.device)
-            eos = torch.tensor(sorted(self.eos_token_ids()), device=ids.device)
-            positions = torch.arange(len(tokens), device=ids.device)
-            first_end = (
-                torch.where(torch.isin(tokens, eos), positions, len(tokens))
-                .min()
-                .clamp(min=1, max=len(tokens) - 1)
+            out = talker_conditioning(
+                ids[0],
+                torch.cat([steps[0][0][0], *(step[0][0] for step in steps[1:])]),
+                torch.cat([steps[0][-1][0], *(step[-1][0] for step in steps[1:])]),
+                generated.token_ids,
+                lambda token_ids: embed(torch.tensor(token_ids, device=ids.device)),
+                speaker_bos=self.model.speaker_map[speaker]["bos_token"],
+                tokens=TalkerTokens.of(self.model.config.to_dict()),
+                eos_ids=self.eos_token_ids(),
             )
-            slots = torch.arange(reply.shape[1], device=ids.device)[None, :, None]
-            reply = torch.where(slots >= first_end, pad, reply)
-            reply = torch.where(slots == first_end - 1, end, reply)
-            first = generated.token_ids[:1]
-        out = {
-            "input_ids": ids[0].cpu().numpy(),
-            "text_ids": np.asarray([*ids[0].tolist(), bos, *first], dtype=np.int64),
-            "prefix_embeds": as_numpy(prefix[0]),
-            "reply_embeds": as_numpy(reply[0]),
-        }
         if "image_grid_thw" in inputs:
             out["image_grid_thw"] = inputs["image_grid_thw"].cpu().numpy()
         if "feature_attention_mask" in inputs:

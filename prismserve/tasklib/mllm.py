@@ -50,7 +50,8 @@ def llm_input(
     encoders: dict[MediaModality, EncoderTask] | None,
     **extra: Any,
 ) -> LLMInput:
-    """An LLM's input for `request`: media encoded by `encoders` (invoked here), or raw without them."""
+    """An LLM's input for `request`: media encoded by `encoders` (invoked here), or raw without them;
+    media of a modality `encoders` lacks stay raw (vLLM's Omni thinker takes audio only raw)."""
     messages, media = conversation(request)
     unsupported = sorted({m.modality for m in media} - set(modalities))
     if unsupported:
@@ -63,11 +64,14 @@ def llm_input(
     }
     if encoders is None:
         return LLMInput(conversation=messages, media=media, **sampling)
-    encoded = []
+    encoded, raw = [], []
     for item in media:
+        if item.modality not in encoders:
+            raw.append(item)
+            continue
         out = encoders[item.modality].invoke(item)
         encoded.append(EncodedMedia(modality=item.modality, embeddings=out.embeddings, meta=out.meta))
-    return LLMInput(conversation=messages, encoded=encoded, **sampling)
+    return LLMInput(conversation=messages, encoded=encoded, media=raw, **sampling)
 
 
 class MLLMTask(Task[ChatRequest, TextOutput]):

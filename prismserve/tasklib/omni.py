@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any, Literal
 
 from pydantic import Field
 
 from prismserve.protocol.chat import ChatChunk, ChatRequest
-from prismserve.task import Stream, Task, TaskOutput
+from prismserve.task import Stream, Task, TaskDefinitionError, TaskOutput
 from prismserve.tasklib.mllm import llm_input
 from prismserve.tasklib.units import (
     EncoderTask,
@@ -16,6 +17,7 @@ from prismserve.tasklib.units import (
     TalkerInput,
     TalkerTask,
     ThinkerTask,
+    VLLMThinkerTask,
     VocoderInput,
     VocoderTask,
 )
@@ -32,6 +34,10 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     """An Omni model. `monolith`: one deployment runs everything with transformers' `generate` (the
     paper's baseline). Otherwise thinker, talker and vocoder are deployments of their own, the talker
     and vocoder invoked only when audio is asked for; `encoder_fission` also splits the encoders out.
+
+    `engine="vllm"` runs the thinker on vLLM (`VLLMThinkerTask`, Qwen2.5-Omni, with `vllm` settings
+    such as `dtype` or `engine_args`). vLLM 0.32 takes audio only raw, so with `encoder_fission` only
+    the image encoder is split out and the thinker deployment keeps the audio tower.
     """
 
     model: str
@@ -40,14 +46,29 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     monolith: bool = False
     speaker: str | None = None  # the default voice; a request's `voice` overrides it
     max_codes: int = Field(default=600, ge=1)
+    engine: Literal["transformers", "vllm"] = "transformers"
+    vllm: dict[str, Any] = Field(default_factory=dict)
 
     def post_init(self) -> None:
         if self.monolith:
+            if self.engine != "transformers":
+                raise TaskDefinitionError(
+                    "the Omni monolith is transformers' own end-to-end generate: "
+                    f"engine={self.engine!r} applies to the split model (monolith=False)"
+                )
             self.whole = OmniMonolithTask(model=self.model, max_codes=self.max_codes)
             return
+        vllm = self.engine == "vllm"
         if self.encoder_fission:
-            self.encoders = {m: EncoderTask(model=self.model, modality=m) for m in self.modalities}
-        self.thinker = ThinkerTask(model=self.model, with_encoders=not self.encoder_fission)
+            fissioned = [m for m in self.modalities if not (vllm and m == "audio")]
+            self.encoders = {m: EncoderTask(model=self.model, modality=m) for m in fissioned}
+        self.thinker: ThinkerTask | VLLMThinkerTask
+        if vllm:
+            self.thinker = VLLMThinkerTask(
+                model=self.model, with_encoders=not self.encoder_fission, **self.vllm
+            )
+        else:
+            self.thinker = ThinkerTask(model=self.model, with_encoders=not self.encoder_fission)
         self.talker = TalkerTask(model=self.model)
         self.vocoder = VocoderTask(model=self.model)
 

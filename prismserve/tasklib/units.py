@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from prismserve.task import DataHandle, InvalidInputError, Stream, TaskInput, TaskOutput, UnitTask
 
@@ -79,23 +79,30 @@ class LLMTask(UnitTask[LLMInput, Stream[str]]):
     with_encoders: bool = False
 
 
-class VLLMTask(UnitTask[LLMInput, Stream[str]]):
-    """The LLM of `model` on vLLM's async engine (continuous batching), streaming text; with
-    `with_encoders` vLLM runs the model's own encoders on raw media (the monolith).
+class VLLMEngineSettings(BaseModel):
+    """How a unit task's vLLM engine runs `model` (the fields every vLLM-run task shares).
 
     Its replicas run in the vLLM environment (`prismserve vllm-env`). `kv_cache_gib` sizes the KV
     cache on a CPU; `engine_args` go to vLLM's `AsyncEngineArgs` as they are.
     """
 
-    executor_kind = "mm-llm-vllm"
-    executor_class = "prismserve.executors.vllm_llm:VLLMExecutor"
-    executor_env = "vllm"
+    model_config = ConfigDict(frozen=True)
+
     model: str
     with_encoders: bool = False
     dtype: str = "auto"
     max_model_len: int = Field(default=4096, ge=16)
     kv_cache_gib: int = Field(default=1, ge=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)
+
+
+class VLLMTask(UnitTask[LLMInput, Stream[str]], VLLMEngineSettings):
+    """The LLM of `model` on vLLM's async engine (continuous batching), streaming text; with
+    `with_encoders` vLLM runs the model's own encoders on raw media (the monolith)."""
+
+    executor_kind = "mm-llm-vllm"
+    executor_class = "prismserve.executors.vllm_llm:VLLMExecutor"
+    executor_env = "vllm"
 
 
 class ThinkerOutput(TaskOutput):
@@ -112,6 +119,21 @@ class ThinkerTask(UnitTask[LLMInput, ThinkerOutput]):
     executor_class = "prismserve.executors.hf_llm:ThinkerExecutor"
     model: str
     with_encoders: bool = False
+
+
+class VLLMThinkerTask(UnitTask[LLMInput, ThinkerOutput], VLLMEngineSettings):
+    """An Omni model's thinker on vLLM's async engine: `ThinkerTask`'s output (text, then the talker's
+    conditioning) from vLLM's continuous batching, the hidden states taken out of the engine as it
+    generates. Qwen2.5-Omni only.
+
+    vLLM 0.32 takes precomputed image embeddings but audio only raw (it runs the audio tower itself):
+    without `with_encoders` images arrive as embeddings and audio arrives raw, so this deployment
+    keeps the audio tower (`OmniTask(engine="vllm")` fissions the image encoder only).
+    """
+
+    executor_kind = "mm-thinker-vllm"
+    executor_class = "prismserve.executors.vllm_thinker:VLLMThinkerExecutor"
+    executor_env = "vllm"
 
 
 class TalkerInput(TaskInput):

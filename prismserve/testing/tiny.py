@@ -17,7 +17,7 @@ from typing import Any
 from prismserve.offline import disable_telemetry
 
 # Bump when what a builder writes changes: older cached checkpoints are then rebuilt.
-FORMAT = 7
+FORMAT = 9  # 6, 7 and 8 were taken by branches' caches
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -171,7 +171,8 @@ def _qwen2_5_omni(out: Path) -> None:
         "vision_start_token_id": ids["<|vision_start|>"],
     }
     thinker = {
-        "text_config": _text_config(tok, ids, **rope),
+        # Untied, as transformers' thinker runs it (its own lm_head); vLLM would tie it otherwise.
+        "text_config": {**_text_config(tok, ids, **rope), "tie_word_embeddings": False},
         "audio_config": {"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2,
                          "encoder_ffn_dim": 64, "d_model": 32, "output_dim": 64},
         "vision_config": _VISION,

@@ -178,20 +178,39 @@ def test_audio_and_text_to_text_and_speech_equals_the_monolith(gateway, family):
         check_speech(url, admin, tiny_omni, Path(example_file).stem)
 
 
-def check_speech(url: str, admin: httpx.Client, tiny_omni: str, app: str) -> None:
+def check_speech(
+    url: str,
+    admin: httpx.Client,
+    tiny_omni: str,
+    app: str,
+    *,
+    image: bytes | None = None,
+    kinds: tuple[str, ...] = ("mm-encoder", "mm-encoder", "mm-talker", "mm-thinker", "mm-vocoder"),
+) -> None:
+    """A spoken question (and `image`) answered in text and speech as transformers' monolith answers
+    it, by deployments of these executor kinds."""
     wav = (workloads_dir() / "media" / "query_to_cars.wav").read_bytes()
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
     spoken = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
+    question = {"type": "text", "text": "Answer aloud."}
+    shown = [] if image is None else [
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(image).decode()}}
+    ]  # fmt: skip
     completion = client.chat.completions.create(
         model=app, modalities=["text", "audio"], max_tokens=8, seed=5,
-        messages=[{"role": "user", "content": [spoken, {"type": "text", "text": "Answer aloud."}]}],
+        messages=[{"role": "user", "content": [*shown, spoken, question]}],
     )  # fmt: skip
     message = completion.choices[0].message
     with wave.open(io.BytesIO(base64.b64decode(message.audio.data))) as clip:
         assert clip.getframerate() == 24000 and clip.getsampwidth() == 2
         pcm = np.frombuffer(clip.readframes(clip.getnframes()), "<i2")
-    request = chat_request([{"type": "audio", "data": base64.b64encode(wav).decode()}, {"type": "text", "text": "Answer aloud."}],
-                           modalities=["text", "audio"], max_tokens=8, seed=5)  # fmt: skip
+    parts = (
+        [{"type": "image", "data": base64.b64encode(image).decode(), "mime_type": "image/jpeg"}]
+        if image
+        else []
+    )
+    parts += [{"type": "audio", "data": base64.b64encode(wav).decode()}, question]
+    request = chat_request(parts, modalities=["text", "audio"], max_tokens=8, seed=5)
     text, audio = omni_monolith(tiny_omni, request)
     assert message.content == text and text
     whole = np.frombuffer(audio, "<i2")
@@ -202,13 +221,7 @@ def check_speech(url: str, admin: httpx.Client, tiny_omni: str, app: str) -> Non
     tolerance = 2 if "qwen2" in app else 0.01 * np.abs(whole).max()
     assert np.abs(pcm.astype(int) - whole).max() <= tolerance
     omni = [d for d in admin.get("/admin/status").json()["deployments"].values() if app in d["apps"]]
-    assert sorted(d["executor_kind"] for d in omni) == [
-        "mm-encoder",
-        "mm-encoder",
-        "mm-talker",
-        "mm-thinker",
-        "mm-vocoder",
-    ]
+    assert sorted(d["executor_kind"] for d in omni) == sorted(kinds)
     with pytest.raises(openai.BadRequestError, match="has no speaker 'alloy'"):  # the voice is honoured
         client.chat.completions.create(
             model=app, modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"},
@@ -336,6 +349,19 @@ class TestVLLM:
                 r for d in admin.get("/admin/status").json()["deployments"].values() for r in d["replicas"]
             ]
         assert len(replicas) == 1 and replicas[0]["healthy"] and replicas[0]["restarts"] == 0
+
+
+def test_omni_thinker_on_vllm_speaks_as_the_transformers_monolith(gateway):
+    """Qwen2.5-Omni with its thinker on vLLM (vLLM environment): image encoder fissioned, audio raw to
+    the thinker, talker and vocoder on transformers; text and speech as transformers' whole model."""
+    with example(gateway, "qwen2.5-omni", "qwen2_5_omni.py", **VLLM) as (url, admin, model):
+        kinds = ("mm-encoder", "mm-talker", "mm-thinker-vllm", "mm-vocoder")
+        jpg = (workloads_dir() / "media" / "cars.jpg").read_bytes()
+        check_speech(url, admin, model, "qwen2_5_omni", image=jpg, kinds=kinds)
+        check_speech(url, admin, model, "qwen2_5_omni", kinds=kinds)
+        thinker = [d for d in admin.get("/admin/status").json()["deployments"].values()
+                   if d["executor_kind"] == "mm-thinker-vllm"][0]["replicas"][0]  # fmt: skip
+        assert thinker["python"] == envs.runtime_env("vllm")["py_executable"] and thinker["healthy"]
 
 
 def test_vllm_without_its_environment_is_refused_at_registration(gateway, tmp_path, monkeypatch):

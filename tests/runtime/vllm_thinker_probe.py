@@ -1,0 +1,71 @@
+"""Run in the vLLM environment by test_qwen2_5_omni.py: VLLMThinkerExecutor on requests from a pickle.
+
+argv: the pickle of `{"task": VLLMThinkerTask, "requests": [LLMInput (handles resolved)]}` and where to
+write the results: per request, the generated token ids, each step's full log-probabilities, and what
+`run` gives (its text and, for requests that ask for speech, the talker's conditioning); then the files
+left in the executor's hidden-states directory once everything finished, an aborted request included.
+"""
+
+import asyncio
+import os
+import pickle
+import sys
+import time
+
+import numpy as np
+
+
+async def main(source: str, target: str) -> None:
+    from prismserve.executors.vllm_thinker import VLLMThinkerExecutor
+
+    with open(source, "rb") as f:
+        job = pickle.load(f)
+    executor = VLLMThinkerExecutor(job["task"])
+    await executor.load()
+    vocab = len(executor.tokenizer)
+
+    async def logprobs(request):
+        tokens, steps = [], []
+        async for delta in executor.generate(request, logprobs=True):
+            tokens += delta.token_ids
+            for entries in delta.logprobs or []:
+                step = np.full(vocab, -np.inf)
+                for token, entry in entries.items():
+                    if token < vocab:
+                        step[token] = entry.logprob
+                steps.append(step)
+        return tokens, np.stack(steps)
+
+    async def run(request):
+        out = await executor.run(request)
+        return "".join(await out.text.collect()), await out.talker.collect()
+
+    async def aborted(request):
+        # A speech request whose consumer goes away after the first token: vLLM aborts it.
+        outputs = executor.outputs(
+            request, extra_args={"kv_transfer_params": {"include_output_tokens": True}}
+        )
+        await anext(outputs)
+        await outputs.aclose()
+
+    try:
+        requests = job["requests"]
+        # All at once: requests that save hidden states and requests that do not share the batch.
+        results = await asyncio.gather(
+            *(logprobs(r) for r in requests),
+            *(run(r) for r in requests),
+            aborted(requests[0].model_copy(update={"max_tokens": 64})),
+        )
+        deadline = time.monotonic() + 20
+        while os.listdir(executor.states_dir) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)  # the engine removes an aborted request's lock file a step later
+        left = sorted(os.listdir(executor.states_dir))
+    finally:
+        await executor.close()
+    n = len(requests)
+    with open(target, "wb") as f:
+        pickle.dump({"logprobs": results[:n], "runs": results[n : 2 * n], "left": left}, f)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
