@@ -2,7 +2,8 @@
 
 MODEL: a transformers-format (`-hf`) checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny
 one: `prismserve tiny internvl3` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in
-one deployment.
+one deployment. $PRISMSERVE_ENGINE=vllm runs the LLM on vLLM (its environment: `prismserve vllm-env`)
+instead of transformers, in $PRISMSERVE_VLLM_DTYPE (default: the checkpoint's).
 """
 
 import os
@@ -13,7 +14,12 @@ from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import MLLMTask
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "OpenGVLab/InternVL3-8B-hf")
-vl = MLLMTask(model=MODEL, encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1")
+vl = MLLMTask(
+    model=MODEL,
+    encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1",
+    engine=os.environ.get("PRISMSERVE_ENGINE", "transformers"),
+    vllm={"dtype": os.environ.get("PRISMSERVE_VLLM_DTYPE", "auto")},
+)
 
 
 class Config(AppConfig):

@@ -1,18 +1,21 @@
-"""Out-of-tree pieces that let vLLM 0.32 hand a Qwen2.5-Omni talker the thinker's hidden states.
+"""Out-of-tree pieces that vLLM 0.32 needs to run prismserve's split models, registered without a
+fork of vLLM.
 
-Imported only in the vLLM environment (by vLLM itself: the plugin in `vllm_plugin.py` registers
-`OmniThinker` by name, and the engine arguments name `CPUHiddenStatesConnector`'s module).
+Imported only in the vLLM environment (by vLLM itself: the plugin in `vllm_plugin.py` registers the
+model classes by name, and the engine arguments name `CPUHiddenStatesConnector`'s module).
 
-How the hidden states come out, with no fork of vLLM: the `extract_hidden_states` speculative method
-caches the last decoder layer's output (before the final norm) of every position a request fed the
-model, and a hidden-states KV connector writes a finished request's rows to a safetensors file. Two
-gaps in vLLM 0.32 are filled here:
-- its Omni thinker class does not declare `SupportsEagle3` (its decoder can emit auxiliary hidden
-  states, the class does not say so), it hands precomputed image embeddings to the model as one
-  tensor instead of one per image (`OmniThinker`), and its processor fails on a prompt with both
-  precomputed image embeddings and raw audio (`OmniThinkerProcessor`);
+How an Omni thinker's hidden states come out: the `extract_hidden_states` speculative method
+caches one decoder layer's output (before the final norm) of every position a request fed the
+model, and a hidden-states KV connector writes a finished request's rows to a safetensors file.
+The gaps in vLLM 0.32 filled here:
+- its Qwen2.5-Omni thinker class does not declare `SupportsEagle3` (its decoder can emit auxiliary
+  hidden states, the class does not say so) (`OmniThinker`);
+- both Omni thinkers hand precomputed image embeddings to the model as one tensor instead of one per
+  image, and their processors fail on a prompt with both precomputed image embeddings and raw audio;
+  Qwen3-Omni's parser also drops the image embedding fields (`Qwen3OmniThinker`);
 - the stock `ExampleHiddenStatesConnector` copies with CUDA streams and pinned memory, which kills a
-  CPU engine at the first finished request, and it saves every request (`CPUHiddenStatesConnector`).
+  CPU engine at the first finished request, and it saves every request (`CPUHiddenStatesConnector`);
+- its Gemma 3 takes no precomputed image embeddings at all (`Gemma3Embeds`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connecto
     PendingSave,
     extract_from_kv_cache,
 )
+from vllm.model_executor.models.gemma3_mm import (
+    Gemma3DummyInputsBuilder,
+    Gemma3ForConditionalGeneration,
+    Gemma3MultiModalProcessor,
+    Gemma3ProcessingInfo,
+)
 from vllm.model_executor.models.interfaces import SupportsEagle3
 from vllm.model_executor.models.qwen2_5_omni_thinker import (
     Qwen2_5OmniThinkerDummyInputsBuilder,
@@ -37,21 +46,56 @@ from vllm.model_executor.models.qwen2_5_omni_thinker import (
     Qwen2_5OmniThinkerMultiModalProcessor,
     Qwen2_5OmniThinkerProcessingInfo,
 )
+from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalDataParser
+from vllm.model_executor.models.qwen3_omni_moe_thinker import (
+    Qwen3OmniMoeThinkerDummyInputsBuilder,
+    Qwen3OmniMoeThinkerForConditionalGeneration,
+    Qwen3OmniMoeThinkerMultiModalDataParser,
+    Qwen3OmniMoeThinkerMultiModalProcessor,
+    Qwen3OmniMoeThinkerProcessingInfo,
+)
 from vllm.multimodal import MULTIMODAL_REGISTRY
+from vllm.multimodal.inputs import MultiModalFieldConfig
+from vllm.multimodal.parse import ImageEmbeddingItems, ImageProcessorItems
+from vllm.multimodal.processing import PromptReplacement, PromptUpdateDetails
 from vllm.v1.request import RequestStatus
 
 
-class OmniThinkerProcessor(Qwen2_5OmniThinkerMultiModalProcessor):
-    """vLLM's Omni thinker processor, taking raw audio and precomputed image embeddings in one prompt."""
+class _RawItemsText:
+    """For an Omni thinker's processor: the text its HF processor sees names only the raw items.
+
+    The HF processor sees only raw items (audio); vLLM 0.32 writes a placeholder for the embedding
+    items too, which the HF processor then fails to expand (no grid for them)."""
 
     def _get_hf_mm_inputs(self, mm_items: Any, hf_kwargs: Any) -> Any:
-        inputs = super()._get_hf_mm_inputs(mm_items, hf_kwargs)
+        inputs = super()._get_hf_mm_inputs(mm_items, hf_kwargs)  # type: ignore[misc]
         if "text" in inputs.hf_data and not inputs.hf_kwargs.get("use_audio_in_video"):
-            # The HF processor sees only raw items (audio); vLLM 0.32 writes a placeholder for the
-            # embedding items too, which the HF processor then fails to expand (no grid for them).
             raw = {m: len(items) for m, items in mm_items.items() if items and items.get_processor_data()}
-            inputs.hf_data["text"] = self._get_hf_mm_text(raw)
+            inputs.hf_data["text"] = self._get_hf_mm_text(raw)  # type: ignore[attr-defined]
         return inputs
+
+
+class _ImageEmbedsPerImage:
+    """For an Omni thinker: precomputed image embeddings handed on as one tensor per image.
+
+    vLLM 0.32's thinkers return the embeddings of all of a request's images as one tensor, which
+    their caller then iterates row by row ("Expected number of multimodal embeddings to match
+    number of input items"); one tensor per image is what they must return (as Qwen2.5-VL's does)."""
+
+    def _process_image_input(self, image_input: Any) -> tuple[torch.Tensor, ...]:
+        if image_input["type"] != "image_embeds":
+            return super()._process_image_input(image_input)  # type: ignore[misc]
+        dtype = self.visual.dtype  # type: ignore[attr-defined]
+        embeds = image_input["image_embeds"]
+        if isinstance(embeds, (list, tuple)):
+            return tuple(e.type(dtype) for e in embeds)
+        merge = self.config.vision_config.spatial_merge_size  # type: ignore[attr-defined]
+        sizes = (image_input["image_grid_thw"].prod(-1) // merge // merge).tolist()
+        return embeds.type(dtype).split(sizes)
+
+
+class OmniThinkerProcessor(_RawItemsText, Qwen2_5OmniThinkerMultiModalProcessor):
+    """vLLM's Qwen2.5-Omni thinker processor, taking raw audio and precomputed image embeddings in one prompt."""
 
 
 @MULTIMODAL_REGISTRY.register_processor(
@@ -59,22 +103,82 @@ class OmniThinkerProcessor(Qwen2_5OmniThinkerMultiModalProcessor):
     info=Qwen2_5OmniThinkerProcessingInfo,
     dummy_inputs=Qwen2_5OmniThinkerDummyInputsBuilder,
 )
-class OmniThinker(Qwen2_5OmniThinkerForConditionalGeneration, SupportsEagle3):
+class OmniThinker(_ImageEmbedsPerImage, Qwen2_5OmniThinkerForConditionalGeneration, SupportsEagle3):
     """vLLM's Qwen2.5-Omni thinker, able to emit its last layer's hidden states (EAGLE-3's auxiliary
     states, which `extract_hidden_states` caches), and taking several precomputed images per prompt,
     beside raw audio."""
 
-    def _process_image_input(self, image_input: Any) -> tuple[torch.Tensor, ...]:
-        if image_input["type"] != "image_embeds":
-            return super()._process_image_input(image_input)
-        # vLLM 0.32's thinker returns the embeddings of all images as one tensor, which its caller
-        # then iterates row by row; one tensor per image is what it must return (as Qwen2.5-VL's does).
-        embeds = image_input["image_embeds"]
-        if isinstance(embeds, (list, tuple)):
-            return tuple(e.type(self.visual.dtype) for e in embeds)
-        merge = self.config.vision_config.spatial_merge_size
-        sizes = (image_input["image_grid_thw"].prod(-1) // merge // merge).tolist()
-        return embeds.type(self.visual.dtype).split(sizes)
+
+class _Qwen3ThinkerParser(Qwen3OmniMoeThinkerMultiModalDataParser):
+    """vLLM 0.32's Qwen3-Omni parser with the image embedding fields it drops put back (Qwen2-VL's:
+    `image_embeds` sized by `image_grid_thw`)."""
+
+    embedding_fields = {
+        **Qwen3OmniMoeThinkerMultiModalDataParser.embedding_fields,
+        "image": Qwen2VLMultiModalDataParser.embedding_fields["image"],
+    }
+
+
+class _Qwen3ThinkerInfo(Qwen3OmniMoeThinkerProcessingInfo):
+    def get_data_parser(self) -> Any:
+        return _Qwen3ThinkerParser(
+            spatial_merge_size=self.get_hf_config().vision_config.spatial_merge_size,
+            target_sr=self.get_feature_extractor().sampling_rate,
+            target_channels=self.get_target_channels(),
+            expected_hidden_size=self._get_expected_hidden_size(),
+            allow_missing_mm_embeddings=self.allow_missing_mm_embeddings,
+        )
+
+
+class Qwen3OmniThinkerProcessor(_RawItemsText, Qwen3OmniMoeThinkerMultiModalProcessor):
+    """vLLM's Qwen3-Omni thinker processor, taking raw audio and precomputed image embeddings in one prompt."""
+
+
+@MULTIMODAL_REGISTRY.register_processor(
+    Qwen3OmniThinkerProcessor,
+    info=_Qwen3ThinkerInfo,
+    dummy_inputs=Qwen3OmniMoeThinkerDummyInputsBuilder,
+)
+class Qwen3OmniThinker(_ImageEmbedsPerImage, Qwen3OmniMoeThinkerForConditionalGeneration):
+    """vLLM's Qwen3-Omni thinker taking precomputed images (each `[tokens, (1 + DeepStack levels) *
+    hidden]`, vLLM splits the levels off) beside raw audio. It declares `SupportsEagle3` itself."""
+
+
+class Gemma3EmbedsProcessor(Gemma3MultiModalProcessor):
+    """vLLM's Gemma 3 processor, also taking precomputed image embeddings (the projector's output,
+    `[tokens, hidden]` per image), written into the prompt as the HF processor writes an image."""
+
+    def _get_mm_fields_config(self, hf_inputs: Any, hf_processor_mm_kwargs: Any) -> Any:
+        fields = super()._get_mm_fields_config(hf_inputs, hf_processor_mm_kwargs)
+        return {**fields, "image_embeds": MultiModalFieldConfig.batched("image")}
+
+    def _get_prompt_updates(self, mm_items: Any, hf_processor_mm_kwargs: Any, out_mm_kwargs: Any) -> Any:
+        images = mm_items.get_items("image", (ImageEmbeddingItems, ImageProcessorItems))
+        if not isinstance(images, ImageEmbeddingItems):
+            return super()._get_prompt_updates(mm_items, hf_processor_mm_kwargs, out_mm_kwargs)
+        tokenizer = self.info.get_tokenizer()
+        vocab = tokenizer.get_vocab()
+        boi, eoi, soft = tokenizer.boi_token, tokenizer.eoi_token, tokenizer.image_token
+
+        def replacement(item: int) -> PromptUpdateDetails[list[int]]:
+            text = f"\n\n{boi}{soft * images.get_feature_size(item)}{eoi}\n\n"
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            return PromptUpdateDetails.select_token_id(ids, vocab[soft])  # embeddings go to the soft tokens
+
+        return [PromptReplacement(modality="image", target=[vocab[boi]], replacement=replacement)]
+
+
+@MULTIMODAL_REGISTRY.register_processor(
+    Gemma3EmbedsProcessor, info=Gemma3ProcessingInfo, dummy_inputs=Gemma3DummyInputsBuilder
+)
+class Gemma3Embeds(Gemma3ForConditionalGeneration):
+    """vLLM's Gemma 3, taking precomputed image embeddings (vLLM 0.32's asserts there are none)."""
+
+    def embed_multimodal(self, **kwargs: Any) -> Any:
+        embeds = kwargs.pop("image_embeds", None)
+        if embeds is not None:
+            return list(embeds)  # one [tokens, hidden] tensor per image, as the projector gives them
+        return super().embed_multimodal(**kwargs)
 
 
 class _Done:

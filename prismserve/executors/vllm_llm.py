@@ -1,10 +1,11 @@
 """LLMs on vLLM's async engine (`VLLMTask`): continuous batching, text streamed per token.
 
-The replica runs in the vLLM environment (`prismserve.executors.envs`), so this module imports
-only vLLM, torch and what prismserve's runtime needs — not the transformers-based adapters.
+The replica runs in the vLLM environment (`prismserve.executors.envs`), with its own transformers:
+of the family adapter it uses only the forms vLLM takes (`Adapter.vllm_embeddings`), no weights.
 
-Media arrives as embeddings an encoder deployment computed (fissioned: `{modality}_embeds` plus
-the encoder's metadata, for example Qwen2.5-VL's `image_grid_thw`) or raw (the monolith: vLLM
+Media arrives as embeddings an encoder deployment computed (fissioned; in the form the family's
+vLLM class takes: Qwen's `{modality}_embeds` plus the encoder's metadata such as `image_grid_thw`,
+or one `[tokens, hidden]` tensor per item for InternVL3 and Gemma 3) or raw (the monolith: vLLM
 runs the model's own encoders). The prompt is the conversation through the checkpoint's chat
 template; vLLM expands each media placeholder to the item's tokens.
 """
@@ -17,7 +18,10 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
+
 from prismserve.executors.base import Executor, ExecutorUnhealthy, media_rejected
+from prismserve.models import Encoded, adapter_for
 from prismserve.task import InvalidInputError
 from prismserve.tasklib.units import LLMInput, VLLMTask, VLLMThinkerTask
 
@@ -39,6 +43,7 @@ class VLLMExecutor(Executor):
         settings = {**self.engine_settings(), **self.task.engine_args}
         self.engine = await asyncio.to_thread(AsyncLLM.from_engine_args, AsyncEngineArgs(**settings))
         self.tokenizer = self.engine.get_tokenizer()
+        self.adapter = adapter_for(self.task.model)  # the family's forms; it loads no weights
 
     def engine_settings(self) -> dict[str, Any]:
         """vLLM's engine arguments for the task (the task's `engine_args` override them)."""
@@ -58,8 +63,6 @@ class VLLMExecutor(Executor):
 
     def prompt(self, request: LLMInput) -> dict[str, Any]:
         """vLLM's prompt for `request`: chat-template text and the media, as embeddings or raw."""
-        import torch
-
         self.check_media(request)
         if any(e.modality == "video" for e in request.encoded) or any(
             m.modality == "video" for m in request.media
@@ -71,14 +74,10 @@ class VLLMExecutor(Executor):
             request.conversation, tokenize=False, add_generation_prompt=True
         )
         data: dict[str, Any] = {}
-        for modality in dict.fromkeys(e.modality for e in request.encoded):
-            # One item per modality: every embedding concatenated, each metadata key stacked by row.
-            encoded = [e for e in request.encoded if e.modality == modality]
-            data[modality] = {
-                f"{modality}_embeds": torch.cat([torch.as_tensor(e.embeddings.value) for e in encoded])
-            }
-            for key in encoded[0].meta.value:
-                data[modality][f"{modality}_{key}"] = torch.tensor([e.meta.value[key] for e in encoded])
+        encoded = [Encoded(e.modality, np.asarray(e.embeddings.value), e.meta.value) for e in request.encoded]
+        for modality in dict.fromkeys(e.modality for e in encoded):
+            # The form vLLM's model class takes is the family's.
+            data[modality] = self.adapter.vllm_embeddings([e for e in encoded if e.modality == modality])
         for modality in dict.fromkeys(m.modality for m in request.media):
             data[modality] = [_decode(m.modality, m.data) for m in request.media if m.modality == modality]
         return {"prompt": text, "multi_modal_data": data} if data else {"prompt": text}

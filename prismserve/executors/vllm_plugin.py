@@ -10,12 +10,17 @@ named as strings and imported by vLLM only when a model needs them.
 from __future__ import annotations
 
 EXTENSIONS = "prismserve.executors.vllm_extensions"
-# The architecture Qwen2.5-Omni checkpoints declare; vLLM runs their thinker.
-OMNI_ARCHITECTURE = "Qwen2_5OmniForConditionalGeneration"
+# Architectures checkpoints declare -> the class that runs them instead of vLLM's own.
+MODELS = {
+    "Qwen2_5OmniForConditionalGeneration": "OmniThinker",  # its hidden states; images as embeddings
+    "Qwen3OmniMoeForConditionalGeneration": "Qwen3OmniThinker",  # images as embeddings
+    "Gemma3ForConditionalGeneration": "Gemma3Embeds",  # images as embeddings
+}
 
 
 def register() -> None:
-    """Run the Qwen2.5-Omni thinker as `vllm_extensions.OmniThinker` (it can hand out hidden states)."""
+    """Run the architectures of `MODELS` with prismserve's subclasses of vLLM's classes."""
     from vllm import ModelRegistry
 
-    ModelRegistry.register_model(OMNI_ARCHITECTURE, f"{EXTENSIONS}:OmniThinker")
+    for architecture, name in MODELS.items():
+        ModelRegistry.register_model(architecture, f"{EXTENSIONS}:{name}")

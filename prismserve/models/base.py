@@ -184,6 +184,14 @@ class Adapter(ABC):
         ids = self.llm().generation_config.eos_token_id
         return set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
 
+    def vllm_embeddings(self, items: list[Encoded]) -> Any:
+        """What vLLM's `multi_modal_data[modality]` takes for the precomputed embeddings of one
+        modality's items, in order. vLLM's generic form (InternVL3, Gemma 3): one `[tokens, hidden]`
+        tensor per item, whose rows size the item's placeholder; a family's extra metadata is implied."""
+        import torch
+
+        return [torch.as_tensor(e.embeddings).reshape(-1, e.embeddings.shape[-1]) for e in items]
+
 
 def token_streamer(on_token: Callable[[int], None]) -> Any:
     """A transformers streamer that calls `on_token` with each generated id (not the prompt's)."""
@@ -249,6 +257,19 @@ def _settings(processor_class: type[Any], path: str) -> dict[str, Any]:
     accepted = set(inspect.signature(processor_class.__init__).parameters) - {"self", "tokenizer", "image_processor",
                                                                              "video_processor", "feature_extractor", "chat_template"}  # fmt: skip
     return {k: v for k, v in json.loads(found.read_text()).items() if k in accepted}
+
+
+def qwen_vllm_embeddings(items: list[Encoded]) -> dict[str, Any]:
+    """The Qwen-VL form of vLLM's precomputed embeddings (its parsers declare embedding fields):
+    `{modality}_embeds`, every item's rows concatenated, and each metadata key stacked by item
+    (`image_grid_thw` places the items and sizes their placeholders)."""
+    import torch
+
+    modality = items[0].modality
+    data = {f"{modality}_embeds": torch.cat([torch.as_tensor(e.embeddings) for e in items])}
+    for key in items[0].meta:
+        data[f"{modality}_{key}"] = torch.tensor([e.meta[key] for e in items])
+    return data
 
 
 def as_numpy(tensor: Any) -> np.ndarray:

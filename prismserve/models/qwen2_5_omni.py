@@ -31,6 +31,7 @@ from prismserve.models.base import (
     VocoderStream,
     as_numpy,
     build_processor,
+    qwen_vllm_embeddings,
     token_streamer,
 )
 from prismserve.models.media import load_audio, load_image
@@ -297,6 +298,9 @@ class Qwen25Omni(Adapter):
     def token_count(self, encoded: Encoded) -> int:
         """How many placeholder tokens an encoded item takes in the thinker's prompt."""
         return len(encoded.embeddings)
+
+    def vllm_embeddings(self, items: list[Encoded]) -> Any:
+        return qwen_vllm_embeddings(items)
 
     def place_images(self, inputs: dict[str, Any], embeds: Any, images: list[Encoded]) -> Any:
         """`embeds` with the images' embeddings at their tokens (more inputs may be added to `inputs`)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prismserve.models.base import Encoded, MediaError, MediaInput, as_numpy
+from prismserve.models.base import Encoded, MediaError, MediaInput, as_numpy, qwen_vllm_embeddings
 from prismserve.models.media import load_image, load_video_frames
 from prismserve.models.vision_llm import VisionLLM
 
@@ -31,6 +31,9 @@ class Qwen25VL(VisionLLM):
 
     def drop_encoder(self, model: Any) -> None:
         del model.model.visual
+
+    def vllm_embeddings(self, items: list[Encoded]) -> Any:
+        return qwen_vllm_embeddings(items)
 
     encoder_modalities = ("image", "video")
     max_video_frames = 16

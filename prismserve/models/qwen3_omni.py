@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.models.base import Encoded, EngineModel, MediaError, VocoderStream, as_numpy
+from prismserve.models.base import (
+    Encoded,
+    EngineModel,
+    MediaError,
+    VocoderStream,
+    as_numpy,
+    qwen_vllm_embeddings,
+)
 from prismserve.models.qwen2_5_omni import Qwen25Omni
 
 
@@ -61,6 +68,17 @@ class Qwen3Omni(Qwen25Omni):
 
     def token_count(self, encoded: Encoded) -> int:
         return encoded.embeddings.shape[1] if encoded.modality == "image" else len(encoded.embeddings)
+
+    def vllm_embeddings(self, items: list[Encoded]) -> Any:
+        """vLLM's Qwen3-Omni thinker takes an image's DeepStack levels beside its embeddings, in one
+        row per token: `[1 + levels, tokens, hidden]` becomes `[tokens, (1 + levels) * hidden]`."""
+        if items[0].modality != "image":
+            return qwen_vllm_embeddings(items)
+        widened = [
+            Encoded(e.modality, e.embeddings.transpose(1, 0, 2).reshape(e.embeddings.shape[1], -1), e.meta)
+            for e in items
+        ]
+        return qwen_vllm_embeddings(widened)
 
     def place_images(self, inputs: dict[str, Any], embeds: Any, images: list[Encoded]) -> Any:
         import torch

@@ -17,7 +17,7 @@ from typing import Any
 from prismserve.offline import disable_telemetry
 
 # Bump when what a builder writes changes: older cached checkpoints are then rebuilt.
-FORMAT = 9  # 6, 7 and 8 were taken by branches' caches
+FORMAT = 11  # 6, 7 and 8 were taken by branches' caches
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -239,13 +239,20 @@ def _qwen3_omni(out: Path) -> None:
     tok = tokenizer(chat_template(image="<|IMAGE|>", video="<|VIDEO|>"), OMNI_TOKENS)
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6, "mrope_interleaved": True}
+    # The thinker as vLLM runs it too: 32-wide heads (vLLM's CPU attention), its own lm_head, and the
+    # talker's layer (accept_hidden_layer 3) above the DeepStack levels (added after layers 0-1), as in
+    # the real model (layer 24 of 48, levels after layers 0-2): there vLLM's captured layer and
+    # transformers' agree; below, vLLM's would include a DeepStack level that transformers' lacks.
     thinker = {
-        "text_config": {**_text_config(tok, ids), "head_dim": 16, "moe_intermediate_size": 32, "num_experts": 4,
-                        "num_experts_per_tok": 2, "rope_parameters": rope},
+        "text_config": {**_text_config(tok, ids), "num_hidden_layers": 4, "moe_intermediate_size": 32,
+                        "num_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False,
+                        "rope_parameters": {**rope, "mrope_section": MROPE_SECTION}},
         "audio_config": {"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2, "encoder_ffn_dim": 64,
                          "d_model": 32, "output_dim": 64, "downsample_hidden_size": 16},
+        # image_size and apply_vit_abs_pos_embed: what vLLM reads (real checkpoints have them).
         "vision_config": {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-                          "deepstack_visual_indexes": [0, 1], "patch_size": 16, "num_position_embeddings": 256},
+                          "deepstack_visual_indexes": [0, 1], "patch_size": 16, "num_position_embeddings": 256,
+                          "image_size": 256, "apply_vit_abs_pos_embed": True},
         "audio_token_id": ids["<|AUDIO|>"], "image_token_id": ids["<|IMAGE|>"], "video_token_id": ids["<|VIDEO|>"],
         "audio_start_token_id": ids["<|audio_bos|>"], "user_token_id": ids["<|im_start|>"],
         "vision_start_token_id": ids["<|vision_start|>"],
@@ -262,7 +269,7 @@ def _qwen3_omni(out: Path) -> None:
                         "num_experts_per_tok": 2, "rope_parameters": rope},
         "code_predictor_config": {**small, "vocab_size": CODEC_VOCAB, "num_code_groups": QWEN3_CODEBOOKS,
                                   "layer_types": ["full_attention"] * 2},
-        "num_code_groups": QWEN3_CODEBOOKS, "thinker_hidden_size": 64, "accept_hidden_layer": 1, "spatial_merge_size": 2,
+        "num_code_groups": QWEN3_CODEBOOKS, "thinker_hidden_size": 64, "accept_hidden_layer": 3, "spatial_merge_size": 2,
         "speaker_id": {"chelsie": CODEC_VOCAB + 1010}, **codec,
         "audio_token_id": ids["<|AUDIO|>"], "image_token_id": ids["<|IMAGE|>"], "video_token_id": ids["<|VIDEO|>"],
         "vision_start_token_id": ids["<|vision_start|>"], "audio_start_token_id": ids["<|audio_bos|>"],
@@ -392,13 +399,17 @@ def _gemma3(out: Path) -> None:
     }
     tok = tokenizer(chat_template(image="<start_of_image>"), markers)
     tok.add_special_tokens({"additional_special_tokens": list(markers.values())})
+    tok.add_tokens(
+        ["\n", "\n\n", "\n\n\n", "\n\n\n\n"]
+    )  # single tokens in Gemma's vocabulary (vLLM looks them up)
     ids = {t: tok.convert_tokens_to_ids(t) for t in [*SPECIAL_TOKENS, *markers.values()]}
     text = _text_config(tok, ids)
-    # 56-px images of 14-px patches (4x4), average-pooled to 2x2: 4 soft tokens per image.
+    # 56-px images of 14-px patches (4x4), average-pooled to 2x2: 4 soft tokens per image. No pooling
+    # head on the vision tower, as in the real model.
     config = Gemma3Config(
-        text_config={**text, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 64},
+        text_config={**text, "query_pre_attn_scalar": 32, "sliding_window": 64},
         vision_config={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-                       "image_size": 56, "patch_size": 14},
+                       "image_size": 56, "patch_size": 14, "vision_use_head": False},
         mm_tokens_per_image=4,
         boi_token_index=ids["<start_of_image>"],
         eoi_token_index=ids["<end_of_image>"],
@@ -409,11 +420,25 @@ def _gemma3(out: Path) -> None:
     # transformers initialises the projector to zeros (images would carry no signal): give it weights.
     model.model.multi_modal_projector.mm_input_projection_weight.data.normal_(0.0, 0.5)
     model.save_pretrained(out)
+    _rename_weights(out, "vision_tower.", "vision_tower.vision_model.")
     tok.save_pretrained(out)
     Gemma3ImageProcessorPil(size={"height": 56, "width": 56}).save_pretrained(out)
     (out / "processor_config.json").write_text(
         json.dumps({"image_seq_length": 4, "processor_class": "Gemma3Processor"})
     )
+
+
+def _rename_weights(out: Path, prefix: str, new_prefix: str) -> None:
+    """Rename the saved weights under `prefix` to `new_prefix` (the layout released checkpoints have,
+    which transformers also loads, where its own save writes another)."""
+    from safetensors.torch import load_file, save_file
+
+    path = out / "model.safetensors"
+    weights = {
+        new_prefix + k[len(prefix) :] if k.startswith(prefix) and not k.startswith(new_prefix) else k: v
+        for k, v in load_file(path).items()
+    }
+    save_file(weights, path, metadata={"format": "pt"})
 
 
 def _internvl3_tuned(out: Path) -> None:

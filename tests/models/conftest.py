@@ -60,3 +60,10 @@ def tiny_internvl() -> str:
     from prismserve.testing import tiny
 
     return str(tiny.build("internvl3"))
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3() -> str:
+    from prismserve.testing import tiny
+
+    return str(tiny.build("gemma3"))

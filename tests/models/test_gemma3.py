@@ -18,13 +18,6 @@ from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-@pytest.fixture(scope="module")
-def tiny_gemma3() -> str:
-    from prismserve.testing import tiny
-
-    return str(tiny.build("gemma3"))
-
-
 def test_fissioned_logits_equal_the_monoliths(tiny_gemma3, cars_jpg, small_png):
     encoder, llm, monolith = (adapter_for(tiny_gemma3) for _ in range(3))
     encoder.load_encoder("image")

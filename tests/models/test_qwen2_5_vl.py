@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
-import pickle
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from prismserve.executors import envs
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaError, MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import InvalidInputError, use_dispatcher
-from prismserve.tasklib import EncodedMedia, EncoderTask, LLMInput, LLMTask, MLLMTask, conversation
+from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation
 from prismserve.tasklib.units import VLLMTask
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -50,43 +44,6 @@ def test_fissioned_logits_equal_the_monoliths(parts, cars_jpg, small_png):
     # The images' order matters: swapped embeddings give other logits (positions are not ignored).
     swapped = llm.generate(llm.llm_inputs(messages, encoded=encoded[::-1]), 1, with_logits=True)
     assert np.abs(swapped.logits[0] - whole.logits[0]).max() > 1e-4
-
-
-def test_vllm_engine_on_encoder_embeddings_equals_the_transformers_monolith(
-    parts, cars_jpg, small_png, tmp_path
-):
-    """vLLM (in its own environment) given the encoder deployment's embeddings: the monolith's tokens,
-    and every step's full log-probabilities within 1e-4 — for two requests batched together."""
-    encoder, _, monolith = parts
-    request = ChatRequest.of("Compare the two pictures.", images=[cars_jpg, small_png])
-    messages, media = conversation(request)
-    encoded = encoder.encode("image", [m.data for m in media])
-    whole = monolith.generate(
-        monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]),
-        12,
-        with_logits=True,
-    )
-
-    def llm_input(items):
-        handles = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in items]
-        return LLMInput(conversation=messages, encoded=handles, max_tokens=12)
-
-    job = {
-        "task": VLLMTask(model=monolith.path, dtype="float32", engine_args={"max_logprobs": -1}),
-        "requests": [llm_input(encoded)] * 2 + [llm_input(encoded[::-1])],
-    }
-    (tmp_path / "job.pkl").write_bytes(pickle.dumps(job))
-    env = envs.runtime_env("vllm")
-    probe = Path(__file__).parents[1] / "runtime" / "vllm_probe.py"
-    subprocess.run([env["py_executable"], str(probe), str(tmp_path / "job.pkl"), str(tmp_path / "out.pkl")],
-                   env={**os.environ, **env["env_vars"]}, check=True, timeout=400)  # fmt: skip
-    (tokens, logprobs), batched, (_, swapped) = pickle.loads((tmp_path / "out.pkl").read_bytes())
-    expected = torch.log_softmax(torch.as_tensor(whole.logits, dtype=torch.float64), -1).numpy()
-    assert tokens == whole.token_ids and batched[0] == tokens
-    np.testing.assert_allclose(logprobs, expected, atol=1e-4, rtol=0)
-    np.testing.assert_allclose(batched[1], expected, atol=1e-4, rtol=0)
-    # The embeddings' order reaches vLLM's positions: swapped images give other log-probabilities.
-    assert np.abs(swapped[0] - expected[0]).max() > 1e-3
 
 
 def test_encoder_batches_equal_single_items(parts, cars_jpg, small_png):
