@@ -3,7 +3,9 @@ code2wav as separate deployments; text and speech out (OpenAI chat API: `modalit
 
 MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
 qwen3-omni` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment,
-run by transformers' own `generate` (the paper's baseline).
+run by transformers' own `generate` (the paper's baseline). $PRISMSERVE_ENGINE=vllm runs the thinker
+on vLLM (its environment: `prismserve vllm-env`; audio then goes to the thinker raw, which keeps the
+audio tower) in $PRISMSERVE_VLLM_DTYPE (default: the checkpoint's).
 """
 
 import os
@@ -14,7 +16,12 @@ from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import OmniTask, chat_chunks
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen3-Omni-30B-A3B-Instruct")
-omni = OmniTask(model=MODEL, monolith=os.environ.get("PRISMSERVE_MONOLITH") == "1")
+omni = OmniTask(
+    model=MODEL,
+    monolith=os.environ.get("PRISMSERVE_MONOLITH") == "1",
+    engine=os.environ.get("PRISMSERVE_ENGINE", "transformers"),
+    vllm={"dtype": os.environ.get("PRISMSERVE_VLLM_DTYPE", "auto")},
+)
 
 
 class Config(AppConfig):

@@ -15,6 +15,7 @@ from typing import Any
 
 from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
+from prismserve.executors.text import TextDecoder
 from prismserve.models import Encoded, Generated, MediaInput, adapter_for
 from prismserve.task import Stream
 from prismserve.tasklib.units import LLMInput, LLMTask, OmniMonolithTask, ThinkerOutput, ThinkerTask
@@ -121,32 +122,3 @@ class ThinkerExecutor(HFLLMExecutor):
 
         self.spawn(think())
         return ThinkerOutput(text=text, talker=talker)
-
-
-class TextDecoder:
-    """Token ids in, text deltas out, at constant cost per token (the tokenizers library's
-    `DecodeStream`); holds back incomplete UTF-8 sequences and end tokens."""
-
-    def __init__(self, tokenizer: Any, end_ids: set[int]) -> None:
-        from tokenizers.decoders import DecodeStream
-
-        self.tokenizer = tokenizer
-        self.end_ids = end_ids
-        self.stream = DecodeStream(skip_special_tokens=True)
-        self.held: list[int] = []  # ids whose text the stream has not given out yet
-
-    def push(self, token: int) -> str:
-        """The new text after `token` ('' while a character is incomplete)."""
-        if token in self.end_ids:
-            return ""
-        text = self.stream.step(self.tokenizer.backend_tokenizer, token)
-        if not text:
-            self.held.append(token)
-            return ""
-        self.held.clear()
-        return text
-
-    def flush(self) -> str:
-        """Text held back at the end (an incomplete character decodes as U+FFFD)."""
-        held, self.held = self.held, []
-        return self.tokenizer.decode(held, skip_special_tokens=True) if held else ""

@@ -12,7 +12,8 @@ import numpy as np
 
 from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
-from prismserve.executors.hf_llm import HFLLMExecutor, TextDecoder
+from prismserve.executors.hf_llm import HFLLMExecutor
+from prismserve.executors.text import TextDecoder
 from prismserve.models import adapter_for
 from prismserve.task import Stream
 from prismserve.tasklib.units import (

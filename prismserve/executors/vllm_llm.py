@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from prismserve.executors.base import Executor, ExecutorUnhealthy, media_rejected
+from prismserve.executors.text import TextDecoder
 from prismserve.models import Encoded, adapter_for
 from prismserve.task import InvalidInputError
 from prismserve.tasklib.units import LLMInput, VLLMTask, VLLMThinkerTask
@@ -43,7 +44,25 @@ class VLLMExecutor(Executor):
         settings = {**self.engine_settings(), **self.task.engine_args}
         self.engine = await asyncio.to_thread(AsyncLLM.from_engine_args, AsyncEngineArgs(**settings))
         self.tokenizer = self.engine.get_tokenizer()
+        self.end_ids = await asyncio.to_thread(self._end_ids)
         self.adapter = adapter_for(self.task.model)  # the family's forms; it loads no weights
+
+    def _end_ids(self) -> set[int]:
+        """The ids vLLM ends generation on: the tokenizer's end token and the generation config's."""
+        from transformers import GenerationConfig
+
+        ids = {self.tokenizer.eos_token_id}
+        try:
+            configured = GenerationConfig.from_pretrained(self.task.model).eos_token_id
+        except OSError:  # no generation_config.json
+            configured = None
+        ids.update(configured if isinstance(configured, list) else [configured])
+        return {int(i) for i in ids if i is not None}
+
+    def decoder(self) -> TextDecoder:
+        """A request's incremental detokenizer: prismserve's, as on transformers (vLLM's would drop
+        an incomplete character at the end where transformers' engines give U+FFFD)."""
+        return TextDecoder(self.tokenizer, self.end_ids)
 
     def engine_settings(self) -> dict[str, Any]:
         """vLLM's engine arguments for the task (the task's `engine_args` override them)."""
@@ -87,7 +106,7 @@ class VLLMExecutor(Executor):
         request.check_media(self.task.with_encoders, self.task.model)
 
     async def generate(self, request: LLMInput, logprobs: bool = False) -> AsyncIterator[Any]:
-        """vLLM's output deltas for `request` (each with new token ids, text, and logprobs if asked)."""
+        """vLLM's output deltas for `request` (each with new token ids, and logprobs if asked)."""
         async for out in self.outputs(request, logprobs=logprobs):
             yield out.outputs[0]
 
@@ -114,6 +133,7 @@ class VLLMExecutor(Executor):
             temperature=request.temperature,
             seed=request.seed,
             logprobs=-1 if logprobs else None,
+            detokenize=False,  # text comes from `decoder()`
             output_kind=RequestOutputKind.DELTA,
             extra_args=extra_args,
         )
@@ -132,9 +152,12 @@ class VLLMExecutor(Executor):
             raise InvalidInputError(f"{self.task.model} cannot take this input: {cause}") from exc
 
     async def stream(self, task_input: Any) -> AsyncIterator[str]:
+        decoder = self.decoder()
         async for delta in self.generate(LLMInput.model_validate(task_input)):
-            if delta.text:
-                yield delta.text
+            if text := "".join(decoder.push(token) for token in delta.token_ids):
+                yield text
+        if tail := decoder.flush():
+            yield tail
 
     async def close(self) -> None:
         engine = getattr(self, "engine", None)

@@ -1,18 +1,19 @@
-"""The Qwen2.5-Omni thinker on vLLM's async engine (`VLLMThinkerTask`): text streamed per token, then
-the talker's conditioning, as `ThinkerExecutor` gives them on transformers.
+"""An Omni model's thinker on vLLM's async engine (`VLLMThinkerTask`; Qwen2.5-Omni, Qwen3-Omni): text
+streamed per token, then the talker's conditioning, as `ThinkerExecutor` gives them on transformers.
 
 The talker needs, at every position the thinker was fed (prompt and reply), the thinker's input
-embedding and last hidden state. vLLM hands hidden states out without a fork: the engine runs the
-`extract_hidden_states` speculative method, which caches the last decoder layer's output (before the
-final norm) in the KV pool, and `vllm_extensions.CPUHiddenStatesConnector` writes a finished
-request's rows to a safetensors file in this replica's scratch directory. Here the file is read
-(and deleted), the thinker's final RMSNorm applied, the input embeddings looked up in the thinker's
-embedding table (both loaded from the checkpoint), and the conditioning built by the same
-`talker_conditioning` the transformers thinker uses. Only requests that ask for speech are saved.
+embedding and one layer's hidden state (Qwen2.5-Omni: the last, after the final norm; Qwen3-Omni: the
+layer the talker listens to). vLLM hands hidden states out without a fork: the engine runs the
+`extract_hidden_states` speculative method, which caches that layer's output (before any norm) in the
+KV pool, and `vllm_extensions.CPUHiddenStatesConnector` writes a finished request's rows to a
+safetensors file in this replica's scratch directory. Here the file is read (and deleted), the
+input embeddings looked up in the thinker's embedding table (read from the checkpoint, with the final
+norm where the family needs it), and the conditioning built by the same function the transformers
+thinker uses (the family's `talker_conditioning`). Only requests that ask for speech are saved.
 
 Media: images arrive as the encoder deployment's embeddings (or raw with `with_encoders`); audio
-arrives raw, because vLLM 0.32's Omni thinker takes no audio embeddings and runs the audio tower
-itself — the thinker deployment keeps it.
+arrives raw, because vLLM 0.32's Omni thinkers take no audio embeddings and run the audio tower
+themselves — the thinker deployment keeps it.
 """
 
 from __future__ import annotations
@@ -21,21 +22,21 @@ import asyncio
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from prismserve.executors.base import media_rejected
 from prismserve.executors.vllm_llm import AUDIO_RATE, VLLMExecutor
-from prismserve.models.qwen2_5_omni import TalkerTokens, choose_speaker, talker_conditioning
+from prismserve.models import qwen2_5_omni, qwen3_omni
 from prismserve.task import InvalidInputError, Stream
 from prismserve.tasklib.units import LLMInput, ThinkerOutput, VLLMThinkerTask
 
 CONNECTOR = "CPUHiddenStatesConnector"
 CONNECTOR_MODULE = "prismserve.executors.vllm_extensions"
-FAMILY = "qwen2.5-omni"
 
 
 class VLLMThinkerExecutor(VLLMExecutor):
@@ -44,23 +45,28 @@ class VLLMThinkerExecutor(VLLMExecutor):
     task: VLLMThinkerTask
 
     async def load(self) -> None:
-        self.config = json.loads(_checkpoint_file(self.task.model, "config.json").read_text())
+        config = json.loads(_checkpoint_file(self.task.model, "config.json").read_text())
+        readout = READOUTS.get(config.get("model_type", ""))
+        if readout is None:
+            raise ValueError(
+                f"{self.task.model}: no vLLM thinker for model_type {config.get('model_type')!r}; "
+                f"it runs {sorted(READOUTS)}"
+            )
         self.states_dir = tempfile.mkdtemp(prefix="prismserve-thinker-states-")
+        self.readout: ThinkerReadout = await asyncio.to_thread(readout, self.task.model, config)
         await super().load()
-        self.weights = await asyncio.to_thread(ThinkerWeights.load, self.task.model, self.config)
-        self.speakers = await asyncio.to_thread(_speakers, self.task.model)
-        self.tokens = TalkerTokens.of(self.config)
-        self.eos_ids = await asyncio.to_thread(self._eos_ids)
+        self.readout.end_ids = self.end_ids
 
     def engine_settings(self) -> dict[str, Any]:
-        layers = self.config["thinker_config"]["text_config"]["num_hidden_layers"]
         return {
             **super().engine_settings(),
-            # The last layer's output (before the norm) of every position, cached beside the KV.
+            # One layer's output (before any norm) at every position, cached beside the KV.
             "speculative_config": {
                 "method": "extract_hidden_states",
                 "num_speculative_tokens": 1,
-                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [layers]}},
+                "draft_model_config": {
+                    "hf_config": {"eagle_aux_hidden_state_layer_ids": [self.readout.layer]}
+                },
             },
             "kv_transfer_config": {
                 "kv_connector": CONNECTOR,
@@ -69,18 +75,6 @@ class VLLMThinkerExecutor(VLLMExecutor):
                 "kv_connector_extra_config": {"shared_storage_path": self.states_dir},
             },
         }
-
-    def _eos_ids(self) -> set[int]:
-        """The ids vLLM ends generation on: the tokenizer's end token and the generation config's."""
-        from transformers import GenerationConfig
-
-        ids = {self.tokenizer.eos_token_id}
-        try:
-            configured = GenerationConfig.from_pretrained(self.task.model).eos_token_id
-        except OSError:  # no generation_config.json
-            configured = None
-        ids.update(configured if isinstance(configured, list) else [configured])
-        return {int(i) for i in ids if i is not None}
 
     def check_media(self, request: LLMInput) -> None:
         if self.task.with_encoders:
@@ -101,7 +95,7 @@ class VLLMThinkerExecutor(VLLMExecutor):
         request = LLMInput.model_validate(task_input)
         with media_rejected():
             prompt = self.prompt(request)  # bad input fails the call itself
-            speaker = choose_speaker(self.speakers, request.speaker, FAMILY) if request.speech else None
+            speaker = self.readout.speaker(request.speaker) if request.speech else None
         # Only requests with transfer parameters are saved (CPUHiddenStatesConnector).
         saving = {"kv_transfer_params": {"include_output_tokens": True}} if request.speech else None
         outputs = self.outputs(request, prompt=prompt, extra_args=saving)
@@ -114,18 +108,22 @@ class VLLMThinkerExecutor(VLLMExecutor):
             prompt_ids: list[int] = []
             generated: list[int] = []
             final = None
+            decoder = self.decoder()
             try:
                 pending = [first] if first is not None else []
                 async for out in _chain(pending, outputs):
                     prompt_ids = prompt_ids or list(out.prompt_token_ids or [])
-                    generated += out.outputs[0].token_ids
-                    if out.outputs[0].text:
-                        text.put(out.outputs[0].text)
+                    tokens = out.outputs[0].token_ids
+                    generated += tokens
+                    if delta := "".join(decoder.push(token) for token in tokens):
+                        text.put(delta)
                     final = out
             except Exception as exc:  # noqa: BLE001 - both consumers get the thinker's error
                 text.fail(exc)
                 talker.fail(exc)
                 return
+            if tail := decoder.flush():
+                text.put(tail)
             text.close()
             try:
                 if speaker is not None:
@@ -167,18 +165,8 @@ class VLLMThinkerExecutor(VLLMExecutor):
         fed = prompt_ids + generated[:-1]  # the last token was generated, never fed
         if saved["token_ids"].tolist() != fed:
             raise RuntimeError(f"the hidden states at {path} are of another sequence than this request's")
-        weights = self.weights
         with torch.inference_mode():
-            out = talker_conditioning(
-                torch.tensor(prompt_ids),
-                weights.embed(fed),
-                weights.norm(saved["hidden_states"][:, 0]),
-                generated,
-                weights.embed,
-                speaker_bos=int(self.speakers[speaker]["bos_token"]),
-                tokens=self.tokens,
-                eos_ids=self.eos_ids,
-            )
+            out = self.readout.conditioning(prompt_ids, generated, saved["hidden_states"][:, 0], speaker)
         return {**out, **self.media_positions(request, prompt)}
 
     def media_positions(self, request: LLMInput, prompt: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -216,40 +204,130 @@ class VLLMThinkerExecutor(VLLMExecutor):
 
 
 class ThinkerWeights:
-    """The thinker's embedding table and final RMSNorm, read from the checkpoint's safetensors."""
+    """Tensors of the thinker read from the checkpoint's safetensors alone (no model is built): its
+    embedding table, and its final RMSNorm's weight where the family needs it."""
 
     EMBED = "thinker.model.embed_tokens.weight"
     NORM = "thinker.model.norm.weight"
 
-    def __init__(self, table: Any, norm_weight: Any, eps: float) -> None:
-        self.table, self.norm_weight, self.eps = table, norm_weight, eps
-
-    @classmethod
-    def load(cls, model: str, config: dict[str, Any]) -> ThinkerWeights:
-        """Only the two tensors, from whichever safetensors file holds each."""
+    def __init__(self, model: str, names: list[str]) -> None:
         from safetensors import safe_open
 
-        tensors = {}
-        for name, file in _weight_files(model, [cls.EMBED, cls.NORM]).items():
+        self.tensors = {}
+        for name, file in _weight_files(model, names).items():
             with safe_open(str(file), framework="pt") as f:
-                tensors[name] = f.get_tensor(name)
-        eps = config["thinker_config"]["text_config"].get("rms_norm_eps", 1e-6)
-        return cls(tensors[cls.EMBED], tensors[cls.NORM], eps)
+                self.tensors[name] = f.get_tensor(name)
 
     def embed(self, token_ids: list[int]) -> Any:
         """Input embeddings `[n, hidden]` of token ids."""
         import torch
 
-        return self.table[torch.tensor(token_ids, dtype=torch.long)]
+        return self.tensors[self.EMBED][torch.tensor(token_ids, dtype=torch.long)]
 
-    def norm(self, hidden: Any) -> Any:
+    def norm(self, hidden: Any, eps: float) -> Any:
         """The thinker's final RMSNorm, computed as transformers' Qwen2 RMSNorm computes it."""
         import torch
 
         dtype = hidden.dtype
         x = hidden.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.norm_weight * x.to(dtype)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return self.tensors[self.NORM] * x.to(dtype)
+
+
+class Qwen25OmniReadout:
+    """Qwen2.5-Omni: the talker reads the last layer after the final norm; speakers in `spk_dict.pt`."""
+
+    family = "qwen2.5-omni"
+
+    def __init__(self, model: str, config: dict[str, Any]) -> None:
+        import torch
+
+        text = config["thinker_config"]["text_config"]
+        self.layer = text["num_hidden_layers"]
+        self.eps = text.get("rms_norm_eps", 1e-6)
+        self.weights = ThinkerWeights(model, [ThinkerWeights.EMBED, ThinkerWeights.NORM])
+        self.speakers = torch.load(_checkpoint_file(model, "spk_dict.pt"), weights_only=True)
+        self.tokens = qwen2_5_omni.TalkerTokens.of(config)
+        self.end_ids: set[int] = set()
+
+    def speaker(self, name: str | None) -> str:
+        """The checkpoint's speaker `name` (or its first); an unknown one is a MediaError."""
+        return qwen2_5_omni.choose_speaker(self.speakers, name, self.family)
+
+    def conditioning(
+        self, prompt_ids: list[int], generated: list[int], hidden: Any, speaker: str
+    ) -> dict[str, np.ndarray]:
+        """The talker's conditioning from the saved layer's rows at the positions fed."""
+        import torch
+
+        weights = self.weights
+        return qwen2_5_omni.talker_conditioning(
+            torch.tensor(prompt_ids),
+            weights.embed(prompt_ids + generated[:-1]),
+            weights.norm(hidden, self.eps),
+            generated,
+            weights.embed,
+            speaker_bos=int(self.speakers[speaker]["bos_token"]),
+            tokens=self.tokens,
+            eos_ids=self.end_ids,
+        )
+
+
+class Qwen3OmniReadout:
+    """Qwen3-Omni: the talker reads layer `accept_hidden_layer` as it is (no norm); speakers in the config."""
+
+    family = "qwen3-omni"
+
+    def __init__(self, model: str, config: dict[str, Any]) -> None:
+        thinker, talker = config["thinker_config"], config["talker_config"]
+        self.layer = talker["accept_hidden_layer"]
+        self.weights = ThinkerWeights(model, [ThinkerWeights.EMBED])
+        self.speakers = talker["speaker_id"]
+        self.media_ids = (thinker["audio_token_id"], thinker["image_token_id"], thinker["video_token_id"])
+        self.markers = [config["tts_bos_token_id"], config["tts_eos_token_id"], config["tts_pad_token_id"]]
+        self.end_ids: set[int] = set()
+
+    def speaker(self, name: str | None) -> str:
+        """The checkpoint's speaker `name` (or its first; names are lower case); unknown: a MediaError."""
+        return qwen2_5_omni.choose_speaker(self.speakers, name and name.lower(), self.family)
+
+    def conditioning(
+        self, prompt_ids: list[int], generated: list[int], hidden: Any, speaker: str
+    ) -> dict[str, np.ndarray]:
+        """The talker's conditioning from the saved layer's rows at the positions fed."""
+        import torch
+
+        weights = self.weights
+        return qwen3_omni.talker_conditioning(
+            torch.tensor(prompt_ids),
+            generated,
+            weights.embed(prompt_ids + generated[:-1]),
+            hidden,
+            weights.embed(self.markers),
+            media_ids=self.media_ids,
+            end_ids=self.end_ids,
+            speaker_id=self.speakers[speaker],
+        )
+
+
+class ThinkerReadout(Protocol):
+    """How one family's thinker hidden states, as vLLM saves them, become its talker's conditioning."""
+
+    layer: int  # the layer vLLM captures (`eagle_aux_hidden_state_layer_ids`)
+    end_ids: set[int]  # ids that end the thinker's text, set once the engine's tokenizer is loaded
+
+    def speaker(self, name: str | None) -> str: ...
+
+    def conditioning(
+        self, prompt_ids: list[int], generated: list[int], hidden: Any, speaker: str
+    ) -> dict[str, np.ndarray]: ...
+
+
+# config.json `model_type` -> how its thinker's hidden states become the talker's conditioning.
+READOUTS: dict[str, Callable[[str, dict[str, Any]], ThinkerReadout]] = {
+    "qwen2_5_omni": Qwen25OmniReadout,
+    "qwen3_omni_moe": Qwen3OmniReadout,
+}
 
 
 class _Processors:
@@ -291,10 +369,3 @@ def _weight_files(model: str, names: list[str]) -> dict[str, Path]:
         single = _checkpoint_file(model, "model.safetensors")
         return dict.fromkeys(names, single)
     return {name: _checkpoint_file(model, index["weight_map"][name]) for name in names}
-
-
-def _speakers(model: str) -> dict[str, Any]:
-    """The checkpoint's speaker map (`spk_dict.pt`: speaker -> its text-start token and voice)."""
-    import torch
-
-    return torch.load(_checkpoint_file(model, "spk_dict.pt"), weights_only=True)

@@ -14,7 +14,7 @@ ids for the other codebooks. code2wav turns frames into 24 kHz audio, determinis
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,42 @@ from prismserve.models.base import (
     qwen_vllm_embeddings,
 )
 from prismserve.models.qwen2_5_omni import Qwen25Omni
+
+
+def talker_conditioning(
+    prompt_ids: Any,
+    generated: list[int],
+    embeds: Any,
+    hidden: Any,
+    tts_embeds: Any,
+    *,
+    media_ids: Collection[int],
+    end_ids: Collection[int],
+    speaker_id: int,
+) -> dict[str, np.ndarray]:
+    """The talker's conditioning, from what the thinker computed at every position it was fed (the
+    prompt, then each generated token but the last): `embeds` (its input embeddings) and `hidden`
+    (the output of the layer the talker listens to, `accept_hidden_layer`), `[positions, hidden]`
+    torch tensors; `tts_embeds` are the thinker's embeddings of the three text-to-speech markers.
+
+    The talker reads the embeddings only at text positions and the hidden states only at media
+    positions: the media rows of the embeddings are zeroed, so that every engine that runs the
+    thinker (transformers, vLLM) hands over the same arrays."""
+    import torch
+
+    fed = torch.tensor([*prompt_ids.tolist(), *generated[:-1]], device=embeds.device)
+    embeds = torch.where(
+        torch.isin(fed, torch.tensor(sorted(media_ids), device=fed.device))[:, None], 0, embeds
+    )
+    return {
+        "input_ids": prompt_ids.cpu().numpy(),
+        "sequences": np.asarray([*prompt_ids.tolist(), *generated], dtype=np.int64),
+        "thinker_embed": as_numpy(embeds),
+        "thinker_hidden": as_numpy(hidden),
+        "tts_embeds": as_numpy(tts_embeds),
+        "end_ids": np.asarray(sorted(end_ids), dtype=np.int64),
+        "speaker": np.asarray(speaker_id),
+    }
 
 
 class Qwen3Omni(Qwen25Omni):
@@ -129,17 +165,18 @@ class Qwen3Omni(Qwen25Omni):
         steps = generated.hidden_states
         ids = inputs["input_ids"]
         markers = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
+        thinker = config.thinker_config
         with torch.inference_mode():
-            tts = self.model.thinker.get_input_embeddings()(torch.tensor(markers, device=ids.device))
-            out = {
-                "input_ids": ids[0].cpu().numpy(),
-                "sequences": np.asarray([*ids[0].tolist(), *generated.token_ids], dtype=np.int64),
-                "thinker_embed": as_numpy(torch.cat([step[0] for step in steps], dim=1)[0]),
-                "thinker_hidden": as_numpy(torch.cat([step[layer] for step in steps], dim=1)[0]),
-                "tts_embeds": as_numpy(tts),
-                "end_ids": np.asarray(sorted(self.eos_token_ids()), dtype=np.int64),
-                "speaker": np.asarray(config.talker_config.speaker_id[speaker]),
-            }
+            out = talker_conditioning(
+                ids[0],
+                generated.token_ids,
+                torch.cat([step[0] for step in steps], dim=1)[0],
+                torch.cat([step[layer] for step in steps], dim=1)[0],
+                self.model.thinker.get_input_embeddings()(torch.tensor(markers, device=ids.device)),
+                media_ids=(thinker.audio_token_id, thinker.image_token_id, thinker.video_token_id),
+                end_ids=self.eos_token_ids(),
+                speaker_id=config.talker_config.speaker_id[speaker],
+            )
         if "image_grid_thw" in inputs:
             out["image_grid_thw"] = inputs["image_grid_thw"].cpu().numpy()
         if "feature_attention_mask" in inputs:

@@ -35,7 +35,7 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     paper's baseline). Otherwise thinker, talker and vocoder are deployments of their own, the talker
     and vocoder invoked only when audio is asked for; `encoder_fission` also splits the encoders out.
 
-    `engine="vllm"` runs the thinker on vLLM (`VLLMThinkerTask`, Qwen2.5-Omni, with `vllm` settings
+    `engine="vllm"` runs the thinker on vLLM (`VLLMThinkerTask`, Qwen2.5-Omni and Qwen3-Omni, with `vllm` settings
     such as `dtype` or `engine_args`). vLLM 0.32 takes audio only raw, so with `encoder_fission` only
     the image encoder is split out and the thinker deployment keeps the audio tower.
     """

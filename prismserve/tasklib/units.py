@@ -122,9 +122,9 @@ class ThinkerTask(UnitTask[LLMInput, ThinkerOutput]):
 
 
 class VLLMThinkerTask(UnitTask[LLMInput, ThinkerOutput], VLLMEngineSettings):
-    """An Omni model's thinker on vLLM's async engine: `ThinkerTask`'s output (text, then the talker's
-    conditioning) from vLLM's continuous batching, the hidden states taken out of the engine as it
-    generates. Qwen2.5-Omni only.
+    """An Omni model's thinker on vLLM's async engine (Qwen2.5-Omni, Qwen3-Omni): `ThinkerTask`'s output
+    (text, then the talker's conditioning) from vLLM's continuous batching, the hidden states taken
+    out of the engine as it generates.
 
     vLLM 0.32 takes precomputed image embeddings but audio only raw (it runs the audio tower itself):
     without `with_encoders` images arrive as embeddings and audio arrives raw, so this deployment

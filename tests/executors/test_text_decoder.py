@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from prismserve.executors.hf_llm import TextDecoder
+from prismserve.executors.text import TextDecoder
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -4,29 +4,23 @@ end-to-end `generate` computes (the monolith): the same text, codec ids and audi
 from __future__ import annotations
 
 import asyncio
-import os
-import pickle
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from vllm_jobs import check_vllm_thinker
 
-from prismserve.executors import envs
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaError, MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import InvalidInputError, use_dispatcher
-from prismserve.tasklib import EncodedMedia, LLMInput, conversation
+from prismserve.tasklib import conversation
 from prismserve.tasklib.omni import OmniTask
 from prismserve.tasklib.units import (
     EncoderTask,
     OmniMonolithTask,
     TalkerTask,
     ThinkerTask,
-    VLLMThinkerTask,
     VocoderTask,
 )
 
@@ -206,64 +200,17 @@ def test_a_voice_the_model_lacks_is_the_requests_fault(tiny_omni, monolith):
 
 
 def test_vllm_thinker_equals_the_transformers_thinker_and_its_talker_conditioning(
-    parts, cars_jpg, small_png, query_wav, tmp_path
+    tiny_omni, cars_jpg, small_png, query_wav, tmp_path
 ):
-    """The thinker on vLLM (in its own environment), given the image encoder's embeddings and raw audio,
-    against the fissioned transformers thinker: the same greedy tokens, every step's full
-    log-probabilities within 1e-4 (measured: 7e-7), the talker's conditioning within 1e-5 (measured:
-    8e-7, on values near 3) and the talker's codes from it equal — text only, an image, audio, both,
-    two images (each its own tensor), all batched in one engine."""
-    cases = [
-        ChatRequest.of("What is prismserve?"),
-        ChatRequest.of("What is in the picture?", images=[cars_jpg]),
-        ChatRequest.of("Answer.", audios=[query_wav]),
-        ChatRequest.of("Answer the question about the picture.", images=[cars_jpg], audios=[query_wav]),
-        ChatRequest.of("Compare the two pictures.", images=[cars_jpg, small_png]),
-    ]
-    thinker, talker = parts["thinker"], parts["talker"]
-    speaker = thinker.speaker(None)
-    expected, requests = [], []
-    for case in cases:
-        messages, media = conversation(case)
-        encoded = [parts[m.modality].encode(m.modality, [m.data])[0] for m in media]
-        inputs = thinker.llm_inputs(messages, encoded=encoded)
-        thought = thinker.generate(inputs, 10, with_logits=True, with_hidden=True)
-        conditioning = thinker.talker_inputs(inputs, thought, speaker)
-        expected.append((thought, conditioning, talker.talk(conditioning, 40)))
-        images = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in encoded
-                  if e.modality == "image"]  # fmt: skip
-        audio = [m for m in media if m.modality == "audio"]  # raw: vLLM runs the audio tower itself
-        requests.append(
-            LLMInput(conversation=messages, encoded=images, media=audio, max_tokens=10, speech=True)
-        )
-    swapped = requests[-1].model_copy(update={"encoded": requests[-1].encoded[::-1], "speech": False})
-    job = {
-        "task": VLLMThinkerTask(model=thinker.path, dtype="float32", engine_args={"max_logprobs": -1}),
-        "requests": [*requests, swapped],
-    }
-    (tmp_path / "job.pkl").write_bytes(pickle.dumps(job))
-    env = envs.runtime_env("vllm")
-    probe = Path(__file__).parents[1] / "runtime" / "vllm_thinker_probe.py"
-    subprocess.run([env["py_executable"], str(probe), str(tmp_path / "job.pkl"), str(tmp_path / "out.pkl")],
-                   env={**os.environ, **env["env_vars"]}, check=True, timeout=600)  # fmt: skip
-    out = pickle.loads((tmp_path / "out.pkl").read_bytes())
-    for (thought, conditioning, codes), (tokens, logprobs), (text, items) in zip(
-        expected, out["logprobs"], out["runs"], strict=False
-    ):
-        reference = torch.log_softmax(torch.as_tensor(thought.logits, dtype=torch.float64), -1).numpy()
-        assert tokens == thought.token_ids
-        np.testing.assert_allclose(logprobs, reference, atol=1e-4, rtol=0)
-        assert text == thinker.tokenizer.decode(thought.token_ids, skip_special_tokens=True) and text
-        (vllm_conditioning,) = items
-        assert sorted(vllm_conditioning) == sorted(conditioning)
-        for name, value in conditioning.items():
-            if value.dtype.kind == "f":
-                np.testing.assert_allclose(vllm_conditioning[name], value, atol=1e-5, rtol=0, err_msg=name)
-            else:
-                np.testing.assert_array_equal(vllm_conditioning[name], value, err_msg=name)
-        assert talker.talk(vllm_conditioning, 40) == codes and codes
-    # The images' order reaches vLLM's positions; speech off: no conditioning.
-    swapped_logprobs, (_, swapped_items) = out["logprobs"][-1][1], out["runs"][-1]
-    assert np.abs(swapped_logprobs[0] - out["logprobs"][-2][1][0]).max() > 1e-3 and swapped_items == []
-    # Every saved hidden-states file was read and deleted; the aborted request saved none.
-    assert out["left"] == []
+    """Text only, an image, audio, both, two images (each its own tensor): see `check_vllm_thinker`."""
+    check_vllm_thinker(
+        tiny_omni,
+        [
+            ChatRequest.of("What is prismserve?"),
+            ChatRequest.of("What is in the picture?", images=[cars_jpg]),
+            ChatRequest.of("Answer.", audios=[query_wav]),
+            ChatRequest.of("Answer the question about the picture.", images=[cars_jpg], audios=[query_wav]),
+            ChatRequest.of("Compare the two pictures.", images=[cars_jpg, small_png]),
+        ],
+        tmp_path,
+    )

@@ -1,4 +1,5 @@
-"""Running a probe script in the vLLM environment, with the Python and paths its replicas get."""
+"""Probe scripts run in the vLLM environment (with the Python and paths its replicas get), and the
+checks built on them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from prismserve.executors import envs
+from prismserve.models import adapter_for
+from prismserve.protocol.chat import ChatRequest
+from prismserve.tasklib import EncodedMedia, LLMInput, conversation
+from prismserve.tasklib.units import VLLMThinkerTask
 
 
 def run_in_vllm_env(probe: str, job: dict[str, Any], tmp_path: Path, timeout: float = 600) -> Any:
@@ -26,3 +34,64 @@ def run_in_vllm_env(probe: str, job: dict[str, Any], tmp_path: Path, timeout: fl
         timeout=timeout,
     )
     return pickle.loads(target.read_bytes())
+
+
+def check_vllm_thinker(path: str, cases: list[ChatRequest], tmp_path: Path, steps: int = 10) -> None:
+    """An Omni thinker on vLLM (in its own environment), given the image encoder's embeddings and raw
+    audio, against the fissioned transformers thinker, for `cases` batched in one engine: the same
+    greedy tokens and text, every step's full log-probabilities within 1e-4, the talker's
+    conditioning within 1e-5 and the talker's codes from it equal. The last case (two images) also
+    runs with its images swapped and without speech: other log-probabilities, no conditioning. Every
+    hidden-states file the engine saved was read and deleted; an aborted request saved none."""
+    encoders, thinker, talker = (
+        {m: adapter_for(path) for m in ("image", "audio")},
+        adapter_for(path),
+        adapter_for(path),
+    )
+    for modality, encoder in encoders.items():
+        encoder.load_encoder(modality)
+    thinker.load_llm(with_encoders=False)
+    talker.load_talker()
+    speaker = thinker.speaker(None)
+    expected, requests = [], []
+    for case in cases:
+        messages, media = conversation(case)
+        encoded = [encoders[m.modality].encode(m.modality, [m.data])[0] for m in media]
+        inputs = thinker.llm_inputs(messages, encoded=encoded)
+        thought = thinker.generate(inputs, steps, with_logits=True, with_hidden=True)
+        conditioning = thinker.talker_inputs(inputs, thought, speaker)
+        expected.append((thought, conditioning, talker.talk(conditioning, 40)))
+        images = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in encoded
+                  if e.modality == "image"]  # fmt: skip
+        audio = [m for m in media if m.modality == "audio"]  # raw: vLLM runs the audio tower itself
+        requests.append(
+            LLMInput(conversation=messages, encoded=images, media=audio, max_tokens=steps, speech=True)
+        )
+    swapped = requests[-1].model_copy(update={"encoded": requests[-1].encoded[::-1], "speech": False})
+    job = {
+        "task": VLLMThinkerTask(model=path, dtype="float32", engine_args={"max_logprobs": -1}),
+        "requests": [*requests, swapped],
+    }
+    out = run_in_vllm_env("vllm_thinker_probe.py", job, tmp_path)
+    for (thought, conditioning, codes), (tokens, logprobs), (text, items) in zip(
+        expected, out["logprobs"], out["runs"], strict=False
+    ):
+        reference = torch.log_softmax(torch.as_tensor(thought.logits, dtype=torch.float64), -1).numpy()
+        assert tokens == thought.token_ids
+        np.testing.assert_allclose(logprobs, reference, atol=1e-4, rtol=0)
+        assert text == thinker.tokenizer.decode(thought.token_ids, skip_special_tokens=True) and text, (
+            text,
+            thinker.tokenizer.decode(thought.token_ids, skip_special_tokens=True),
+            thought.token_ids,
+        )
+        (vllm_conditioning,) = items
+        assert sorted(vllm_conditioning) == sorted(conditioning)
+        for name, value in conditioning.items():
+            if value.dtype.kind == "f":
+                np.testing.assert_allclose(vllm_conditioning[name], value, atol=1e-5, rtol=0, err_msg=name)
+            else:
+                np.testing.assert_array_equal(vllm_conditioning[name], value, err_msg=name)
+        assert talker.talk(vllm_conditioning, 40) == codes and codes
+    swapped_logprobs, (_, swapped_items) = out["logprobs"][-1][1], out["runs"][-1]
+    assert np.abs(swapped_logprobs[0] - out["logprobs"][-2][1][0]).max() > 1e-3 and swapped_items == []
+    assert out["left"] == []

@@ -171,9 +171,11 @@ class TestQwenVL:
         assert "".join(chunk.choices[0].delta.content or "" for chunk in stream)
 
 
-@pytest.mark.parametrize("family", ["qwen2.5-omni", "qwen3-omni"])
-def test_audio_and_text_to_text_and_speech_equals_the_monolith(gateway, family):
-    example_file = family.replace(".", "_").replace("-", "_") + ".py"
+OMNI_EXAMPLES = [("qwen2.5-omni", "qwen2_5_omni.py"), ("qwen3-omni", "qwen3_omni.py")]
+
+
+@pytest.mark.parametrize(("family", "example_file"), OMNI_EXAMPLES)
+def test_audio_and_text_to_text_and_speech_equals_the_monolith(gateway, family, example_file):
     with example(gateway, family, example_file) as (url, admin, tiny_omni):
         check_speech(url, admin, tiny_omni, Path(example_file).stem)
 
@@ -364,14 +366,16 @@ def test_fissioned_llms_of_other_families_on_vllm_answer_as_their_monoliths(gate
         assert kinds == ["mm-encoder", "mm-llm-vllm"]
 
 
-def test_omni_thinker_on_vllm_speaks_as_the_transformers_monolith(gateway):
-    """Qwen2.5-Omni with its thinker on vLLM (vLLM environment): image encoder fissioned, audio raw to
+@pytest.mark.parametrize(("family", "example_file"), OMNI_EXAMPLES)
+def test_omni_thinker_on_vllm_speaks_as_the_transformers_monolith(gateway, family, example_file):
+    """An Omni model with its thinker on vLLM (vLLM environment): image encoder fissioned, audio raw to
     the thinker, talker and vocoder on transformers; text and speech as transformers' whole model."""
-    with example(gateway, "qwen2.5-omni", "qwen2_5_omni.py", **VLLM) as (url, admin, model):
+    with example(gateway, family, example_file, **VLLM) as (url, admin, model):
         kinds = ("mm-encoder", "mm-talker", "mm-thinker-vllm", "mm-vocoder")
         jpg = (workloads_dir() / "media" / "cars.jpg").read_bytes()
-        check_speech(url, admin, model, "qwen2_5_omni", image=jpg, kinds=kinds)
-        check_speech(url, admin, model, "qwen2_5_omni", kinds=kinds)
+        app = Path(example_file).stem
+        check_speech(url, admin, model, app, image=jpg, kinds=kinds)
+        check_speech(url, admin, model, app, kinds=kinds)
         thinker = [d for d in admin.get("/admin/status").json()["deployments"].values()
                    if d["executor_kind"] == "mm-thinker-vllm"][0]["replicas"][0]  # fmt: skip
         assert thinker["python"] == envs.runtime_env("vllm")["py_executable"] and thinker["healthy"]
