@@ -1,23 +1,26 @@
-"""Tiny Qwen2.5-Omni on this machine: prismserve's split deployment vs the transformers monolith.
+"""Tiny Omni models on this machine: prismserve's split deployment vs the transformers monolith on the
+same number of replicas.
 
-The model: the tiny random-weight Qwen2.5-Omni of `prismserve tiny` (real transformers code, CPU).
-Deployments on the Ray runtime with declared GPUs, measured one after the other in the same run:
-  split       image encoder, audio encoder, thinker, talker, vocoder: one replica each (5 GPUs)
-  split_vllm  the same with the thinker on vLLM (`--engine vllm` or `both`; the vLLM environment):
-              image encoder, thinker (it keeps the audio tower: vLLM takes audio raw), talker, vocoder
-  monolith    transformers' own end-to-end `generate` in one deployment, 1 replica (1 GPU)
-  monolith5   the same with 5 replicas (the split deployment's 5 GPUs)
+The model: the tiny random-weight Qwen2.5-Omni or Qwen3-Omni of `prismserve tiny` (`--family`; real
+transformers and vLLM code, CPU). Deployments on the Ray runtime with declared GPUs, measured one
+after the other in the same run, one replica per deployment:
+  split       image encoder, audio encoder, thinker (transformers, continuous batching), talker,
+              vocoder: 5 replicas
+  split_vllm  the thinker on vLLM (`--engine vllm` or `both`; the vLLM environment): image encoder,
+              thinker (it keeps the audio tower: vLLM takes audio raw), talker, vocoder: 4 replicas
+  monolithN   transformers' own end-to-end `generate` in one deployment, N replicas: as many as the
+              split deployment it is compared with
 Closed loop: `--clients` clients send requests back to back, cycling through text -> text,
 image+text -> text and audio+text -> text+speech (cars.jpg and query_to_cars.wav of the shared
-workloads). Two phases (monolith with 1 replica, then 5), each `--rounds` rounds in which the split
-deployment(s) and the monolith take turns, `--requests` per deployment and phase in all, after a
-warm-up. Reported per deployment, medians over its rounds: throughput (requests/s), end-to-end
-latency P50/P99, time to first text P50, time to first audio P50 (speech requests); and split /
-monolith ratios (with `both`, also split_vllm / split).
-Speech answers run to `--max-codes` codec ids (the tiny talker never ends earlier: 250 are five
-seconds of speech), so streaming has something to stream.
-Run: python benchmarks/bench_omni.py [--clients 8] [--requests 96] [--rounds 3] [--max-codes 250]
-     [--engine transformers|vllm|both] [--out result.json]
+workloads). For each N, `--rounds` rounds in which the split deployment(s) of N replicas and the
+monolith of N take turns, `--requests` per deployment in all, after a warm-up. Reported per
+deployment, medians over its rounds: throughput (requests/s), end-to-end latency P50/P99, time to
+first text P50, time to first audio P50 (speech requests); and split / monolith ratios (per round,
+then the median).
+Speech answers run to `--max-codes` codec ids (the tiny talkers never end earlier; 250 are five
+seconds of Qwen2.5-Omni's speech), so streaming has something to stream.
+Run: python benchmarks/bench_omni.py [--family qwen2.5-omni|qwen3-omni] [--clients 8] [--requests 96]
+     [--rounds 3] [--max-codes 250] [--engine transformers|vllm|both] [--out result.json]
 """
 
 from __future__ import annotations
@@ -114,51 +117,53 @@ def show(label: str, row: dict[str, float]) -> str:
 
 
 async def measure(
-    clients: int, total: int, rounds: int, max_tokens: int, codes: int, engine: str
+    family: str, clients: int, total: int, rounds: int, max_tokens: int, codes: int, engine: str
 ) -> dict[str, Any]:
     """Per deployment, the median over `rounds` rounds of `total / rounds` requests; the split
     deployments alternate round by round with the monolith they are compared with, so that the
     machine's drift touches all alike."""
-    model = str(tiny.build("qwen2.5-omni"))
+    model = str(tiny.build(family))
     image, audio, _ = media()
     cycle = requests(image, audio, max_tokens)
-    runtime = RayRuntime(fake_gpus=12)
+    runtime = RayRuntime(fake_gpus=16)
     await runtime.start()
-    splits = SPLITS[engine]
-    rows: dict[str, list[dict[str, float]]] = {label: [] for label in (*splits, "monolith", "monolith5")}
-    rounds_of: dict[str, list[dict[str, dict[str, float]]]] = {"monolith": [], "monolith5": []}
+    rows: dict[str, list[dict[str, float]]] = {}
+    rounds_of: dict[str, list[dict[str, dict[str, float]]]] = {}
+    results: dict[str, Any] = {"family": family, "engine": engine, "clients": clients}
     try:
-        apps = {label: await runtime.register_app(omni_app(model, label, codes), label) for label in splits}
+        apps = {
+            label: await runtime.register_app(omni_app(model, label, codes), label)
+            for label in SPLITS[engine]
+        }
         whole = await runtime.register_app(omni_app(model, "whole", codes), "whole")
+        replicas = {label: len(app.named_unit_tasks()) for label, app in apps.items()}
+        results["replicas"] = replicas
         for app in apps.values():
             await load(runtime, app, cycle, clients, clients)  # warm-up: one request per client
-        for name, replicas in (("monolith", 1), ("monolith5", 5)):
-            plan = {"cells": [{"gpus": 1, "count": replicas, "replicas": {"omni.whole": 1}}]}
+        for n in sorted(set(replicas.values())):
+            baseline = f"monolith{n}"
+            plan = {"cells": [{"gpus": 1, "count": n, "replicas": {"omni.whole": 1}}]}
             await runtime.deploy("whole", Plan.model_validate(plan))
             await load(runtime, whole, cycle, clients, clients)
+            compared = [(label, app) for label, app in apps.items() if replicas[label] == n]
             for _ in range(rounds):
                 measured = {}
-                for label, app in (*apps.items(), (name, whole)):
+                for label, app in (*compared, (baseline, whole)):
                     measured[label] = row = await load(runtime, app, cycle, clients, total // rounds)
-                    rows[label].append(row)
+                    rows.setdefault(label, []).append(row)
                     print(show(label, row), flush=True)
-                rounds_of[name].append(measured)
+                rounds_of.setdefault(baseline, []).append(measured)
     finally:
         await runtime.close()
-    results: dict[str, Any] = {"engine": engine}
     for label, runs in rows.items():
         results[label] = {key: statistics.median(r[key] for r in runs) for key in METRICS if key in runs[0]}
-
-    def ratio(a: str, b: str, runs: list[dict[str, dict[str, float]]]) -> dict[str, float]:
+    for label, n in replicas.items():
+        runs = rounds_of[f"monolith{n}"]
         # Round by round (the two ran back to back), then the median.
-        keys = [k for k in METRICS if k in runs[0][a] and k in runs[0][b]]
-        return {k: statistics.median(r[a][k] / r[b][k] for r in runs) for k in keys}
-
-    for label in splits:
-        results[f"{label}_over"] = {name: ratio(label, name, runs) for name, runs in rounds_of.items()}
-    if len(splits) == 2:
-        every = rounds_of["monolith"] + rounds_of["monolith5"]
-        results["split_vllm_over_split"] = ratio("split_vllm", "split", every)
+        keys = [k for k in METRICS if k in runs[0][label] and k in runs[0][f"monolith{n}"]]
+        results[f"{label}_over_monolith{n}"] = {
+            k: statistics.median(r[label][k] / r[f"monolith{n}"][k] for r in runs) for k in keys
+        }
     return results
 
 
@@ -182,28 +187,37 @@ def main() -> None:
         default="transformers",
         help="the split deployment's thinker: transformers, vllm (the vLLM environment), or both",
     )
+    parser.add_argument("--family", choices=["qwen2.5-omni", "qwen3-omni"], default="qwen2.5-omni")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     results = asyncio.run(
-        measure(args.clients, args.requests, args.rounds, args.max_tokens, args.max_codes, args.engine)
+        measure(
+            args.family,
+            args.clients,
+            args.requests,
+            args.rounds,
+            args.max_tokens,
+            args.max_codes,
+            args.engine,
+        )
     )
     print(
-        f"\ntiny Qwen2.5-Omni, {args.clients} clients, medians of rounds\n"
+        f"\ntiny {args.family}, {args.clients} clients, medians of rounds\n"
         f"{'':<12}  req/s   p50 s   p99 s  ttft p50  ttfa p50"
     )
-    for name in (*SPLITS[args.engine], "monolith", "monolith5"):
-        print(show(name, results[name]))
-    comparisons = [
-        (f"{s} / {base}", r) for s in SPLITS[args.engine] for base, r in results[f"{s}_over"].items()
-    ]
-    if "split_vllm_over_split" in results:
-        comparisons.append(("split_vllm / split", results["split_vllm_over_split"]))
-    for title, ratio in comparisons:
-        ttfa = f", ttfa p50 {ratio['ttfa_p50_s']:.2f}x" if "ttfa_p50_s" in ratio else ""
-        print(
-            f"{title} (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
-            f"p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x{ttfa}"
-        )
+    labels = [k for k in results if isinstance(results[k], dict) and "req_per_s" in results[k]]
+    for name in labels:
+        if "_over_" not in name:
+            print(show(name, results[name]))
+    for name in labels:
+        if "_over_" in name:
+            ratio = results[name]
+            ttfa = f", ttfa p50 {ratio['ttfa_p50_s']:.2f}x" if "ttfa_p50_s" in ratio else ""
+            print(
+                f"{name.replace('_over_', ' / ')} (median of per-round ratios): throughput "
+                f"{ratio['req_per_s']:.2f}x, p50 {ratio['p50_s']:.2f}x, p99 {ratio['p99_s']:.2f}x, "
+                f"ttft p50 {ratio['ttft_p50_s']:.2f}x{ttfa}"
+            )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

@@ -1,16 +1,19 @@
-"""Tiny Qwen2.5-VL on this machine: the LLM on vLLM's engine vs on transformers, encoder fissioned.
+"""Tiny vision-language models on this machine: the LLM on vLLM's engine vs on transformers, encoder
+fissioned.
 
-The model: the tiny random-weight Qwen2.5-VL of `prismserve tiny` (CPU). Two deployments on the Ray
-runtime with declared GPUs, each an image encoder (transformers) and an LLM replica:
+The model: the tiny random-weight checkpoint of `prismserve tiny` for `--family` (Qwen2.5-VL,
+InternVL3 or Gemma 3; CPU). Two deployments on the Ray runtime with declared GPUs, each an image
+encoder (transformers) and an LLM replica:
   vllm          the LLM on vLLM's async engine (continuous batching), in the vLLM environment
-  transformers  the LLM on transformers (one generation at a time)
+  transformers  the LLM on transformers (continuous batching, `HFEngine`)
 Closed loop: `--clients` clients send requests back to back, alternating text -> text and
 image+text -> text (cars.jpg), `--max-tokens` each (greedy; tiny random weights rarely stop early).
 `--rounds` rounds in which the two take turns, `--requests` per deployment in all, after a warm-up.
 Reported per deployment, medians over its rounds: throughput, latency P50/P99, time to first text
 P50; and vllm / transformers ratios (per round, then the median).
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
-Run: python benchmarks/bench_vllm.py [--clients 8] [--requests 96] [--rounds 3] [--out result.json]
+Run: python benchmarks/bench_vllm.py [--family qwen2.5-vl|internvl3|gemma3] [--clients 8] [--requests 96]
+     [--rounds 3] [--out result.json]
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
 METRICS = ("req_per_s", "p50_s", "p99_s", "ttft_p50_s")
 
 
-async def measure(clients: int, total: int, rounds: int, max_tokens: int) -> dict[str, Any]:
-    model = str(tiny.build("qwen2.5-vl"))
+async def measure(family: str, clients: int, total: int, rounds: int, max_tokens: int) -> dict[str, Any]:
+    model = str(tiny.build(family))
     image, _, _ = media()
     cycle = [
         ChatRequest.of("What is prismserve?", max_tokens=max_tokens),
@@ -101,10 +104,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=96, help="per deployment, after the warm-up")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are reported)")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--family", choices=["qwen2.5-vl", "internvl3", "gemma3"], default="qwen2.5-vl")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
-    results = asyncio.run(measure(args.clients, args.requests, args.rounds, args.max_tokens))
-    print(f"\ntiny Qwen2.5-VL, {args.clients} clients, medians of rounds   req/s   p50 s   p99 s  ttft p50 s")
+    results = asyncio.run(measure(args.family, args.clients, args.requests, args.rounds, args.max_tokens))
+    results["family"], results["clients"] = args.family, args.clients
+    print(
+        f"\ntiny {args.family}, {args.clients} clients, medians of rounds   req/s   p50 s   p99 s  ttft p50 s"
+    )
     for name in ("vllm", "transformers"):
         row = results[name]
         print(

@@ -35,9 +35,24 @@ SCRIPTS = {
         "4",
         "--max-codes",
         "60",
+        "--family",
+        "qwen3-omni",
+        "--engine",
+        "vllm",
     ],
     "bench_hf_batching.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
-    "bench_vllm.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
+    "bench_vllm.py": [
+        "--clients",
+        "2",
+        "--requests",
+        "4",
+        "--rounds",
+        "1",
+        "--max-tokens",
+        "4",
+        "--family",
+        "gemma3",
+    ],
 }
 
 
