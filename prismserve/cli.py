@@ -132,7 +132,7 @@ def _check(args: argparse.Namespace) -> int:
     units = app.unit_tasks()
     print(f"{len(units)} unit-task deployments (equivalent unit tasks shared):")
     for key, task in units.items():
-        print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus_per_replica}")
+        print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus:g}")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -121,7 +122,7 @@ class RayRuntime(Runtime):
         # One single-replica cell per deployment that has none yet; a plan replaces them.
         await asyncio.gather(
             *(
-                self.resources.create_cell(app.name, t.gpus_per_replica, {k: 1}, self.managers)
+                self.resources.create_cell(app.name, math.ceil(t.gpus), {k: 1}, self.managers)
                 for k, t in missing.items()
             )
         )

@@ -56,19 +56,19 @@ class ResourceManager:
     ) -> PlacedCell:
         """Reserve the cell's replicas' resources on one node and start them."""
         members = [managers[key] for key, n in sorted(replicas.items()) for _ in range(n)]
-        needed = sum(m.task.gpus_per_replica for m in members)
+        needed = sum(m.task.gpus for m in members)
         if needed > gpus:
             raise PlacementError(
-                f"a cell of {gpus} GPUs cannot hold replicas needing {needed} GPUs: {replicas}"
+                f"a cell of {gpus} GPUs cannot hold replicas needing {needed:g} GPUs: {replicas}"
             )
         free = self.free_gpus()
         if needed and max(free.values(), default=0) < needed:
             raise PlacementError(
-                f"no node has {needed} free GPUs for a cell (free GPUs per node: "
-                f"{sorted(int(f) for f in free.values())}); add GPUs or plan for fewer"
+                f"no node has {needed:g} free GPUs for a cell (free GPUs per node: "
+                f"[{', '.join(f'{f:g}' for f in sorted(free.values()))}]); add GPUs or plan for fewer"
             )
         bundles: list[dict[str, float]] = [
-            {"GPU": m.task.gpus_per_replica} if m.task.gpus_per_replica else {"CPU": 0.001} for m in members
+            {"GPU": m.task.gpus} if m.task.gpus else {"CPU": 0.001} for m in members
         ]
         cell = PlacedCell(next(_cell_ids), owner, gpus, dict(replicas))
         try:
@@ -77,12 +77,12 @@ class ResourceManager:
             )
         except TimeoutError:
             raise PlacementError(
-                f"cell of {needed} GPUs could not be placed within {self.place_timeout_s:.0f} s"
+                f"cell of {needed:g} GPUs could not be placed within {self.place_timeout_s:.0f} s"
             ) from None
         self.cells.append(cell)
         started = await asyncio.gather(
             *(
-                m.add_replica(Placement(cell.placement_group, i, m.task.gpus_per_replica, cell.id))
+                m.add_replica(Placement(cell.placement_group, i, m.task.gpus, cell.id))
                 for i, m in enumerate(members)
             ),
             return_exceptions=True,

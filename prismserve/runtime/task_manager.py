@@ -25,7 +25,7 @@ class Placement:
 
     placement_group: Any
     bundle_index: int
-    gpus: int
+    gpus: float  # GPUs of the replica: a share of one, or whole ones
     cell_id: int = -1
 
 
