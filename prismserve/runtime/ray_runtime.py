@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,13 +17,23 @@ from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
 from prismserve.runtime.dispatcher import ReplicaDispatcher, RoutingPolicy, request_scope
 from prismserve.runtime.pool import RayActorPool, ReplicaPool, WirePool
-from prismserve.runtime.resources import ResourceManager
+from prismserve.runtime.resources import ResourceManager, first_fit_decreasing
 from prismserve.runtime.task_manager import TaskManager
 from prismserve.task import Dispatcher, UnitTask
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SLAB_BYTES = 64 << 20
+
+
+def default_cells(shapes: dict[str, float]) -> list[CellPlan]:
+    """The cells of one replica per deployment (`shapes`: GPUs per replica by deployment key) that a
+    new app gets before any plan: a cell each for deployments of whole GPUs or none, and the
+    deployments with a share of a GPU packed first-fit-decreasing into cells of one GPU (so a split
+    model whose small components share a GPU with an LLM stage fits on that many GPUs)."""
+    cells = [CellPlan(gpus=int(g), replicas={key: 1}) for key, g in shapes.items() if g == 0 or g >= 1]
+    shared = first_fit_decreasing([(key, g) for key, g in shapes.items() if 0 < g < 1])
+    return cells + [CellPlan(gpus=1, replicas=dict.fromkeys(keys, 1)) for keys in shared]
 
 
 class RayRuntime(Runtime):
@@ -119,11 +128,11 @@ class RayRuntime(Runtime):
                 )
             if not self.managers[key].replicas:
                 missing[key] = task
-        # One single-replica cell per deployment that has none yet; a plan replaces them.
+        # Cells of one replica per deployment that has none yet; a plan replaces them.
         await asyncio.gather(
             *(
-                self.resources.create_cell(app.name, math.ceil(t.gpus), {k: 1}, self.managers)
-                for k, t in missing.items()
+                self.resources.create_cell(app.name, cell.gpus, cell.replicas, self.managers)
+                for cell in default_cells({key: task.gpus for key, task in missing.items()})
             )
         )
 
