@@ -7,7 +7,9 @@ import importlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+from prismserve.errors import ReplicaStartError
 from prismserve.executors.base import Executor
+from prismserve.models.base import requested_device
 from prismserve.task import UnitTask
 
 
@@ -21,6 +23,26 @@ def load_executor_class(task_class: type[UnitTask[Any, Any]]) -> type[Executor]:
     if not (isinstance(cls, type) and issubclass(cls, Executor)):
         raise ValueError(f"{task_class.__qualname__}.executor_class = {path!r} is not an Executor class")
     return cls
+
+
+def check_device(deployment: str, gpu_ids: list[str]) -> None:
+    """Refuse to start a model replica that Ray placed on GPUs (`gpu_ids`) where torch sees no CUDA
+    device, unless `PRISMSERVE_DEVICE=cpu` asks for the CPU: it would run on the CPU unnoticed, at a
+    fraction of the speed its plan counts on."""
+    if not gpu_ids or requested_device() == "cpu":
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    build = (
+        f"torch {torch.__version__} ({f'CUDA {torch.version.cuda}' if torch.version.cuda else 'a CPU build'})"
+    )
+    raise ReplicaStartError(
+        f"a replica of {deployment} was placed on GPUs {', '.join(gpu_ids)} but {build} sees no CUDA device: "
+        "install a CUDA build of torch, or serve with --fake-gpus / set PRISMSERVE_DEVICE=cpu to run on "
+        "the CPU with declared GPUs"
+    )
 
 
 class InProcessExecutors:

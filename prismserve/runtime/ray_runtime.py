@@ -12,6 +12,7 @@ from prismserve.app import App
 from prismserve.executors import envs
 from prismserve.executors.sim import SimProfile
 from prismserve.executors.spec import ExecutorSpec
+from prismserve.offline import DEVICE_VARIABLE
 from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
@@ -45,6 +46,8 @@ class RayRuntime(Runtime):
     synthesised from their output type. `pool` runs the replicas (by default `WirePool`: Ray actors
     called over their sockets; an
     `InProcessPool` with declared GPUs runs the same control plane in this process, without Ray).
+    `fake_gpus` declares GPUs (on a local Ray it starts) and runs model replicas on the CPU
+    (`PRISMSERVE_DEVICE=cpu`); `replica_env` sets more environment variables of model replicas.
     """
 
     def __init__(
@@ -59,11 +62,17 @@ class RayRuntime(Runtime):
         health_interval_s: float = 2.0,
         restart_wait_s: float = 60.0,
         pool: ReplicaPool | None = None,
+        replica_env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.pool = pool or WirePool()
         self.address = address
         self.fake_gpus = fake_gpus
+        # Environment variables of the model replicas, over the cluster's: declared GPUs run them on the CPU.
+        self.replica_env = {
+            **({DEVICE_VARIABLE: "cpu"} if fake_gpus is not None else {}),
+            **(replica_env or {}),
+        }
         self.values = dict(values or {})
         self.default_profile = default_profile or SimProfile()
         self.slab_bytes = slab_bytes
@@ -129,12 +138,20 @@ class RayRuntime(Runtime):
             if not self.managers[key].replicas:
                 missing[key] = task
         # Cells of one replica per deployment that has none yet; a plan replaces them.
-        await asyncio.gather(
+        placed = await asyncio.gather(
             *(
                 self.resources.create_cell(app.name, cell.gpus, cell.replicas, self.managers)
                 for cell in default_cells({key: task.gpus for key, task in missing.items()})
-            )
+            ),
+            return_exceptions=True,
         )
+        errors = [e for e in placed if isinstance(e, BaseException)]
+        if errors:  # a replica that cannot start fails the registration, and nothing of it stays up
+            for cell in [c for c in self.resources.cells if c.owner == app.name]:
+                await self.resources.remove_cell(cell)
+            for key in specs:
+                await self.managers.pop(key).close()
+            raise errors[0]
 
     async def _on_unregister(self, name: str, released_keys: list[str]) -> None:
         users = {key: d.apps for key, d in self.registry.deployments.items()}
@@ -173,8 +190,15 @@ class RayRuntime(Runtime):
         # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
         if profile is None and type(task).executor_class:
             env = type(task).executor_env
-            return ExecutorSpec(backend="model", runtime_env=envs.runtime_env(env) if env else None)
+            return ExecutorSpec(backend="model", runtime_env=self._model_runtime_env(env))
         return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(type(task)))
+
+    def _model_runtime_env(self, env: str | None) -> dict[str, Any] | None:
+        """The Ray runtime_env of a model replica: its executor environment's, with `replica_env`."""
+        runtime_env: dict[str, Any] = envs.runtime_env(env) if env else {}
+        if self.replica_env:
+            runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **self.replica_env}
+        return runtime_env or None
 
     def _deployment_status(self, key: str) -> dict[str, Any]:
         manager = self.managers.get(key)
