@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from prismserve.errors import ReplicaStartError
@@ -43,6 +45,53 @@ def check_device(deployment: str, gpu_ids: list[str]) -> None:
         "install a CUDA build of torch, or serve with --fake-gpus / set PRISMSERVE_DEVICE=cpu to run on "
         "the CPU with declared GPUs"
     )
+
+
+START_TIMEOUT_VARIABLE = "PRISMSERVE_START_TIMEOUT_S"
+BASE_START_S = 120.0  # a replica's process, imports, engine start: what a tiny model needs
+START_S_PER_GIB = 30.0  # reading weights to the device, measured slower than disk speed on busy nodes
+DOWNLOAD_START_S = 1800.0  # a checkpoint neither on disk nor in the hub cache is downloaded first
+WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf"})
+
+
+def checkpoint_bytes(model: str, cache_dir: str | None = None) -> int | None:
+    """Bytes of the weight files of `model`: a local directory, or a hub id already in the Hugging
+    Face cache (`cache_dir`, default the hub's); None when neither (it would be downloaded)."""
+    root = Path(model)
+    if not root.is_dir():
+        try:  # the models extra brings it; a serving process without it cannot know
+            from huggingface_hub import snapshot_download
+            from huggingface_hub.errors import LocalEntryNotFoundError
+        except ImportError:
+            return None
+        try:
+            root = Path(snapshot_download(model, cache_dir=cache_dir, local_files_only=True))
+        except (LocalEntryNotFoundError, ValueError, OSError):  # not cached, or not a hub id at all
+            return None
+    # Diffusers pipelines keep their weights in a folder per component; the cache links to blobs.
+    return sum(f.stat().st_size for f in root.rglob("*") if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+
+
+def start_timeout_s(task: UnitTask[Any, Any] | None, cache_dir: str | None = None) -> float:
+    """How long a replica of `task` may take to start: `PRISMSERVE_START_TIMEOUT_S` when set, else
+    120 s plus 30 s per GiB of its checkpoint's weights (`task.model`) when they are on disk, else
+    1800 s for a download. `None` (a sim replica) or a task without a checkpoint gets the 120 s."""
+    configured = os.environ.get(START_TIMEOUT_VARIABLE, "").strip()
+    if configured:
+        try:
+            seconds = float(configured)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise ValueError(f"{START_TIMEOUT_VARIABLE}={configured!r} is not a number of seconds above 0")
+        return seconds
+    model = getattr(task, "model", None)
+    if not isinstance(model, str):
+        return BASE_START_S
+    size = checkpoint_bytes(model, cache_dir)
+    if size is None:
+        return DOWNLOAD_START_S
+    return BASE_START_S + START_S_PER_GIB * size / 2**30
 
 
 class InProcessExecutors:

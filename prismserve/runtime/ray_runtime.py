@@ -10,6 +10,7 @@ from typing import Any
 
 from prismserve.app import App
 from prismserve.executors import envs
+from prismserve.executors.loading import start_timeout_s
 from prismserve.executors.sim import SimProfile
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.offline import DEVICE_VARIABLE
@@ -190,8 +191,16 @@ class RayRuntime(Runtime):
         # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
         if profile is None and type(task).executor_class:
             env = type(task).executor_env
-            return ExecutorSpec(backend="model", runtime_env=self._model_runtime_env(env))
-        return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(type(task)))
+            return ExecutorSpec(
+                backend="model",
+                runtime_env=self._model_runtime_env(env),
+                start_timeout_s=start_timeout_s(task),
+            )
+        return ExecutorSpec(
+            profile=profile or self.default_profile,
+            values=self.values.get(type(task)),
+            start_timeout_s=start_timeout_s(None),
+        )
 
     def _model_runtime_env(self, env: str | None) -> dict[str, Any] | None:
         """The Ray runtime_env of a model replica: its executor environment's, with `replica_env`."""
