@@ -47,6 +47,27 @@ def check_device(deployment: str, gpu_ids: list[str]) -> None:
     )
 
 
+def memory_fraction(gpus: float, device: str) -> float | None:
+    """The part of its GPU's memory a replica with `gpus` may take on `device`: its share when that
+    is below one GPU and the device is CUDA (the replicas sharing the GPU take the rest), else None."""
+    return gpus if 0 < gpus < 1 and device.startswith("cuda") else None
+
+
+def model_adapter(task: Any) -> Any:
+    """The family adapter of `task.model` (a transformers or diffusers task's), on the device models
+    load on; on CUDA a replica with a share of a GPU is held to that share of the GPU's memory
+    (torch's allocator refuses more), so the replicas sharing the GPU cannot starve each other."""
+    from prismserve.models import adapter_for
+
+    adapter = adapter_for(task.model)
+    fraction = memory_fraction(task.gpus, adapter.device)
+    if fraction is not None:
+        import torch
+
+        torch.cuda.set_per_process_memory_fraction(fraction, torch.device(adapter.device))
+    return adapter
+
+
 START_TIMEOUT_VARIABLE = "PRISMSERVE_START_TIMEOUT_S"
 BASE_START_S = 120.0  # a replica's process, imports, engine start: what a tiny model needs
 START_S_PER_GIB = 30.0  # reading weights to the device, measured slower than disk speed on busy nodes

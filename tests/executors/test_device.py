@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from prismserve.errors import ReplicaStartError
-from prismserve.executors.loading import check_device
+from prismserve.executors.loading import check_device, memory_fraction
 from prismserve.models.base import default_device
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
@@ -43,3 +43,9 @@ def test_a_replica_given_gpus_without_cuda_is_refused_unless_the_cpu_is_asked_fo
         check_device("EncoderTask (k)", ["3"])
     monkeypatch.setenv("PRISMSERVE_DEVICE", "cpu")
     check_device("EncoderTask (k)", ["3"])
+
+
+def test_a_replica_with_a_share_of_a_cuda_gpu_is_held_to_that_share_of_its_memory():
+    assert memory_fraction(0.3, "cuda") == 0.3 and memory_fraction(0.3, "cuda:0") == 0.3
+    assert memory_fraction(1, "cuda") is None  # a whole GPU: all of it
+    assert memory_fraction(0, "cuda") is None and memory_fraction(0.3, "cpu") is None
