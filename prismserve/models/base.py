@@ -89,6 +89,21 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def load_pretrained(model_class: Any, path: str, device: str, **config: Any) -> Any:
+    """`model_class.from_pretrained(path)` in eval mode, its tensors read from the checkpoint straight
+    onto `device` (`device_map`): no whole copy in host memory first on the way to a GPU. `config`
+    overrides the checkpoint's configuration (`enable_audio_output=False`: the parts it leaves out
+    are not built, so their weights are never read).
+
+    transformers 5.2x takes "meta" in a device_map, but a map of two devices dispatches the model
+    through accelerate's hooks, which pick a main device among them (the CPU's modules then become
+    offloaded meta tensors): parts a replica drops are loaded, then deleted (docs/models.md)."""
+    dtype = "auto" if device != "cpu" else None
+    with LOADING:
+        model = model_class.from_pretrained(path, dtype=dtype, device_map=device, **config)
+    return model.eval()
+
+
 class Adapter(ABC):
     """One model family: which parts a checkpoint has, how to run each, what crosses between them."""
 
