@@ -77,6 +77,10 @@ def test_omni_hands_each_component_its_gpus_and_the_documented_layouts_fit_one_a
         ["talker", "vocoder"],
     ]
     assert _shapes(OmniTask(model="m", gpus={"talker": 0.5}))["thinker"] == 1  # the rest: defaults
+    tensor_parallel = OmniTask(
+        model="m", engine="vllm", gpus={"thinker": 2, "image": 0.2, "talker": 0.5, "vocoder": 0.25}
+    )
+    assert _cells(tensor_parallel) == [["encoders.image", "talker", "vocoder"], ["thinker"]]
 
 
 def test_omni_on_vllm_takes_tensor_parallelism_and_no_audio_encoder_share():
