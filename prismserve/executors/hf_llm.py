@@ -15,8 +15,9 @@ from typing import Any
 
 from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
+from prismserve.executors.loading import model_adapter
 from prismserve.executors.text import TextDecoder
-from prismserve.models import Encoded, Generated, MediaInput, adapter_for
+from prismserve.models import Encoded, Generated, MediaInput
 from prismserve.task import Stream
 from prismserve.tasklib.units import LLMInput, LLMTask, OmniMonolithTask, ThinkerOutput, ThinkerTask
 
@@ -30,7 +31,7 @@ class HFLLMExecutor(Executor):
     max_batch = 32  # rows decoded together; more requests wait for a row to free
 
     async def load(self) -> None:
-        self.adapter = adapter_for(self.task.model)
+        self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_llm, self.takes_media)
         self.engine = HFEngine(self.adapter, self.max_batch)
 

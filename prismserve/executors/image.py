@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from prismserve.executors.base import Executor
-from prismserve.models import adapter_for
+from prismserve.executors.loading import model_adapter
 from prismserve.task import InvalidInputError
 from prismserve.tasklib.units import (
     ImageGeneratorTask,
@@ -25,7 +25,7 @@ class TextEncoderExecutor(Executor):
     task: TextEncoderTask
 
     async def load(self) -> None:
-        self.adapter = adapter_for(self.task.model)
+        self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_text_encoder)
 
     async def run(self, task_input: Any) -> PromptEmbeddings:
@@ -39,7 +39,7 @@ class ImageGeneratorExecutor(Executor):
     task: ImageGeneratorTask
 
     async def load(self) -> None:
-        self.adapter = adapter_for(self.task.model)
+        self.adapter = model_adapter(self.task)
         loading = self.adapter.load_monolith if self.task.with_text_encoder else self.adapter.load_generator
         await asyncio.to_thread(loading)
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+from prismserve.errors import ReplicaStartError
 from prismserve.executors.base import Executor
+from prismserve.models.base import requested_device
 from prismserve.task import UnitTask
 
 
@@ -21,6 +25,94 @@ def load_executor_class(task_class: type[UnitTask[Any, Any]]) -> type[Executor]:
     if not (isinstance(cls, type) and issubclass(cls, Executor)):
         raise ValueError(f"{task_class.__qualname__}.executor_class = {path!r} is not an Executor class")
     return cls
+
+
+def check_device(deployment: str, gpu_ids: list[str]) -> None:
+    """Refuse to start a model replica that Ray placed on GPUs (`gpu_ids`) where torch sees no CUDA
+    device, unless `PRISMSERVE_DEVICE=cpu` asks for the CPU: it would run on the CPU unnoticed, at a
+    fraction of the speed its plan counts on."""
+    if not gpu_ids or requested_device() == "cpu":
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    build = (
+        f"torch {torch.__version__} ({f'CUDA {torch.version.cuda}' if torch.version.cuda else 'a CPU build'})"
+    )
+    raise ReplicaStartError(
+        f"a replica of {deployment} was placed on GPUs {', '.join(gpu_ids)} but {build} sees no CUDA device: "
+        "install a CUDA build of torch, or serve with --fake-gpus / set PRISMSERVE_DEVICE=cpu to run on "
+        "the CPU with declared GPUs"
+    )
+
+
+def memory_fraction(gpus: float, device: str) -> float | None:
+    """The part of its GPU's memory a replica with `gpus` may take on `device`: its share when that
+    is below one GPU and the device is CUDA (the replicas sharing the GPU take the rest), else None."""
+    return gpus if 0 < gpus < 1 and device.startswith("cuda") else None
+
+
+def model_adapter(task: Any) -> Any:
+    """The family adapter of `task.model` (a transformers or diffusers task's), on the device models
+    load on; on CUDA a replica with a share of a GPU is held to that share of the GPU's memory
+    (torch's allocator refuses more), so the replicas sharing the GPU cannot starve each other."""
+    from prismserve.models import adapter_for
+
+    adapter = adapter_for(task.model)
+    fraction = memory_fraction(task.gpus, adapter.device)
+    if fraction is not None:
+        import torch
+
+        torch.cuda.set_per_process_memory_fraction(fraction, torch.device(adapter.device))
+    return adapter
+
+
+START_TIMEOUT_VARIABLE = "PRISMSERVE_START_TIMEOUT_S"
+BASE_START_S = 120.0  # a replica's process, imports, engine start: what a tiny model needs
+START_S_PER_GIB = 30.0  # reading weights to the device, measured slower than disk speed on busy nodes
+DOWNLOAD_START_S = 1800.0  # a checkpoint neither on disk nor in the hub cache is downloaded first
+WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf"})
+
+
+def checkpoint_bytes(model: str, cache_dir: str | None = None) -> int | None:
+    """Bytes of the weight files of `model`: a local directory, or a hub id already in the Hugging
+    Face cache (`cache_dir`, default the hub's); None when neither (it would be downloaded)."""
+    root = Path(model)
+    if not root.is_dir():
+        try:  # the models extra brings it; a serving process without it cannot know
+            from huggingface_hub import snapshot_download
+            from huggingface_hub.errors import LocalEntryNotFoundError
+        except ImportError:
+            return None
+        try:
+            root = Path(snapshot_download(model, cache_dir=cache_dir, local_files_only=True))
+        except (LocalEntryNotFoundError, ValueError, OSError):  # not cached, or not a hub id at all
+            return None
+    # Diffusers pipelines keep their weights in a folder per component; the cache links to blobs.
+    return sum(f.stat().st_size for f in root.rglob("*") if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+
+
+def start_timeout_s(task: UnitTask[Any, Any] | None, cache_dir: str | None = None) -> float:
+    """How long a replica of `task` may take to start: `PRISMSERVE_START_TIMEOUT_S` when set, else
+    120 s plus 30 s per GiB of its checkpoint's weights (`task.model`) when they are on disk, else
+    1800 s for a download. `None` (a sim replica) or a task without a checkpoint gets the 120 s."""
+    configured = os.environ.get(START_TIMEOUT_VARIABLE, "").strip()
+    if configured:
+        try:
+            seconds = float(configured)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise ValueError(f"{START_TIMEOUT_VARIABLE}={configured!r} is not a number of seconds above 0")
+        return seconds
+    model = getattr(task, "model", None)
+    if not isinstance(model, str):
+        return BASE_START_S
+    size = checkpoint_bytes(model, cache_dir)
+    if size is None:
+        return DOWNLOAD_START_S
+    return BASE_START_S + START_S_PER_GIB * size / 2**30
 
 
 class InProcessExecutors:

@@ -26,6 +26,8 @@ class ExecutorSpec(BaseModel):
     values: Any = None
     # Ray runtime_env of the replicas (a `model` executor's own Python environment), if any.
     runtime_env: dict[str, Any] | None = None
+    # How long a replica may take to start and load (`executors.loading.start_timeout_s`).
+    start_timeout_s: float = Field(default=120.0, gt=0)
 
     def build(self, task: UnitTask[Any, Any]) -> Executor:
         """A fresh executor for `task`."""

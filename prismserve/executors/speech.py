@@ -13,8 +13,8 @@ import numpy as np
 from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
 from prismserve.executors.hf_llm import HFLLMExecutor
+from prismserve.executors.loading import model_adapter
 from prismserve.executors.text import TextDecoder
-from prismserve.models import adapter_for
 from prismserve.task import Stream
 from prismserve.tasklib.units import (
     OmniMonolithTask,
@@ -45,7 +45,7 @@ class TalkerExecutor(Executor):
     max_batch = 32
 
     async def load(self) -> None:
-        self.adapter = adapter_for(self.task.model)
+        self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_talker)
         engine_model = self.adapter.talker_model()
         self.engine = HFEngine(engine_model, self.max_batch) if engine_model else None
@@ -111,7 +111,7 @@ class VocoderExecutor(Executor):
     task: VocoderTask
 
     async def load(self) -> None:
-        self.adapter = adapter_for(self.task.model)
+        self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_vocoder)
 
     async def stream(self, task_input: Any) -> AsyncIterator[bytes]:
@@ -132,7 +132,7 @@ class OmniMonolithExecutor(HFLLMExecutor):
     task: OmniMonolithTask
 
     async def load(self) -> None:
-        self.adapter = adapter_for(self.task.model)
+        self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_monolith)
 
     async def run(self, task_input: Any) -> SpeechOutput:

@@ -29,6 +29,32 @@ from prismserve.tasklib.units import LLMInput, VLLMTask, VLLMThinkerTask
 AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; vLLM resamples otherwise
 
 
+def engine_settings(task: VLLMTask | VLLMThinkerTask, *, cuda: bool) -> dict[str, Any]:
+    """vLLM's engine arguments for `task`, on a CUDA device or not (its `engine_args` override them).
+
+    On CUDA the task's GPUs shape the engine: whole GPUs are its tensor parallelism (vLLM's own
+    multiprocessing workers, inside the replica Ray gave that many GPUs), a share of one GPU is the part of
+    that GPU's memory vLLM may take (the replicas sharing it take the rest). On the CPU (declared
+    GPUs) neither applies: the KV cache is `kv_cache_gib` and one process runs the model.
+    """
+    settings: dict[str, Any] = {
+        "model": task.model,
+        "dtype": task.dtype,
+        "max_model_len": task.max_model_len,
+        "enable_mm_embeds": not task.with_encoders,
+        "enforce_eager": not cuda,
+    }
+    if cuda and task.gpus >= 1:
+        settings["tensor_parallel_size"] = int(task.gpus)
+        if task.gpus > 1:
+            # vLLM picks its Ray executor inside a placement group, whose workers would wait for GPUs
+            # this replica already holds; its own worker processes see the replica's GPUs instead.
+            settings["distributed_executor_backend"] = "mp"
+    elif cuda and task.gpus > 0:
+        settings["gpu_memory_utilization"] = task.gpus
+    return settings
+
+
 class VLLMExecutor(Executor):
     """Streams the text vLLM generates for a conversation with precomputed embeddings or raw media."""
 
@@ -41,8 +67,9 @@ class VLLMExecutor(Executor):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        settings = {**self.engine_settings(), **self.task.engine_args}
-        self.engine = await asyncio.to_thread(AsyncLLM.from_engine_args, AsyncEngineArgs(**settings))
+        self.engine = await asyncio.to_thread(
+            AsyncLLM.from_engine_args, AsyncEngineArgs(**self.engine_arguments())
+        )
         self.tokenizer = self.engine.get_tokenizer()
         self.end_ids = await asyncio.to_thread(self._end_ids)
         self.adapter = adapter_for(self.task.model)  # the family's forms; it loads no weights
@@ -64,17 +91,15 @@ class VLLMExecutor(Executor):
         an incomplete character at the end where transformers' engines give U+FFFD)."""
         return TextDecoder(self.tokenizer, self.end_ids)
 
+    def engine_arguments(self) -> dict[str, Any]:
+        """What the engine is built with: `engine_settings`, overridden by the task's `engine_args`."""
+        return {**self.engine_settings(), **self.task.engine_args}
+
     def engine_settings(self) -> dict[str, Any]:
         """vLLM's engine arguments for the task (the task's `engine_args` override them)."""
         import torch
 
-        return {
-            "model": self.task.model,
-            "dtype": self.task.dtype,
-            "max_model_len": self.task.max_model_len,
-            "enable_mm_embeds": not self.task.with_encoders,
-            "enforce_eager": not torch.cuda.is_available(),
-        }
+        return engine_settings(self.task, cuda=torch.cuda.is_available())
 
     async def health(self) -> None:
         if self.engine.errored:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import os
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -19,7 +21,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from prismserve.errors import MediaError
-from prismserve.offline import disable_telemetry
+from prismserve.offline import DEVICE_VARIABLE, disable_telemetry
 
 # transformers' from_pretrained builds models under a process-wide meta-device context: two loads in
 # threads of one process (in-process executors) corrupt each other. Replicas are processes of their own.
@@ -62,11 +64,44 @@ def quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
+def requested_device() -> str | None:
+    """The device `PRISMSERVE_DEVICE` asks for (`cpu`, `cuda`, `cuda:N`), or None when it is unset
+    or empty (then the device is whatever torch sees)."""
+    value = os.environ.get(DEVICE_VARIABLE, "").strip()
+    if not value:
+        return None
+    if value != "cpu" and value != "cuda" and not re.fullmatch(r"cuda:\d+", value):
+        raise ValueError(
+            f"{DEVICE_VARIABLE}={value!r} names no device: set it to cpu, cuda or cuda:N, or unset it"
+        )
+    return value
+
+
 def default_device() -> str:
-    """`cuda` when a GPU is visible to torch, else `cpu`."""
+    """The device models load on: `PRISMSERVE_DEVICE` when set, else `cuda` when torch sees a GPU,
+    else `cpu`. A replica Ray placed on GPUs never gets here without CUDA unless the variable says
+    `cpu` (`executors.loading.check_device` refuses to start it)."""
+    requested = requested_device()
+    if requested is not None:
+        return requested
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_pretrained(model_class: Any, path: str, device: str, **config: Any) -> Any:
+    """`model_class.from_pretrained(path)` in eval mode, its tensors read from the checkpoint straight
+    onto `device` (`device_map`): no whole copy in host memory first on the way to a GPU. `config`
+    overrides the checkpoint's configuration (`enable_audio_output=False`: the parts it leaves out
+    are not built, so their weights are never read).
+
+    transformers 5.2x takes "meta" in a device_map, but a map of two devices dispatches the model
+    through accelerate's hooks, which pick a main device among them (the CPU's modules then become
+    offloaded meta tensors): parts a replica drops are loaded, then deleted (docs/models.md)."""
+    dtype = "auto" if device != "cpu" else None
+    with LOADING:
+        model = model_class.from_pretrained(path, dtype=dtype, device_map=device, **config)
+    return model.eval()
 
 
 class Adapter(ABC):

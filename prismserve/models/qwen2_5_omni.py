@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from prismserve.models.base import (
-    LOADING,
     Adapter,
     CallBatcher,
     Encoded,
@@ -31,6 +30,7 @@ from prismserve.models.base import (
     VocoderStream,
     as_numpy,
     build_processor,
+    load_pretrained,
     qwen_vllm_embeddings,
     token_streamer,
 )
@@ -143,12 +143,9 @@ class Qwen25Omni(Adapter):
     def _load(self, with_talker: bool) -> Any:
         import transformers
 
-        dtype = "auto" if self.device != "cpu" else None
-        with LOADING:
-            model = getattr(transformers, self.model_class).from_pretrained(self.path, dtype=dtype)
-        if not with_talker and model.has_talker:
-            model.disable_talker()
-        return model.to(self.device).eval()
+        # Without the talker the model is built without it and its vocoder: their weights stay unread.
+        speech = {} if with_talker else {"enable_audio_output": False}
+        return load_pretrained(getattr(transformers, self.model_class), self.path, self.device, **speech)
 
     def llm(self) -> Any:
         return self.model.thinker

@@ -37,8 +37,14 @@ class QwenImage:
 
         logging.disable_progress_bar()
         dtype = {"torch_dtype": "auto"} if self.device != "cpu" else {}
+        # Straight onto the device (diffusers maps whole pipelines to "cpu" or "cuda" only); the
+        # components given as None are not loaded at all.
+        mapped = self.device in ("cpu", "cuda")
         with LOADING:
-            self.pipeline = QwenImagePipeline.from_pretrained(self.path, **without, **dtype).to(self.device)
+            pipeline = QwenImagePipeline.from_pretrained(
+                self.path, **without, **dtype, **({"device_map": self.device} if mapped else {})
+            )
+        self.pipeline = pipeline if mapped else pipeline.to(self.device)
         self.pipeline.set_progress_bar_config(disable=True)
         self.lock = threading.Lock()  # a pipeline runs one call at a time
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from prismserve.models.base import LOADING, Adapter, Encoded, MediaError, MediaInput, build_processor
+from prismserve.models.base import Adapter, Encoded, MediaError, MediaInput, build_processor, load_pretrained
 from prismserve.models.media import load_image
 
 
@@ -33,10 +33,7 @@ class VisionLLM(Adapter):
     def _load(self) -> Any:
         import transformers
 
-        dtype = "auto" if self.device != "cpu" else None
-        with LOADING:
-            model = getattr(transformers, self.model_class).from_pretrained(self.path, dtype=dtype)
-        return model.to(self.device).eval()
+        return load_pretrained(getattr(transformers, self.model_class), self.path, self.device)
 
     # --- hooks ----------------------------------------------------------------------------------
     def keep_encoder(self, model: Any) -> Any:

@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any
 
-from prismserve.offline import disable_telemetry, replica_env
+from prismserve.offline import DEVICE_VARIABLE, disable_telemetry, replica_env
 
 log = logging.getLogger(__name__)
 
@@ -15,7 +15,8 @@ def connect(address: str | None = None, *, fake_gpus: int | None = None, num_cpu
     """Make sure this process is connected to Ray; returns True if this call started or joined it.
 
     Without `address` a local Ray starts, bound to 127.0.0.1; `fake_gpus` declares that many GPUs
-    on a CPU-only machine so that planning, placement and routing run for real.
+    on a CPU-only machine so that planning, placement and routing run for real, and has model
+    replicas run on the CPU (`PRISMSERVE_DEVICE=cpu`) on the GPUs Ray gives them.
     """
     disable_telemetry()
     import ray
@@ -23,6 +24,8 @@ def connect(address: str | None = None, *, fake_gpus: int | None = None, num_cpu
     if ray.is_initialized():
         return False
     env = replica_env()  # replicas download (or not) as this process does
+    if fake_gpus is not None:  # declared GPUs: model replicas run on the CPU, as asked
+        env[DEVICE_VARIABLE] = "cpu"
     if "OTEL_EXPORTER_OTLP_ENDPOINT" in os.environ:  # replicas export their spans there too
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     options: dict[str, Any] = {

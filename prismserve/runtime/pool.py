@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from prismserve.errors import ReplicaGone
+from prismserve.errors import PrismserveError, ReplicaGone
 from prismserve.runtime.wire import WireClient, connection, disconnect
 
 if TYPE_CHECKING:
@@ -105,7 +105,13 @@ class RayActorPool(ReplicaPool):
                 placement_group_bundle_index=replica.placement.bundle_index,
             ),
         ).remote(manager.key, manager.task, manager.spec, manager.slab_bytes)
-        replica.info = await asyncio.wait_for(replica.handle.start.remote(), manager.start_timeout_s)
+        try:
+            replica.info = await asyncio.wait_for(replica.handle.start.remote(), manager.start_timeout_s)
+        except ray.exceptions.RayTaskError as exc:
+            cause = self.cause(exc)
+            if isinstance(cause, PrismserveError):  # raised on purpose: its message is for the user
+                raise cause from None
+            raise
         replica.actor_id = replica.info.get("actor_id", "")
         replica.address = replica.info.pop("wire")  # holds its token: not for /admin/status
 

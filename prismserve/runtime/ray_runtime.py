@@ -10,20 +10,32 @@ from typing import Any
 
 from prismserve.app import App
 from prismserve.executors import envs
+from prismserve.executors.loading import start_timeout_s
 from prismserve.executors.sim import SimProfile
 from prismserve.executors.spec import ExecutorSpec
+from prismserve.offline import DEVICE_VARIABLE
 from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
 from prismserve.runtime.dispatcher import ReplicaDispatcher, RoutingPolicy, request_scope
 from prismserve.runtime.pool import RayActorPool, ReplicaPool, WirePool
-from prismserve.runtime.resources import ResourceManager
+from prismserve.runtime.resources import ResourceManager, first_fit_decreasing
 from prismserve.runtime.task_manager import TaskManager
 from prismserve.task import Dispatcher, UnitTask
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SLAB_BYTES = 64 << 20
+
+
+def default_cells(shapes: dict[str, float]) -> list[CellPlan]:
+    """The cells of one replica per deployment (`shapes`: GPUs per replica by deployment key) that a
+    new app gets before any plan: a cell each for deployments of whole GPUs or none, and the
+    deployments with a share of a GPU packed first-fit-decreasing into cells of one GPU (so a split
+    model whose small components share a GPU with an LLM stage fits on that many GPUs)."""
+    cells = [CellPlan(gpus=int(g), replicas={key: 1}) for key, g in shapes.items() if g == 0 or g >= 1]
+    shared = first_fit_decreasing([(key, g) for key, g in shapes.items() if 0 < g < 1])
+    return cells + [CellPlan(gpus=1, replicas=dict.fromkeys(keys, 1)) for keys in shared]
 
 
 class RayRuntime(Runtime):
@@ -35,6 +47,8 @@ class RayRuntime(Runtime):
     synthesised from their output type. `pool` runs the replicas (by default `WirePool`: Ray actors
     called over their sockets; an
     `InProcessPool` with declared GPUs runs the same control plane in this process, without Ray).
+    `fake_gpus` declares GPUs (on a local Ray it starts) and runs model replicas on the CPU
+    (`PRISMSERVE_DEVICE=cpu`); `replica_env` sets more environment variables of model replicas.
     """
 
     def __init__(
@@ -49,11 +63,17 @@ class RayRuntime(Runtime):
         health_interval_s: float = 2.0,
         restart_wait_s: float = 60.0,
         pool: ReplicaPool | None = None,
+        replica_env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.pool = pool or WirePool()
         self.address = address
         self.fake_gpus = fake_gpus
+        # Environment variables of the model replicas, over the cluster's: declared GPUs run them on the CPU.
+        self.replica_env = {
+            **({DEVICE_VARIABLE: "cpu"} if fake_gpus is not None else {}),
+            **(replica_env or {}),
+        }
         self.values = dict(values or {})
         self.default_profile = default_profile or SimProfile()
         self.slab_bytes = slab_bytes
@@ -118,13 +138,21 @@ class RayRuntime(Runtime):
                 )
             if not self.managers[key].replicas:
                 missing[key] = task
-        # One single-replica cell per deployment that has none yet; a plan replaces them.
-        await asyncio.gather(
+        # Cells of one replica per deployment that has none yet; a plan replaces them.
+        placed = await asyncio.gather(
             *(
-                self.resources.create_cell(app.name, t.gpus_per_replica, {k: 1}, self.managers)
-                for k, t in missing.items()
-            )
+                self.resources.create_cell(app.name, cell.gpus, cell.replicas, self.managers)
+                for cell in default_cells({key: task.gpus for key, task in missing.items()})
+            ),
+            return_exceptions=True,
         )
+        errors = [e for e in placed if isinstance(e, BaseException)]
+        if errors:  # a replica that cannot start fails the registration, and nothing of it stays up
+            for cell in [c for c in self.resources.cells if c.owner == app.name]:
+                await self.resources.remove_cell(cell)
+            for key in specs:
+                await self.managers.pop(key).close()
+            raise errors[0]
 
     async def _on_unregister(self, name: str, released_keys: list[str]) -> None:
         users = {key: d.apps for key, d in self.registry.deployments.items()}
@@ -163,8 +191,23 @@ class RayRuntime(Runtime):
         # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
         if profile is None and type(task).executor_class:
             env = type(task).executor_env
-            return ExecutorSpec(backend="model", runtime_env=envs.runtime_env(env) if env else None)
-        return ExecutorSpec(profile=profile or self.default_profile, values=self.values.get(type(task)))
+            return ExecutorSpec(
+                backend="model",
+                runtime_env=self._model_runtime_env(env),
+                start_timeout_s=start_timeout_s(task),
+            )
+        return ExecutorSpec(
+            profile=profile or self.default_profile,
+            values=self.values.get(type(task)),
+            start_timeout_s=start_timeout_s(None),
+        )
+
+    def _model_runtime_env(self, env: str | None) -> dict[str, Any] | None:
+        """The Ray runtime_env of a model replica: its executor environment's, with `replica_env`."""
+        runtime_env: dict[str, Any] = envs.runtime_env(env) if env else {}
+        if self.replica_env:
+            runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **self.replica_env}
+        return runtime_env or None
 
     def _deployment_status(self, key: str) -> dict[str, Any]:
         manager = self.managers.get(key)

@@ -130,6 +130,11 @@ class ExecutorReplica:
         context = ray.get_runtime_context()
         self._me = context.current_actor
         self._node = context.get_node_id()
+        gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        if self.spec.backend == "model":  # sim replicas never need a device (nor torch)
+            from prismserve.executors.loading import check_device
+
+            check_device(f"{type(self.task).__name__} ({self.key})", gpu_ids)
         self.executor = self.spec.build(self.task)
         await self.executor.load()
         output_type = type(self.task).output_type
@@ -145,7 +150,7 @@ class ExecutorReplica:
             "node_id": self._node,
             "pid": os.getpid(),
             "python": sys.executable,
-            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "gpu_ids": gpu_ids,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         }
 

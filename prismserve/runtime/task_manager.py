@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prismserve.errors import NoReplicaError, ReplicaStartError
+from prismserve.executors.loading import START_TIMEOUT_VARIABLE
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import ReplicaPool, WirePool
 from prismserve.runtime.wire import ReplicaAddress
@@ -25,7 +26,7 @@ class Placement:
 
     placement_group: Any
     bundle_index: int
-    gpus: int
+    gpus: float  # GPUs of the replica: a share of one, or whole ones
     cell_id: int = -1
 
 
@@ -90,10 +91,14 @@ class TaskManager:
         self.slab_bytes = slab_bytes
         self.pool = pool or WirePool()
         self.replicas: list[Replica] = []
-        self.start_timeout_s = 120.0
         # How long an invocation waits for a restarting replica when no other one is healthy.
         self.restart_wait_s = restart_wait_s
         self._next = 0
+
+    @property
+    def start_timeout_s(self) -> float:
+        """How long a replica may take to start: its executor spec's, computed from the model's size."""
+        return self.spec.start_timeout_s
 
     @property
     def name(self) -> str:
@@ -119,7 +124,8 @@ class TaskManager:
             await self.pool.start(self, replica)
         except TimeoutError:
             raise ReplicaStartError(
-                f"replica {replica.id} of {self.name} did not start within {self.start_timeout_s:.0f} s"
+                f"replica {replica.id} of {self.name} did not start within {self.start_timeout_s:.0f} s: "
+                f"set {START_TIMEOUT_VARIABLE} (seconds) where prismserve serves to allow it longer"
             ) from None
         replica.healthy = True
 

@@ -12,6 +12,7 @@ import copy
 import hashlib
 import inspect
 import json
+import math
 import random
 import typing
 from collections.abc import Iterator
@@ -270,9 +271,10 @@ class UnitTask(Task[InT, OutT]):
 
     Subclasses declare `executor_kind` (which executor backend runs it), optionally `executor_class` (the
     real engine's Executor, as `module:Class`) and `executor_env` (a Python environment of its own for
-    it), `gpus_per_replica`, and
-    their types as `UnitTask[SomeInput, SomeOutput]` (output: a TaskOutput or a `Stream[...]`).
-    Unit tasks with the same class and field values are equivalent and share one deployment.
+    it), `default_gpus` and `max_gpus` (GPUs per replica when a deployment does not set `gpus`, and
+    the most it may set), and their types as `UnitTask[SomeInput, SomeOutput]` (output: a TaskOutput
+    or a `Stream[...]`). Unit tasks with the same class and field values are equivalent and share one
+    deployment; `gpus` is one of those values, so a deployment's GPU shape is part of its identity.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -283,11 +285,28 @@ class UnitTask(Task[InT, OutT]):
     executor_class: ClassVar[str | None] = None
     # The Python environment that executor runs in (`prismserve.executors.envs`); None: this one.
     executor_env: ClassVar[str | None] = None
-    gpus_per_replica: ClassVar[int] = 1
+    # GPUs per replica when a deployment does not say (`gpus`), and the most a deployment may ask
+    # for (None: no limit; engines that run on one device set 1).
+    default_gpus: ClassVar[float] = 1
+    max_gpus: ClassVar[float | None] = None
     # Fields of the output type, with whether each is a stream; None when the output is a Stream.
     _output_fields: ClassVar[tuple[tuple[str, bool], ...] | None] = None
 
+    # GPUs per replica: 0 (no GPU), a share < 1 of one GPU (several deployments' replicas share it),
+    # or a whole number (a vLLM stage's tensor parallelism). Filled from `default_gpus` when absent;
+    # the 1.0 here only serves `model_construct`, which skips validation.
+    gpus: float = 1.0
+
     _key: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_gpus(cls, data: Any) -> Any:
+        # The class's default, written in before validation, so that the configuration (and the
+        # deployment key) is the same whether a deployment sets the default or leaves it out.
+        if isinstance(data, dict) and data.get("gpus") is None:
+            return {**data, "gpus": cls.default_gpus}
+        return data
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -322,6 +341,7 @@ class UnitTask(Task[InT, OutT]):
                 f"{cls.__qualname__} cannot be deployed: a unit task class needs `executor_kind = '...'` and "
                 "its types, as in `class MyTask(UnitTask[MyInput, MyOutput])`"
             )
+        _check_gpus(cls, self.gpus)
         self._key = _deployment_key(self)  # refuses configuration that cannot be serialised, now
         super().model_post_init(context)
 
@@ -354,6 +374,23 @@ class UnitTask(Task[InT, OutT]):
             for name, is_stream in cls._output_fields
         }
         return cls.output_type.construct_unvalidated(values)
+
+
+def _check_gpus(cls: type[UnitTask[Any, Any]], gpus: float) -> None:
+    """Refuse a GPU shape no cell can hold: negative, a whole number plus a share (1.5), or more
+    than the task's engine runs on."""
+    name = cls.__qualname__
+    if not (math.isfinite(gpus) and gpus >= 0 and (gpus < 1 or gpus == int(gpus))):
+        raise TaskDefinitionError(
+            f"{name}: gpus={gpus:g} is not a GPU shape: give 0, a share of one GPU below 1 (0.3), "
+            "or a whole number of GPUs (1, 2, 4)"
+        )
+    if cls.max_gpus is not None and gpus > cls.max_gpus:
+        raise TaskDefinitionError(
+            f"{name}: gpus={gpus:g}, but its engine runs a replica on at most {cls.max_gpus:g} GPU; "
+            'tensor parallelism over several GPUs is for vLLM stages (engine="vllm"): give '
+            f"gpus <= {cls.max_gpus:g}, or run more replicas"
+        )
 
 
 def _deployment_key(task: UnitTask[Any, Any]) -> str:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from prismserve.protocol.images import ImageRequest, ImageResponse
 from prismserve.task import DataHandle, Task, TaskOutput, replayable_choice
+from prismserve.tasklib.layout import component_gpus
 from prismserve.tasklib.units import ImageGeneratorTask, ImageGenInput, PromptInput, TextEncoderTask
 
 
@@ -19,15 +22,23 @@ class ImageGenTask(Task[ImageRequest, ImagesOutput]):
     """Text to image. With `text_encoder_fission` the prompt (and the negative prompt, concurrently)
     go to the text encoder's deployment and the generator gets their conditioning; without, one
     deployment runs the whole pipeline. Image i of a request uses seed `seed + i` (a random seed,
-    drawn once per request, when the request names none)."""
+    drawn once per request, when the request names none). `gpus` sets the GPUs per replica of
+    components (`{"text_encoder": 0.3, "generator": 0.7}`)."""
 
     model: str
     text_encoder_fission: bool = True
+    # GPUs per replica by component: "text_encoder", "generator".
+    gpus: dict[str, float] = Field(default_factory=dict)
 
     def post_init(self) -> None:
+        split = {"text_encoder": TextEncoderTask} if self.text_encoder_fission else {}
+        owner = f"ImageGenTask(text_encoder_fission={self.text_encoder_fission})"
+        shares = component_gpus(owner, self.gpus, {**split, "generator": ImageGeneratorTask})
         if self.text_encoder_fission:
-            self.text_encoder = TextEncoderTask(model=self.model)
-        self.generator = ImageGeneratorTask(model=self.model, with_text_encoder=not self.text_encoder_fission)
+            self.text_encoder = TextEncoderTask(model=self.model, gpus=shares["text_encoder"])
+        self.generator = ImageGeneratorTask(
+            model=self.model, with_text_encoder=not self.text_encoder_fission, gpus=shares["generator"]
+        )
 
     def invoke(self, request: ImageRequest) -> ImagesOutput:
         seed = request.seed if request.seed is not None else replayable_choice(2**31)

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart, TextPart, VideoPart
 from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
+from prismserve.tasklib.layout import component_gpus
 from prismserve.tasklib.units import (
     EncodedMedia,
     EncoderTask,
@@ -80,7 +81,8 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
 
     `encoder_model` lets LLMs of different checkpoints share one encoder deployment (002 Listing 2);
     `modalities` are the encoders the model has. `engine` runs the LLM on transformers or on vLLM
-    (`VLLMTask`, with `vllm` settings such as `dtype` or `engine_args`).
+    (`VLLMTask`, with `vllm` settings such as `dtype` or `engine_args`). `gpus` sets the GPUs per
+    replica of components (`{"image": 0.2, "llm": 0.8}`; on vLLM `{"llm": 2}` is tensor parallelism).
     """
 
     model: str
@@ -89,16 +91,23 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     encoder_fission: bool = True
     engine: Literal["transformers", "vllm"] = "transformers"
     vllm: dict[str, Any] = Field(default_factory=dict)
+    # GPUs per replica by component: the encoders by modality, and "llm".
+    gpus: dict[str, float] = Field(default_factory=dict)
 
     def post_init(self) -> None:
+        encoders = list(self.modalities) if self.encoder_fission else []
+        owner = f"MLLMTask(encoder_fission={self.encoder_fission})"
+        llm = VLLMTask if self.engine == "vllm" else LLMTask
+        shares = component_gpus(owner, self.gpus, {**dict.fromkeys(encoders, EncoderTask), "llm": llm})
         if self.encoder_fission:
             source = self.encoder_model or self.model
-            self.encoders = {m: EncoderTask(model=source, modality=m) for m in self.modalities}
+            self.encoders = {m: EncoderTask(model=source, modality=m, gpus=shares[m]) for m in encoders}
         self.llm: VLLMTask | LLMTask
+        whole = not self.encoder_fission
         if self.engine == "vllm":
-            self.llm = VLLMTask(model=self.model, with_encoders=not self.encoder_fission, **self.vllm)
+            self.llm = VLLMTask(model=self.model, with_encoders=whole, gpus=shares["llm"], **self.vllm)
         else:
-            self.llm = LLMTask(model=self.model, with_encoders=not self.encoder_fission)
+            self.llm = LLMTask(model=self.model, with_encoders=whole, gpus=shares["llm"])
 
     def invoke(self, request: ChatRequest) -> TextOutput:
         encoders = self.encoders if self.encoder_fission else None

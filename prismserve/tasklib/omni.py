@@ -8,7 +8,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from prismserve.protocol.chat import ChatChunk, ChatRequest
-from prismserve.task import Stream, Task, TaskDefinitionError, TaskOutput
+from prismserve.task import Stream, Task, TaskDefinitionError, TaskOutput, UnitTask
+from prismserve.tasklib.layout import component_gpus
 from prismserve.tasklib.mllm import llm_input
 from prismserve.tasklib.units import (
     EncoderTask,
@@ -38,6 +39,9 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     `engine="vllm"` runs the thinker on vLLM (`VLLMThinkerTask`, Qwen2.5-Omni and Qwen3-Omni, with `vllm` settings
     such as `dtype` or `engine_args`). vLLM 0.32 takes audio only raw, so with `encoder_fission` only
     the image encoder is split out and the thinker deployment keeps the audio tower.
+
+    `gpus` sets the GPUs per replica of components (shares below 1 share a GPU:
+    `{"thinker": 0.8, "image": 0.1, "audio": 0.1}`); components it leaves out get their default (1).
     """
 
     model: str
@@ -48,6 +52,8 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     max_codes: int = Field(default=600, ge=1)
     engine: Literal["transformers", "vllm"] = "transformers"
     vllm: dict[str, Any] = Field(default_factory=dict)
+    # GPUs per replica by component: encoders by modality, "thinker", "talker", "vocoder"; "whole" (monolith).
+    gpus: dict[str, float] = Field(default_factory=dict)
 
     def post_init(self) -> None:
         if self.monolith:
@@ -56,21 +62,30 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
                     "the Omni monolith is transformers' own end-to-end generate: "
                     f"engine={self.engine!r} applies to the split model (monolith=False)"
                 )
-            self.whole = OmniMonolithTask(model=self.model, max_codes=self.max_codes)
+            shares = component_gpus("OmniTask(monolith=True)", self.gpus, {"whole": OmniMonolithTask})
+            self.whole = OmniMonolithTask(model=self.model, max_codes=self.max_codes, gpus=shares["whole"])
             return
         vllm = self.engine == "vllm"
+        fissioned: list[MediaModality] = (
+            [m for m in self.modalities if not (vllm and m == "audio")] if self.encoder_fission else []
+        )
+        owner = f"OmniTask(engine={self.engine!r}, encoder_fission={self.encoder_fission})"
+        components: dict[str, type[UnitTask[Any, Any]]] = dict.fromkeys(fissioned, EncoderTask)
+        components |= {"thinker": VLLMThinkerTask if vllm else ThinkerTask, "talker": TalkerTask}
+        shares = component_gpus(owner, self.gpus, {**components, "vocoder": VocoderTask})
         if self.encoder_fission:
-            fissioned = [m for m in self.modalities if not (vllm and m == "audio")]
-            self.encoders = {m: EncoderTask(model=self.model, modality=m) for m in fissioned}
+            self.encoders = {m: EncoderTask(model=self.model, modality=m, gpus=shares[m]) for m in fissioned}
         self.thinker: ThinkerTask | VLLMThinkerTask
         if vllm:
             self.thinker = VLLMThinkerTask(
-                model=self.model, with_encoders=not self.encoder_fission, **self.vllm
+                model=self.model, with_encoders=not self.encoder_fission, gpus=shares["thinker"], **self.vllm
             )
         else:
-            self.thinker = ThinkerTask(model=self.model, with_encoders=not self.encoder_fission)
-        self.talker = TalkerTask(model=self.model)
-        self.vocoder = VocoderTask(model=self.model)
+            self.thinker = ThinkerTask(
+                model=self.model, with_encoders=not self.encoder_fission, gpus=shares["thinker"]
+            )
+        self.talker = TalkerTask(model=self.model, gpus=shares["talker"])
+        self.vocoder = VocoderTask(model=self.model, gpus=shares["vocoder"])
 
     def invoke(self, request: ChatRequest) -> OmniOutput:
         speaker = request.voice or self.speaker

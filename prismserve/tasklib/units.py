@@ -14,6 +14,9 @@ from prismserve.task import DataHandle, InvalidInputError, Stream, TaskInput, Ta
 
 MediaModality = Literal["image", "audio", "video"]
 
+# transformers and diffusers run a replica's model on one device: a share of a GPU or one whole GPU.
+ONE_DEVICE = 1
+
 
 class MediaItem(TaskInput):
     """One encoded media item (image, audio clip, video clip) as its bytes."""
@@ -34,6 +37,7 @@ class EncoderTask(UnitTask[MediaItem, EncoderOutput]):
 
     executor_kind = "mm-encoder"
     executor_class = "prismserve.executors.encoder:EncoderExecutor"
+    max_gpus = ONE_DEVICE
     model: str
     modality: MediaModality
     max_batch: int = Field(default=8, ge=1)
@@ -75,6 +79,7 @@ class LLMTask(UnitTask[LLMInput, Stream[str]]):
 
     executor_kind = "mm-llm"
     executor_class = "prismserve.executors.hf_llm:HFLLMExecutor"
+    max_gpus = ONE_DEVICE
     model: str
     with_encoders: bool = False
 
@@ -117,6 +122,7 @@ class ThinkerTask(UnitTask[LLMInput, ThinkerOutput]):
 
     executor_kind = "mm-thinker"
     executor_class = "prismserve.executors.hf_llm:ThinkerExecutor"
+    max_gpus = ONE_DEVICE
     model: str
     with_encoders: bool = False
 
@@ -150,6 +156,7 @@ class TalkerTask(UnitTask[TalkerInput, Stream[list[Any]]]):
 
     executor_kind = "mm-talker"
     executor_class = "prismserve.executors.speech:TalkerExecutor"
+    max_gpus = ONE_DEVICE
     model: str
 
 
@@ -167,6 +174,7 @@ class VocoderTask(UnitTask[VocoderInput, Stream[bytes]]):
 
     executor_kind = "mm-vocoder"
     executor_class = "prismserve.executors.speech:VocoderExecutor"
+    max_gpus = ONE_DEVICE
     model: str
 
 
@@ -182,6 +190,7 @@ class OmniMonolithTask(UnitTask[LLMInput, SpeechOutput]):
 
     executor_kind = "mm-omni"
     executor_class = "prismserve.executors.speech:OmniMonolithExecutor"
+    max_gpus = ONE_DEVICE
     model: str
     max_codes: int = Field(default=600, ge=1)
 
@@ -203,6 +212,7 @@ class TextEncoderTask(UnitTask[PromptInput, PromptEmbeddings]):
 
     executor_kind = "mm-text-encoder"
     executor_class = "prismserve.executors.image:TextEncoderExecutor"
+    max_gpus = ONE_DEVICE
     model: str
 
 
@@ -232,5 +242,6 @@ class ImageGeneratorTask(UnitTask[ImageGenInput, ImageOutput]):
 
     executor_kind = "mm-image"
     executor_class = "prismserve.executors.image:ImageGeneratorExecutor"
+    max_gpus = ONE_DEVICE
     model: str
     with_text_encoder: bool = False

@@ -1,4 +1,5 @@
-"""One Ray session for the whole run: a simulated two-node cluster with 4 declared GPUs per node."""
+"""One Ray session for the whole run: a simulated two-node cluster with 4 declared GPUs per node, on
+which model replicas run on the CPU (`PRISMSERVE_DEVICE=cpu`, as `--fake-gpus` sets it)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,12 @@ def ray_cluster():
     )
     cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+    ray.init(
+        address=cluster.address,
+        include_dashboard=False,
+        logging_level="WARNING",
+        runtime_env={"env_vars": {"PRISMSERVE_DEVICE": "cpu"}},
+    )
     yield cluster
     ray.shutdown()
     cluster.shutdown()

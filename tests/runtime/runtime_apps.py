@@ -78,3 +78,45 @@ def started_with_gateway(runtime):
         await runtime.close()
 
     return lifespan
+
+
+# Encoders and an LLM sharing one GPU (shares 0.3 + 0.2 + 0.5), beside a monolith on a GPU of its own.
+SHARED_GPU = """
+from pydantic import BaseModel
+from prismserve.app import AppConfig
+from prismserve.protocol.chat import ChatRequest
+from prismserve.task import Task
+from toy.tasks import ChatOutput, EncoderTask, LLMInput, LLMTask, MediaInput
+
+
+class Shared(Task[ChatRequest, ChatOutput]):
+    def post_init(self):
+        self.encoders = {
+            "image": EncoderTask(model_id="vl", modality="image", gpus=0.3),
+            "audio": EncoderTask(model_id="vl", modality="audio", gpus=0.2),
+        }
+        self.llm = LLMTask(model_id="vl", gpus=0.5)
+        self.whole = LLMTask(model_id="vl", with_encoders=True)
+
+    def invoke(self, request):
+        media = [MediaInput(modality="image", data=p.data) for p in request.images]
+        embeddings = [self.encoders["image"].invoke(m).embedding for m in media]
+        split = self.llm.invoke(LLMInput(prompt=request.prompt, embeddings=embeddings))
+        whole = self.whole.invoke(LLMInput(prompt=request.prompt, media=media))
+        return ChatOutput(text=split, audio=whole)
+
+
+shared = Shared()
+
+class Config(AppConfig):
+    tasks = {"shared": shared}
+    input_modalities = frozenset({"text", "image"})
+
+class Answer(BaseModel):
+    split: list[str]
+    whole: list[str]
+
+async def serve(request: ChatRequest) -> Answer:
+    out = await shared(request)
+    return Answer(split=await out.text.collect(), whole=await out.audio.collect())
+"""

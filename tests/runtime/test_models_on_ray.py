@@ -8,6 +8,7 @@ import base64
 import concurrent.futures
 import contextlib
 import io
+import re
 import time
 import wave
 from collections.abc import Iterator
@@ -392,3 +393,80 @@ def test_vllm_without_its_environment_is_refused_at_registration(gateway, tmp_pa
         )
     assert refused.status_code == 503 and "prismserve vllm-env" in refused.text
     assert "vl_vllm" not in admin.get("/admin/apps").text
+
+
+def encoder_app(model: str) -> str:
+    """An app of one real image encoder (the tiny Qwen2.5-VL's), answering an image's embedding shape."""
+    return f"""
+from pydantic import BaseModel
+from prismserve.app import AppConfig
+from prismserve.protocol.chat import ChatRequest
+from prismserve.tasklib import EncoderTask
+from prismserve.tasklib.units import MediaItem
+
+encoder = EncoderTask(model={model!r}, modality="image")
+
+class Config(AppConfig):
+    tasks = {{"encoder": encoder}}
+    input_modalities = frozenset({{"text", "image"}})
+
+class Shape(BaseModel):
+    shape: list[int]
+
+async def serve(request: ChatRequest) -> Shape:
+    out = await encoder(MediaItem(modality="image", data=request.images[0].data))
+    return Shape(shape=list((await out.embeddings.fetch()).shape))
+"""
+
+
+def test_a_model_replica_on_a_gpu_without_cuda_fails_registration_unless_told_to_use_the_cpu(ray_cluster):
+    import ray
+
+    from prismserve.errors import ReplicaStartError
+    from prismserve.testing import tiny
+
+    source = encoder_app(str(tiny.build("qwen2.5-vl")))
+    png = io.BytesIO()
+    Image.new("RGB", (56, 56), (10, 120, 200)).save(png, format="PNG")
+
+    def cell_groups() -> set[str]:
+        """The ids of the placement groups of cells that are not removed."""
+        table = ray.util.placement_group_table()
+        return {
+            k
+            for k, g in table.items()
+            if g["name"].startswith("prismserve-cell-") and g["state"] != "REMOVED"
+        }
+
+    async def refused() -> tuple[str, int, int, set[str]]:
+        # The test cluster's replicas run with PRISMSERVE_DEVICE=cpu; empty is unset.
+        runtime = RayRuntime(replica_env={"PRISMSERVE_DEVICE": ""})
+        await runtime.start()
+        before = cell_groups()
+        try:
+            with pytest.raises(ReplicaStartError) as error:
+                await runtime.register_app(source, "encoder")
+            return str(error.value), len(runtime.resources.cells), len(runtime.managers), before
+        finally:
+            await runtime.close()
+
+    async def served() -> list[int]:
+        runtime = RayRuntime()
+        await runtime.start()
+        try:
+            app = await runtime.register_app(source, "encoder")
+            with use_dispatcher(runtime.dispatcher):
+                return (await app.serve(ChatRequest.of("", images=[png.getvalue()]))).shape
+        finally:
+            await runtime.close()
+
+    message, cells, managers, before = asyncio.run(refused())
+    assert re.search(
+        r"a replica of EncoderTask \(prismserve\.tasklib\.units\.EncoderTask:\w+\) was placed on GPUs \d+ "
+        r"but torch \S+ \(a CPU build\) sees no CUDA device: install a CUDA build of torch, or serve with "
+        r"--fake-gpus / set PRISMSERVE_DEVICE=cpu",
+        message,
+    ), message
+    assert cells == managers == 0
+    assert not cell_groups() - before  # the registration's cell was given back: nothing of it left
+    assert len(asyncio.run(served())) == 2  # [tokens, hidden]: the same replica serves on the CPU

@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter
 
 import pytest
-from runtime_apps import ARENA, GPUS_PER_NODE, ROUTED_MLLM, SOLO
+from runtime_apps import ARENA, GPUS_PER_NODE, ROUTED_MLLM, SHARED_GPU, SOLO
 from toy.executors import VALUES, embed
 from toy.tasks import MediaInput
 
@@ -144,6 +144,31 @@ def test_cells_never_span_nodes_and_replicas_see_their_gpus(ray_cluster):
     for node in nodes:
         gpus = [r["gpu_ids"][0] for r in replicas if r["node_id"] == node]
         assert len(set(gpus)) == GPUS_PER_NODE
+
+
+def test_replicas_with_shares_of_one_cell_see_the_same_gpu_and_a_whole_one_gets_its_own(ray_cluster):
+    async def scenario(runtime):
+        # Another app's share taken first: Ray would put a second fractional bundle beside it.
+        elsewhere = SHARED_GPU.replace("gpus=0.3", "gpus=0.6").replace('model_id="vl"', 'model_id="other"')
+        await runtime.register_app(elsewhere, "elsewhere")
+        app = await runtime.register_app(SHARED_GPU, "shared")
+        with use_dispatcher(runtime.dispatcher):
+            answer = await app.serve(ChatRequest.of("on one gpu", images=[b"img"]))
+        return runtime.status(), answer
+
+    status, answer = run(scenario)
+    cells = [c for c in status["cells"] if c["owner"] == "shared"]
+    replicas = {
+        c["id"]: [r for d in status["deployments"].values() for r in d["replicas"] if r["cell"] == c["id"]]
+        for c in cells
+    }
+    shared = next(rs for rs in replicas.values() if len(rs) == 3)
+    (whole,) = (rs for rs in replicas.values() if len(rs) == 1)
+    assert len(cells) == 2 and {c["gpus"] for c in cells} == {1}
+    assert sorted(r["gpus"] for r in shared) == [0.2, 0.3, 0.5] and whole[0]["gpus"] == 1
+    assert len({(r["node_id"], tuple(r["gpu_ids"])) for r in shared}) == 1 and len(shared[0]["gpu_ids"]) == 1
+    assert len({r["cuda_visible_devices"] for r in shared}) == 1
+    assert answer.split == answer.whole
 
 
 def test_replanning_keeps_identical_cells(ray_cluster):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from runtime_apps import ROUTED_MLLM, SOLO
+from runtime_apps import ROUTED_MLLM, SHARED_GPU, SOLO
 from toy.executors import VALUES
 
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.runtime.resources import PlacementError
+from prismserve.runtime.resources import PlacementError, cell_bundles, check_fits
 from prismserve.task import use_dispatcher
 
 ROUTED_PLAN = {
@@ -83,3 +83,43 @@ def test_cells_are_packed_on_one_node_and_a_cell_larger_than_any_node_is_refused
     nodes, free = run(scenario, gpus={"a": 6, "b": 3})
     assert sorted(nodes) == ["a", "b"]  # 3 free GPUs on each node, not one 3-GPU cell split over both
     assert free == {"a": 0, "b": 0}
+
+
+def test_deployments_with_shares_of_a_gpu_register_into_one_gpu_cell_and_whole_ones_get_their_own():
+    async def scenario(runtime):
+        app = await runtime.register_app(SHARED_GPU, "shared")
+        with use_dispatcher(runtime.dispatcher):
+            answer = await app.serve(ChatRequest.of("both ways", images=[b"img"]))
+        shapes = {
+            c.id: sorted(runtime.managers[k].task.gpus for k in c.replicas) for c in runtime.resources.cells
+        }
+        return shapes, {c.id: c.gpus for c in runtime.resources.cells}, runtime.resources.free_gpus(), answer
+
+    shapes, sizes, free, answer = run(scenario, gpus={"a": 4})
+    assert sorted(shapes.values()) == [[0.2, 0.3, 0.5], [1.0]]
+    assert set(sizes.values()) == {1} and free == {"a": 2}
+    assert answer.split == answer.whole  # both paths served
+
+
+def test_a_plan_cell_whose_shares_exceed_its_gpus_is_refused_naming_the_need():
+    async def scenario(runtime):
+        await runtime.register_app(SHARED_GPU, "shared")
+        crowded = {"cells": [{"gpus": 1, "replicas": {"shared.llm": 2, "shared.encoders.image": 1}}]}
+        with pytest.raises(PlacementError, match=r"a cell of 1 GPUs cannot hold replicas needing 1.3 GPUs"):
+            await runtime.deploy("shared", Plan.model_validate(crowded))
+        return len(runtime.resources.cells)
+
+    assert run(scenario, gpus={"a": 4}) == 2  # the registered cells stay; nothing of the plan's is left
+
+
+def test_shares_pack_first_fit_decreasing_into_bundles_of_one_gpu_beside_whole_replicas():
+    bundles, index = cell_bundles([0.2, 2, 0.5, 0, 0.3, 0.6])
+    assert bundles == [{"GPU": 2}, {"CPU": 0.001}, {"GPU": 1.0}, {"GPU": 1.0}]
+    # 0.6 opens a GPU, 0.5 another, 0.3 fits beside 0.6, 0.2 beside 0.5.
+    assert index == [3, 0, 3, 1, 2, 2]
+    assert len(cell_bundles([0.6, 0.6, 0.6])[0]) == 3  # 1.8 GPUs of shares need three GPUs
+
+
+def test_a_cell_whose_shares_pack_into_more_gpus_than_it_has_is_refused():
+    with pytest.raises(PlacementError, match=r"shares of a GPU \(0.6, 0.6, 0.6\) pack into 3 whole GPUs"):
+        check_fits(2, {"x": 3}, [0.6, 0.6, 0.6], cell_bundles([0.6, 0.6, 0.6])[0])

@@ -116,3 +116,33 @@ def test_resolved_handles_and_streams_still_compare_and_hash():
         _ = one == DataHandle("0.x")
     with pytest.raises(RecordError, match=r"'1' was hashed \(put in a set"):
         hash(Stream("1", placeholder=True))
+
+
+class OnOneDevice(UnitTask[In, Out]):
+    executor_kind = "one-device"
+    max_gpus = 1
+
+
+class TwoByDefault(UnitTask[In, Out]):
+    executor_kind = "two"
+    default_gpus = 2
+
+
+def test_gpus_default_from_the_class_and_take_shares_and_whole_numbers():
+    assert EncoderTask(model_id="m", modality="image").gpus == 1
+    assert TwoByDefault().gpus == 2
+    assert TwoByDefault(gpus=None).gpus == 2  # None: the class's default (composites pass it down)
+    for gpus in (0, 0.05, 0.5, 0.999, 1, 2, 8):
+        assert EncoderTask(model_id="m", modality="image", gpus=gpus).gpus == gpus
+
+
+@pytest.mark.parametrize("gpus", [-1, -0.5, 1.5, 2.25, float("nan"), float("inf")])
+def test_a_gpus_value_that_is_neither_a_share_nor_whole_gpus_is_refused_naming_task_and_value(gpus):
+    with pytest.raises(TaskDefinitionError, match=rf"EncoderTask: gpus={gpus:g} is not a GPU shape"):
+        EncoderTask(model_id="m", modality="image", gpus=gpus)
+
+
+def test_a_task_on_one_device_refuses_several_gpus_and_names_vllm_for_tensor_parallelism():
+    assert OnOneDevice(gpus=1).gpus == 1 and OnOneDevice(gpus=0.25).gpus == 0.25
+    with pytest.raises(TaskDefinitionError, match=r"OnOneDevice: gpus=2, .* at most 1 GPU.*vLLM stages"):
+        OnOneDevice(gpus=2)

@@ -90,3 +90,11 @@ def test_unserialisable_configuration_is_refused_when_built_naming_class_and_fie
     assert message.startswith(f"Configured.{field} cannot be serialised (")
     assert reason in message
     assert "plain data" in message  # says what to use instead
+
+
+def test_gpus_written_or_defaulted_give_the_same_key_and_other_gpus_another():
+    defaulted = Configured()
+    assert defaulted.deployment_key() == Configured(gpus=1).deployment_key()
+    assert defaulted.deployment_key() == Configured(gpus=1.0).deployment_key()
+    assert defaulted.deployment_key() == Configured(gpus=None).deployment_key()
+    assert Configured(gpus=0.5).deployment_key() != defaulted.deployment_key()
