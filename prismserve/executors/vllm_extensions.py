@@ -12,7 +12,9 @@ The gaps in vLLM 0.32 filled here:
   hidden states, the class does not say so) (`OmniThinker`);
 - both Omni thinkers hand precomputed image embeddings to the model as one tensor instead of one per
   image, and their processors fail on a prompt with both precomputed image embeddings and raw audio;
-  Qwen3-Omni's parser also drops the image embedding fields (`Qwen3OmniThinker`);
+  Qwen3-Omni's parser also drops the image embedding fields (`Qwen3OmniThinker`). Every name
+  imported from vLLM here exists in 0.33 too (checked against its wheel; 0.33 fixed the per-image
+  split and the Qwen3-Omni parser, which these classes then repeat harmlessly);
 - the stock `ExampleHiddenStatesConnector` copies with CUDA streams and pinned memory, which kills a
   CPU engine at the first finished request, and it saves every request (`CPUHiddenStatesConnector`);
 - its Gemma 3 takes no precomputed image embeddings at all (`Gemma3Embeds`).
@@ -43,14 +45,13 @@ from vllm.model_executor.models.interfaces import SupportsEagle3
 from vllm.model_executor.models.qwen2_5_omni_thinker import (
     Qwen2_5OmniThinkerDummyInputsBuilder,
     Qwen2_5OmniThinkerForConditionalGeneration,
+    Qwen2_5OmniThinkerMultiModalDataParser,
     Qwen2_5OmniThinkerMultiModalProcessor,
     Qwen2_5OmniThinkerProcessingInfo,
 )
-from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalDataParser
 from vllm.model_executor.models.qwen3_omni_moe_thinker import (
     Qwen3OmniMoeThinkerDummyInputsBuilder,
     Qwen3OmniMoeThinkerForConditionalGeneration,
-    Qwen3OmniMoeThinkerMultiModalDataParser,
     Qwen3OmniMoeThinkerMultiModalProcessor,
     Qwen3OmniMoeThinkerProcessingInfo,
 )
@@ -109,19 +110,12 @@ class OmniThinker(_ImageEmbedsPerImage, Qwen2_5OmniThinkerForConditionalGenerati
     beside raw audio."""
 
 
-class _Qwen3ThinkerParser(Qwen3OmniMoeThinkerMultiModalDataParser):
-    """vLLM 0.32's Qwen3-Omni parser with the image embedding fields it drops put back (Qwen2-VL's:
-    `image_embeds` sized by `image_grid_thw`)."""
-
-    embedding_fields = {
-        **Qwen3OmniMoeThinkerMultiModalDataParser.embedding_fields,
-        "image": Qwen2VLMultiModalDataParser.embedding_fields["image"],
-    }
-
-
 class _Qwen3ThinkerInfo(Qwen3OmniMoeThinkerProcessingInfo):
+    """vLLM 0.32's Qwen3-Omni processing info with the parser vLLM 0.33 gives it: Qwen2.5-Omni's,
+    which keeps the image embedding fields (0.32's own parser drops them)."""
+
     def get_data_parser(self) -> Any:
-        return _Qwen3ThinkerParser(
+        return Qwen2_5OmniThinkerMultiModalDataParser(
             spatial_merge_size=self.get_hf_config().vision_config.spatial_merge_size,
             target_sr=self.get_feature_extractor().sampling_rate,
             target_channels=self.get_target_channels(),
