@@ -7,7 +7,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from vllm_jobs import check_vllm_thinker
+from vllm_jobs import check_vllm_thinker, omni_cases
 
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaError, MediaInput, adapter_for
@@ -203,14 +203,4 @@ def test_vllm_thinker_equals_the_transformers_thinker_and_its_talker_conditionin
     tiny_omni, cars_jpg, small_png, query_wav, tmp_path
 ):
     """Text only, an image, audio, both, two images (each its own tensor): see `check_vllm_thinker`."""
-    check_vllm_thinker(
-        tiny_omni,
-        [
-            ChatRequest.of("What is prismserve?"),
-            ChatRequest.of("What is in the picture?", images=[cars_jpg]),
-            ChatRequest.of("Answer.", audios=[query_wav]),
-            ChatRequest.of("Answer the question about the picture.", images=[cars_jpg], audios=[query_wav]),
-            ChatRequest.of("Compare the two pictures.", images=[cars_jpg, small_png]),
-        ],
-        tmp_path,
-    )
+    check_vllm_thinker(tiny_omni, omni_cases(cars_jpg, small_png, query_wav), tmp_path)

@@ -36,6 +36,17 @@ def run_in_vllm_env(probe: str, job: dict[str, Any], tmp_path: Path, timeout: fl
     return pickle.loads(target.read_bytes())
 
 
+def omni_cases(image: bytes, other_image: bytes, audio: bytes) -> list[ChatRequest]:
+    """Requests an Omni thinker is checked on: text only, an image, audio, both, two images."""
+    return [
+        ChatRequest.of("What is prismserve?"),
+        ChatRequest.of("What is in the picture?", images=[image]),
+        ChatRequest.of("Answer.", audios=[audio]),
+        ChatRequest.of("Answer the question about the picture.", images=[image], audios=[audio]),
+        ChatRequest.of("Compare the two pictures.", images=[image, other_image]),
+    ]
+
+
 def check_vllm_thinker(path: str, cases: list[ChatRequest], tmp_path: Path, steps: int = 10) -> None:
     """An Omni thinker on vLLM (in its own environment), given the image encoder's embeddings and raw
     audio, against the fissioned transformers thinker, for `cases` batched in one engine: the same

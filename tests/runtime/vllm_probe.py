@@ -1,4 +1,4 @@
-"""Run in the vLLM environment by test_vllm.py: VLLMExecutor on requests from a pickle file.
+"""Run in the vLLM environment by tests/models/test_vllm_llm.py: VLLMExecutor on requests from a pickle file.
 
 argv: the pickle of `{"task": VLLMTask, "requests": [LLMInput (handles resolved)]}` and where to
 write the results: per request, the generated token ids and each step's full log-probabilities.
@@ -11,6 +11,22 @@ import sys
 import numpy as np
 
 
+async def tokens_and_logprobs(executor, request) -> tuple[list[int], np.ndarray]:
+    """The token ids `executor` generates for `request` and each step's full log-probabilities
+    (`[steps, vocab]`, -inf where vLLM reports none)."""
+    vocab = len(executor.tokenizer)
+    tokens, steps = [], []
+    async for delta in executor.generate(request, logprobs=True):
+        tokens += delta.token_ids
+        for logprobs in delta.logprobs or []:
+            step = np.full(vocab, -np.inf)
+            for token, entry in logprobs.items():
+                if token < vocab:
+                    step[token] = entry.logprob
+            steps.append(step)
+    return tokens, np.stack(steps)
+
+
 async def main(source: str, target: str) -> None:
     from prismserve.executors.vllm_llm import VLLMExecutor
 
@@ -18,22 +34,8 @@ async def main(source: str, target: str) -> None:
         job = pickle.load(f)
     executor = VLLMExecutor(job["task"])
     await executor.load()
-    vocab = len(executor.tokenizer)
-
-    async def run(request):
-        tokens, steps = [], []
-        async for delta in executor.generate(request, logprobs=True):
-            tokens += delta.token_ids
-            for logprobs in delta.logprobs or []:
-                step = np.full(vocab, -np.inf)
-                for token, entry in logprobs.items():
-                    if token < vocab:
-                        step[token] = entry.logprob
-                steps.append(step)
-        return tokens, np.stack(steps)
-
-    try:
-        results = await asyncio.gather(*(run(r) for r in job["requests"]))  # concurrently: batched
+    try:  # concurrently: batched
+        results = await asyncio.gather(*(tokens_and_logprobs(executor, r) for r in job["requests"]))
     finally:
         await executor.close()
     with open(target, "wb") as f:

@@ -1,4 +1,5 @@
-"""Run in the vLLM environment by test_qwen2_5_omni.py: VLLMThinkerExecutor on requests from a pickle.
+"""Run in the vLLM environment by `check_vllm_thinker` (tests/models/vllm_jobs.py): VLLMThinkerExecutor on
+requests from a pickle.
 
 argv: the pickle of `{"task": VLLMThinkerTask, "requests": [LLMInput (handles resolved)]}` and where to
 write the results: per request, the generated token ids, each step's full log-probabilities, and what
@@ -12,7 +13,7 @@ import pickle
 import sys
 import time
 
-import numpy as np
+from vllm_probe import tokens_and_logprobs
 
 
 async def main(source: str, target: str) -> None:
@@ -22,19 +23,6 @@ async def main(source: str, target: str) -> None:
         job = pickle.load(f)
     executor = VLLMThinkerExecutor(job["task"])
     await executor.load()
-    vocab = len(executor.tokenizer)
-
-    async def logprobs(request):
-        tokens, steps = [], []
-        async for delta in executor.generate(request, logprobs=True):
-            tokens += delta.token_ids
-            for entries in delta.logprobs or []:
-                step = np.full(vocab, -np.inf)
-                for token, entry in entries.items():
-                    if token < vocab:
-                        step[token] = entry.logprob
-                steps.append(step)
-        return tokens, np.stack(steps)
 
     async def run(request):
         out = await executor.run(request)
@@ -52,7 +40,7 @@ async def main(source: str, target: str) -> None:
         requests = job["requests"]
         # All at once: requests that save hidden states and requests that do not share the batch.
         results = await asyncio.gather(
-            *(logprobs(r) for r in requests),
+            *(tokens_and_logprobs(executor, r) for r in requests),
             *(run(r) for r in requests),
             aborted(requests[0].model_copy(update={"max_tokens": 64})),
         )
