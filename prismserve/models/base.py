@@ -13,6 +13,7 @@ import copy
 import os
 import re
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -358,25 +359,48 @@ class VocoderStream(Protocol):
         """The rest of the utterance's audio."""
 
 
+class Playout:
+    """When a stream's listener needs its next audio: at once until the first audio is handed out,
+    then when the audio handed out so far has played (it plays in real time from that moment)."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self.started: float | None = None
+        self.samples = 0
+
+    def deadline(self) -> float:
+        """The `time.monotonic()` by which the next audio must be there to play without a gap."""
+        return time.monotonic() if self.started is None else self.started + self.samples / self.rate
+
+    def handed_out(self, samples: int) -> None:
+        """Count `samples` more of audio as given to the listener (now)."""
+        if samples and self.started is None:
+            self.started = time.monotonic()
+        self.samples += samples
+
+
 class CallBatcher:
-    """Batches calls made from many threads: `batcher(key, item)` blocks until `handler(key, items)`
-    has run on a batch holding `item` and returns its result for it. Items of one key go together
-    (at most `max_batch`); a worker thread of its own runs one batch at a time, the group of the
-    oldest waiting item first. For model parts whose callers are per-request threads (a vocoder's
-    streams), where an asyncio batcher cannot reach."""
+    """Batches calls made from many threads: `batcher(key, item, deadline)` blocks until
+    `handler(key, items)` has run on a batch holding `item` and returns its result for it. Items of
+    one key go together (at most `max_batch`); a worker thread of its own runs one batch at a time,
+    the group of the waiting item with the earliest deadline first (by default its arrival: oldest
+    first). For model parts whose callers are per-request threads (a vocoder's streams), where an
+    asyncio batcher cannot reach; a vocoder's streams pass their `Playout` deadline, so that a new
+    stream's first audio goes before audio other streams' listeners will not need for a while."""
 
     def __init__(self, handler: Callable[[Any, list[Any]], list[Any]], max_batch: int = 8) -> None:
         self.handler = handler
         self.max_batch = max(1, max_batch)
         self.peak_batch = 0  # the most items run together so far (tests read it)
-        self._waiting: list[tuple[Any, Any, concurrent.futures.Future[Any]]] = []
+        self._waiting: list[tuple[float, Any, Any, concurrent.futures.Future[Any]]] = []
         self._ready = threading.Condition()
         threading.Thread(target=self._serve, name="call-batcher", daemon=True).start()
 
-    def __call__(self, key: Any, item: Any) -> Any:
+    def __call__(self, key: Any, item: Any, deadline: float | None = None) -> Any:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        due = time.monotonic() if deadline is None else deadline
         with self._ready:
-            self._waiting.append((key, item, future))
+            self._waiting.append((due, key, item, future))
             self._ready.notify()
         return future.result()
 
@@ -384,15 +408,16 @@ class CallBatcher:
         while True:
             with self._ready:
                 self._ready.wait_for(lambda: bool(self._waiting))
-                key = self._waiting[0][0]
-                batch = [w for w in self._waiting if w[0] == key][: self.max_batch]
+                self._waiting.sort(key=lambda w: w[0])  # stable: equal deadlines keep arrival order
+                key = self._waiting[0][1]
+                batch = [w for w in self._waiting if w[1] == key][: self.max_batch]
                 self._waiting = [w for w in self._waiting if all(w is not b for b in batch)]
             self.peak_batch = max(self.peak_batch, len(batch))
             try:
-                results = self.handler(key, [item for _, item, _ in batch])
+                results = self.handler(key, [item for _, _, item, _ in batch])
             except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
-                for _, _, future in batch:
+                for *_, future in batch:
                     future.set_exception(exc)
                 continue
-            for (_, _, future), result in zip(batch, results, strict=True):
+            for (*_, future), result in zip(batch, results, strict=True):
                 future.set_result(result)

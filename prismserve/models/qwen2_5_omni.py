@@ -27,6 +27,7 @@ from prismserve.models.base import (
     EngineModel,
     MediaError,
     MediaInput,
+    Playout,
     VocoderStream,
     as_numpy,
     build_processor,
@@ -563,7 +564,8 @@ class Token2WavStream:
     is convolutional: each new stretch of mel is vocoded with `CONTEXT` frames of mel on the left,
     and the last `CONTEXT` frames wait for their right neighbours. Time to first audio is one chunk
     (`CHUNK_BLOCKS` blocks of mel, plus the look-ahead) instead of the whole utterance; later chunks
-    double in size, so that the context sampled twice costs little; an utterance that ends within
+    double in size, so that the context sampled twice costs little, and take all the codes that
+    piled up when the vocoder is behind (fewer windows under load); an utterance that ends within
     its first chunk is decoded exactly as `Qwen25Omni.vocode` decodes it.
     """
 
@@ -589,22 +591,32 @@ class Token2WavStream:
         self.mel: list[Any] = []  # [1, mel_dim, frames] per finished chunk
         self.mel_frames = 0
         self.vocoded = 0  # mel frames already turned into audio
+        self.playout = Playout(SAMPLE_RATE_OUT)  # when the listener needs more: the batcher's deadline
 
     def push(self, codes: list[int]) -> np.ndarray:
         """Audio that became final with these codes (often none)."""
         self.codes.extend(codes)
         frames = len(self.codes) * self.repeats
         while frames >= self.mel_frames + self.chunk + self.ahead:
-            self._sample(self.mel_frames + self.chunk, frames)
+            # After the first chunk, every whole block that has its look-ahead: a stream whose codes
+            # piled up (the vocoder behind its talker) catches up in one window.
+            ready = (frames - self.ahead - self.mel_frames) // self.block * self.block
+            self._sample(
+                self.mel_frames + (max(self.chunk, ready) if self.mel_frames else self.chunk), frames
+            )
             self.chunk = min(2 * self.chunk, self.MAX_CHUNK_BLOCKS * self.block)
-        return self._vocode(final=False)
+        return self._hand_out(self._vocode(final=False))
 
     def finish(self) -> np.ndarray:
         """The rest of the utterance's audio."""
         frames = len(self.codes) * self.repeats
         if frames > self.mel_frames:
             self._sample(frames, frames)
-        return self._vocode(final=True)
+        return self._hand_out(self._vocode(final=True))
+
+    def _hand_out(self, audio: np.ndarray) -> np.ndarray:
+        self.playout.handed_out(len(audio))
+        return audio
 
     def _sample(self, end: int, available: int) -> None:
         """Mel frames from `self.mel_frames` to `end`, sampled on a window with their context."""
@@ -616,7 +628,9 @@ class Token2WavStream:
             [self.codes[first // self.repeats : last // self.repeats]], device=self.adapter.device
         )
         key = ("dit", self.speaker, codes.shape[1])  # windows of one length and voice sample together
-        mel = self.adapter.vocoder_batcher(key, (codes[0], self._noise(first, last)[0]))
+        mel = self.adapter.vocoder_batcher(
+            key, (codes[0], self._noise(first, last)[0]), self.playout.deadline()
+        )
         self.mel.append(mel[None, :, start - first : end - first])
         self.mel_frames = end
 
@@ -643,7 +657,7 @@ class Token2WavStream:
         offset = self.mel_frames - mel.shape[2]  # frame number of mel[..., 0]
         first = max(self.vocoded - self.CONTEXT, offset)
         stretch = mel[0, :, first - offset :]
-        wav = self.adapter.vocoder_batcher(("bigvgan", stretch.shape[1]), stretch)
+        wav = self.adapter.vocoder_batcher(("bigvgan", stretch.shape[1]), stretch, self.playout.deadline())
         audio = wav[(self.vocoded - first) * self.hop : (done - first) * self.hop]
         self.vocoded = done
         return audio.float().cpu().numpy()

@@ -23,11 +23,12 @@ from prismserve.models.base import (
     Encoded,
     EngineModel,
     MediaError,
+    Playout,
     VocoderStream,
     as_numpy,
     qwen_vllm_embeddings,
 )
-from prismserve.models.qwen2_5_omni import Qwen25Omni
+from prismserve.models.qwen2_5_omni import SAMPLE_RATE_OUT, Qwen25Omni
 
 
 def talker_conditioning(
@@ -327,7 +328,7 @@ class Qwen3Omni(Qwen25Omni):
 class Code2WavStream:
     """Code2wav decoding an utterance while its frames arrive: every `CHUNK` frames are decoded with
     the `CONTEXT` frames before them, transformers' `chunked_decode` scheme in chunks small enough to
-    stream. Code2wav is causal, but its transposed convolutions leave the last samples of a decode
+    stream (frames that piled up while the vocoder was busy decode together, in one call). Code2wav is causal, but its transposed convolutions leave the last samples of a decode
     unfinished until later frames come: within one of `chunked_decode`'s chunks of `REFERENCE_CHUNK`
     frames they wait for the next small chunk; at the end of one they are dropped, as
     `chunked_decode` drops them, so the stream has the length of `Qwen3Omni.vocode`'s audio (and, for
@@ -343,15 +344,21 @@ class Code2WavStream:
         self.frames: list[Any] = []
         self.decoded = 0  # frames decoded so far
         self.sent = 0  # audio samples handed out so far
+        self.playout = Playout(SAMPLE_RATE_OUT)  # when the listener needs more: the batcher's deadline
 
     def push(self, frames: list[Any]) -> np.ndarray:
         """Audio that these frames complete (whole chunks of them)."""
         self.frames.extend(frames)
-        return self._decode(self.decoded + (len(self.frames) - self.decoded) // self.CHUNK * self.CHUNK)
+        end = self.decoded + (len(self.frames) - self.decoded) // self.CHUNK * self.CHUNK
+        return self._hand_out(self._decode(end))
 
     def finish(self) -> np.ndarray:
         """The rest of the utterance's audio."""
-        return self._decode(len(self.frames))
+        return self._hand_out(self._decode(len(self.frames)))
+
+    def _hand_out(self, audio: np.ndarray) -> np.ndarray:
+        self.playout.handed_out(len(audio))
+        return audio
 
     def _decode(self, end: int) -> np.ndarray:
         import torch
@@ -359,9 +366,14 @@ class Code2WavStream:
         wavs = []
         upsample = self.code2wav.total_upsample
         while self.decoded < end:
-            first, stop = max(0, self.decoded - self.CONTEXT), min(self.decoded + self.CHUNK, end)
+            # The first chunk alone (time to first audio); then all that is ready, up to the next of
+            # `chunked_decode`'s chunk boundaries: frames that piled up decode in one call.
+            boundary = (self.decoded // self.REFERENCE_CHUNK + 1) * self.REFERENCE_CHUNK
+            stop = min(end, boundary if self.decoded else self.CHUNK)
+            first = max(0, self.decoded - self.CONTEXT)
             codes = torch.tensor(self.frames[first:stop], device=self.adapter.device).T  # [codebooks, frames]
-            wav = self.adapter.vocoder_batcher(codes.shape[1], codes)  # samples from first * upsample on
+            # Samples from first * upsample on.
+            wav = self.adapter.vocoder_batcher(codes.shape[1], codes, self.playout.deadline())
             wavs.append(wav[self.sent - first * upsample :])
             self.sent = first * upsample + len(wav)
             if stop % self.REFERENCE_CHUNK == 0:

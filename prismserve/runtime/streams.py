@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +46,9 @@ class RemoteStream(Stream[Any]):
         if ref.closed:
             self.fail(StreamReadError.of(ref.error)) if ref.error is not None else self.close()
 
-    def __aiter__(self) -> AsyncIterator[Any]:
+    def _reading(self) -> None:
         if self._pump is None and not self._ref.closed:
             self._pump = asyncio.get_running_loop().create_task(self._pull())
-        return super().__aiter__()
 
     async def _pull(self) -> None:
         start = len(self._ref.items)

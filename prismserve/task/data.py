@@ -259,7 +259,12 @@ class Stream(Generic[T]):
     def __aiter__(self) -> AsyncIterator[T]:
         if self._placeholder:
             _placeholder_error("stream", self.id)
+        self._reading()
         return self._iterate()
+
+    def _reading(self) -> None:
+        """A consumer starts reading (`__aiter__`, `batches`): a stream filled from elsewhere starts
+        filling now."""
 
     async def _iterate(self) -> AsyncIterator[T]:
         index = 0
@@ -277,6 +282,27 @@ class Stream(Generic[T]):
     async def collect(self) -> list[T]:
         """All items, once the stream has ended."""
         return [item async for item in self]
+
+    def batches(self) -> AsyncIterator[list[T]]:
+        """Every item, in lists of those that arrived since the last list: a consumer slower than
+        its producer takes what piled up in one go (a vocoder decodes it in one window)."""
+        if self._placeholder:
+            _placeholder_error("stream", self.id)
+        self._reading()
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[list[T]]:
+        index = 0
+        while True:
+            await self.wait_beyond(index)
+            items, closed, error = self.snapshot(index)
+            if items:
+                index += len(items)
+                yield items
+            elif closed:
+                if error is not None:
+                    raise error
+                return
 
     def __bool__(self) -> bool:
         if self._placeholder:

@@ -4,6 +4,8 @@ end-to-end `generate` computes (the monolith): the same text, codec ids and audi
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -99,6 +101,42 @@ def test_streaming_token2wav_decodes_as_the_whole_utterance(parts):
     )
     # The seed still picks the noise.
     assert np.abs(streamed(vocoder, codes, speaker, 4, 25)[0] - audio).max() > 1e-2 * peak
+
+
+def test_token2wav_codes_that_piled_up_decode_in_fewer_windows_to_the_same_audio(parts):
+    """A vocoder behind its talker gets many codes at once: after the first chunk it samples every
+    ready block in one DiT window (3 windows for 8 s of speech instead of 4), the same audio."""
+    vocoder = parts["vocoder"]
+    speaker = vocoder.speaker(None)
+    codes = np.random.default_rng(5).integers(0, 59, 400).tolist()
+    whole = vocoder.vocode(codes, speaker, seed=1)
+    with counted(vocoder.vocoder_batcher) as calls:
+        piled, first = streamed(vocoder, codes, speaker, 1, per_push=400)
+        windows = {"piled": calls.count("dit")}
+        calls.clear()
+        paced = streamed(vocoder, codes, speaker, 1, per_push=25)[0]
+        windows["paced"] = calls.count("dit")
+    assert windows == {"piled": 3, "paced": 4}
+    peak = np.abs(whole).max()
+    np.testing.assert_allclose(piled, whole, atol=1e-5 * peak, rtol=0)
+    np.testing.assert_allclose(paced, whole, atol=1e-5 * peak, rtol=0)
+
+
+@contextlib.contextmanager
+def counted(batcher) -> Iterator[list]:
+    """The kinds of the calls `batcher` runs meanwhile (a key's first element, or the key)."""
+    calls: list = []
+    handler = batcher.handler
+
+    def counting(key, items):
+        calls.append(key[0] if isinstance(key, tuple) else key)
+        return handler(key, items)
+
+    batcher.handler = counting
+    try:
+        yield calls
+    finally:
+        batcher.handler = handler
 
 
 def test_concurrent_token2wav_streams_decode_in_batches(parts):

@@ -102,7 +102,7 @@ def test_streaming_code2wav_decodes_as_the_whole_utterance(tiny_qwen3):
     held for the next: the whole utterance's audio within left-context error, of its length."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from test_qwen2_5_omni import streamed
+    from test_qwen2_5_omni import counted, streamed
 
     vocoder = adapter_for(tiny_qwen3)
     vocoder.load_vocoder()
@@ -118,6 +118,15 @@ def test_streaming_code2wav_decodes_as_the_whole_utterance(tiny_qwen3):
     np.testing.assert_array_equal(
         streamed(vocoder, frames[:20], speaker, 0, 7)[0], vocoder.vocode(frames[:20], speaker)
     )
+    # Frames that piled up (pushes of 100: a vocoder behind its talker) decode in fewer calls, up to
+    # the reference chunk boundary, to the same audio.
+    with counted(vocoder.vocoder_batcher) as calls:
+        piled = streamed(vocoder, frames, speaker, 0, per_push=100)[0]
+        assert len(calls) == 6  # 25 | 25-100 | 100-200 | 200-300 | 300-325 | 325-330
+        calls.clear()
+        streamed(vocoder, frames, speaker, 0, per_push=25)
+        assert len(calls) == 14
+    np.testing.assert_allclose(piled, whole, atol=1e-2 * peak, rtol=0)
     # Streams decoded at once share batches, each with the audio it gets alone.
     starts = [0, 0, 5, 10]
     alone = [streamed(vocoder, frames[n:], speaker, 0, 25)[0] for n in starts]
