@@ -392,7 +392,8 @@ class Qwen3TalkerModel(EngineModel):
     def _residuals(self, rows: list[Any], first: Any) -> tuple[Any, Any]:
         """Every row's ids (`[rows, groups - 1]`) and embeddings (`[rows, groups - 1, hidden]`) for
         the codebooks after the first: greedy rows and sampled ones are generated apart, as
-        transformers gives the code predictor the talker's `do_sample`."""
+        transformers gives the code predictor the talker's `do_sample` (sampled ones draw from torch's
+        global generator, as under `generate`: a request's seed fixes its codebook-0 ids only)."""
         import torch
 
         prompt = torch.cat([torch.cat([row.last_hidden for row in rows])[:, None], first], dim=1)
