@@ -14,6 +14,9 @@ How a request runs here:
   The batch is rebuilt only when rows join or leave, not per step.
 - Each row keeps its own logits processors (the checkpoint's generation config, its temperature)
   and its own random generator (its seed), so requests never share sampling state.
+- The `EngineModel` says how a step is fed and what a request streams: its ids, or what a model
+  makes of them (Qwen3-Omni's talker: a frame per id, its code predictor run for all rows at once
+  on each row's last hidden state, which the engine keeps when the model asks, `keeps_hidden`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ class Sequence:
     max_tokens: int
     temperature: float
     seed: int | None
-    on_token: Callable[[int], object] | None
+    on_token: Callable[[Any], object] | None
     should_stop: Callable[[], bool] | None
     with_logits: bool
     with_hidden: bool
@@ -55,6 +58,17 @@ class Sequence:
     length: int = 0  # tokens in its KV cache
     position: int = 0  # position id of the next token it is fed
     cache: Any = None  # its own cache until it joins the batch
+    last_hidden: Any = None  # [1, hidden]: the last layer at its last position (`keeps_hidden`)
+
+    def emit(self, item: Any) -> None:
+        """Hand `item` (an id, or what the model streams) to the caller's `on_token`; a callback that
+        fails ends this request alone."""
+        if self.on_token is None:
+            return
+        try:
+            self.on_token(item)
+        except Exception as exc:  # noqa: BLE001 - e.g. its consumer went away
+            self.finish(exc)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Hand the result (or `error`) to the caller, once."""
@@ -92,13 +106,14 @@ class HFEngine:
         *,
         temperature: float = 0.0,
         seed: int | None = None,
-        on_token: Callable[[int], object] | None = None,
+        on_token: Callable[[Any], object] | None = None,
         should_stop: Callable[[], bool] | None = None,
         with_logits: bool = False,
         with_hidden: bool = False,
     ) -> concurrent.futures.Future[Generated]:
         """The generation of one request, as `Adapter.generate` returns it; `on_token` is called from
-        the engine thread with each id, `should_stop` ends the request at its next step."""
+        the engine thread with each id (or what the model streams instead: `EngineModel.stream`),
+        `should_stop` ends the request at its next step."""
         sequence = Sequence(
             inputs, max_tokens, temperature, seed, on_token, should_stop, with_logits, with_hidden
         )
@@ -159,18 +174,19 @@ class HFEngine:
                 max_new_tokens=1,
                 do_sample=False,
                 output_logits=True,
-                output_hidden_states=sequence.with_hidden,
+                output_hidden_states=sequence.with_hidden or self.model.keeps_hidden,
                 return_dict_in_generate=True,
             )
-            prompt = inputs["input_ids"]
             sequence.cache = out.past_key_values
-            sequence.length = prompt.shape[1]
+            sequence.length = inputs["input_ids" if "input_ids" in inputs else "inputs_embeds"].shape[1]
             sequence.position = sequence.length + self.model.position_offset()
-            sequence.history = prompt
+            sequence.history = out.sequences[:, :-1]  # the ids `generate` saw: none if fed embeddings alone
             sequence.processors = self._processors(sequence)
             sequence.generator = self._generator(sequence)
             if sequence.with_hidden:
                 sequence.hidden.append(out.hidden_states[0])
+            if self.model.keeps_hidden:
+                sequence.last_hidden = self.model.last_hidden(out.hidden_states[0])
             return self._take(sequence, out.logits[0])
         except Exception as exc:  # noqa: BLE001 - this request's error is its own
             sequence.finish(exc)
@@ -180,7 +196,7 @@ class HFEngine:
         """The logits processors `generate` would use for this request."""
         return self.llm._get_logits_processor(
             generation_config=self.model.generation_config(sequence.temperature),
-            input_ids_seq_length=sequence.length,
+            input_ids_seq_length=sequence.history.shape[1],
             device=sequence.history.device,
             model_kwargs={},
         )
@@ -213,17 +229,20 @@ class HFEngine:
             position_ids=positions,
             past_key_values=batch.cache,
             use_cache=True,
-            output_hidden_states=any(s.with_hidden for s in rows),
+            output_hidden_states=self.model.keeps_hidden or any(s.with_hidden for s in rows),
         )
         logits = out.logits[:, -1, :]
+        last = self.model.last_hidden(out.hidden_states) if self.model.keeps_hidden else None
         for i, sequence in enumerate(rows):
             sequence.length += 1
             sequence.position += 1
             if sequence.with_hidden:
                 sequence.hidden.append(tuple(h[i : i + 1] for h in out.hidden_states))
+            if last is not None:
+                sequence.last_hidden = last[i : i + 1]
             try:
                 self._take(sequence, logits[i : i + 1])
-            except Exception as exc:  # noqa: BLE001 - e.g. its consumer's callback failed
+            except Exception as exc:  # noqa: BLE001 - e.g. its logits processors failed: its own error
                 sequence.finish(exc)
 
     def _take(self, sequence: Sequence, logits: Any) -> bool:
@@ -243,8 +262,7 @@ class HFEngine:
         sequence.tokens.append(token)
         if sequence.processors:
             sequence.history = torch.cat([sequence.history, sequence.history.new_tensor([[token]])], 1)
-        if sequence.on_token is not None:
-            sequence.on_token(token)
+        self.model.stream(sequence, token)
         done = (
             token in self.end_ids
             or len(sequence.tokens) >= sequence.max_tokens
@@ -252,7 +270,7 @@ class HFEngine:
         )
         if done:
             sequence.finish()
-        return not done
+        return not sequence.future.done()  # a failed callback ended it too
 
 
 class Batch:

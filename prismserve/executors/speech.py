@@ -36,8 +36,9 @@ def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
 
 class TalkerExecutor(Executor):
     """Generates codes from the conditioning a thinker streams, streaming them in chunks. Concurrent
-    requests decode together in one batch (`HFEngine`) where the family offers its talker to the
-    engine (`talker_model`; Qwen2.5-Omni); otherwise they take turns on transformers' `generate`."""
+    requests decode together in one batch (`HFEngine`, fed as the family's `talker_model` says):
+    Qwen2.5-Omni's codec ids, or Qwen3-Omni's frames (its code predictor run for the whole batch at
+    every step), each request's the same as its talker's `generate` alone."""
 
     task: TalkerTask
 
@@ -47,12 +48,10 @@ class TalkerExecutor(Executor):
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_talker)
-        engine_model = self.adapter.talker_model()
-        self.engine = HFEngine(engine_model, self.max_batch) if engine_model else None
+        self.engine = HFEngine(self.adapter.talker_model(), self.max_batch)
 
     async def close(self) -> None:
-        if self.engine is not None:
-            await asyncio.to_thread(self.engine.close)
+        await asyncio.to_thread(self.engine.close)
 
     async def stream(self, task_input: Any) -> AsyncIterator[list[int]]:
         request = TalkerInput.model_validate(task_input)
@@ -62,9 +61,17 @@ class TalkerExecutor(Executor):
         loop = asyncio.get_running_loop()
         codes: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
-        talking = self._talk(items[0], request, lambda c: call_soon(loop, codes.put_nowait, c), stop)
-        talking.add_done_callback(lambda _: codes.put_nowait(None))
-        generated: list[int] = []
+        prompt = await asyncio.to_thread(self.adapter.talker_prompt, items[0])
+        generation = self.engine.submit(
+            prompt,
+            request.max_codes,
+            temperature=request.temperature,
+            on_token=lambda code: call_soon(loop, codes.put_nowait, code),
+            should_stop=stop.is_set,
+        )
+        talking = asyncio.wrap_future(generation)
+        talking.add_done_callback(lambda _: codes.put_nowait(None))  # after every code streamed
+        generated: list[Any] = []  # what the engine streamed: ids (the end token included), or frames
         sent = 0
         try:
             while (code := await codes.get()) is not None:
@@ -73,35 +80,12 @@ class TalkerExecutor(Executor):
                 if len(spoken) - sent >= self.chunk_codes:
                     yield spoken[sent:]
                     sent = len(spoken)
-            spoken = self.adapter.until_end(await talking)  # raises what the talker raised
+            await talking  # raises what the talker raised
         finally:
             stop.set()  # a consumer that went away frees the engine's row at the next step
+        spoken = self.adapter.until_end(generated)
         if len(spoken) > sent:
             yield spoken[sent:]
-
-    def _talk(
-        self, conditioning: Any, request: TalkerInput, on_code: Callable[[Any], None], stop: threading.Event
-    ) -> asyncio.Future[list[Any]]:
-        """Start generating; the future holds every code generated (the end token included)."""
-        if self.engine is None:
-            return asyncio.get_running_loop().run_in_executor(
-                None,
-                lambda: self.adapter.talk(
-                    conditioning, request.max_codes, temperature=request.temperature, on_code=on_code
-                ),
-            )
-        generation = self.engine.submit(
-            self.adapter.talker_prompt(conditioning),
-            request.max_codes,
-            temperature=request.temperature,
-            on_token=on_code,
-            should_stop=stop.is_set,
-        )
-
-        async def token_ids() -> list[Any]:
-            return (await asyncio.wrap_future(generation)).token_ids
-
-        return asyncio.ensure_future(token_ids())
 
 
 class VocoderExecutor(Executor):

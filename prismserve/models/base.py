@@ -315,8 +315,14 @@ def as_numpy(tensor: Any) -> np.ndarray:
 
 class EngineModel:
     """What an `HFEngine` generates with: a module whose `generate` prefills, the ids that end a
-    request, and how a decoding step is fed. This default serves a family's LLM (or thinker) through
-    its adapter; models fed more than their last token per step (Qwen2.5-Omni's talker) subclass it."""
+    request, how a decoding step is fed and what a request streams. This default serves a family's
+    LLM (or thinker) through its adapter; models fed more than their last token per step (the Omni
+    talkers) subclass it."""
+
+    keeps_hidden: ClassVar[bool] = False
+    """Whether the engine asks every forward for its hidden states and keeps each row's last layer at
+    its last position (`Sequence.last_hidden`): for models whose next step is built from it (Qwen3-Omni's
+    code predictor)."""
 
     def __init__(self, module: Any, end_ids: set[int]) -> None:
         self.module = module
@@ -347,6 +353,16 @@ class EngineModel:
         """The model inputs of one decoding step for `rows` (the engine's sequences), `ids` ([rows, 1])
         being each row's last token."""
         return {"input_ids": ids}
+
+    def last_hidden(self, hidden_states: Any) -> Any:
+        """`[rows, hidden]`: the last layer's state at the last position, from one forward's
+        `hidden_states` (read only when `keeps_hidden`)."""
+        return hidden_states[-1][:, -1]
+
+    def stream(self, sequence: Any, token: int) -> None:
+        """Hand `token`, just chosen for `sequence`, to its caller (`Sequence.emit`): requests stream
+        their ids. Models that stream something else (Qwen3-Omni's frames) override it."""
+        sequence.emit(token)
 
 
 class VocoderStream(Protocol):

@@ -390,8 +390,8 @@ class Qwen25Omni(Adapter):
         )
         return {"suppress_tokens": [talker.codec_bos_token], "repetition_penalty": 1.05, **sampling}
 
-    def talker_model(self) -> EngineModel | None:
-        """The talker as the batching engine runs it (None: the family's talker runs alone)."""
+    def talker_model(self) -> EngineModel:
+        """The talker as the batching engine runs it (`TalkerExecutor` serves every request through it)."""
         return TalkerModel(self)
 
     def talk(

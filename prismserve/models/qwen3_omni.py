@@ -9,7 +9,8 @@ Speech: the talker gets the thinker's input embeddings and the hidden states of 
 (`accept_hidden_layer`) over prompt and reply, and builds its prompt as transformers' `generate`
 does (user turns: media positions from hidden states, text from embeddings; the reply fed one
 position per step). Each step yields a frame: the talker's codebook-0 id and the code predictor's
-ids for the other codebooks. code2wav turns frames into 24 kHz audio, deterministically.
+ids for the other codebooks. code2wav turns frames into 24 kHz audio, deterministically. Concurrent
+requests' talkers decode together in `HFEngine` (`Qwen3TalkerModel`).
 """
 
 from __future__ import annotations
@@ -189,16 +190,12 @@ class Qwen3Omni(Qwen25Omni):
         del model.thinker, model.code2wav
         self.model = model
 
-    def talk(
-        self,
-        conditioning: dict[str, np.ndarray],
-        max_codes: int,
-        *,
-        temperature: float = 0.0,
-        on_code: Callable[[Any], None] | None = None,
-    ) -> list[Any]:
-        """Codec frames (one id per codebook) for the thinker's output, built as transformers'
-        `generate` builds the talker's prompt; `on_code` sees each frame as it is generated."""
+    def talker_prompt(self, conditioning: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The talker's prompt from the thinker's conditioning, as transformers' `generate` builds it:
+        the user turns (media positions from the thinker's hidden states, text from its embeddings)
+        and the assistant turn's first tokens with the speaker's and codec markers as `inputs_embeds`;
+        the rest of the reply (`trailing_text_hidden`, the text end right after its last token) fed
+        one position per step, then `tts_pad_embed`; the ids the 3-D positions are computed from."""
         import torch
 
         model, config = self.model, self.model.config
@@ -215,9 +212,8 @@ class Qwen3Omni(Qwen25Omni):
         media_ids = [media_config.audio_token_id, media_config.image_token_id, media_config.video_token_id]
         media = torch.isin(sequences, torch.tensor(media_ids, device=self.device))
         length = ids.shape[1]
-        frames: list[list[int]] = []
-        with self.lock, torch.inference_mode():
-            # The user turns: media positions from the thinker's hidden states, text from its embeddings.
+        with torch.inference_mode():
+            # The user turns, in order: media positions from the thinker's hidden states, text from its embeddings.
             positions = torch.arange(length, device=self.device)[None]
             starts = torch.cummax(torch.where(ids == config.im_start_token_id, positions, -1), -1).values
             user = ids.gather(1, (starts.clamp_min(0) + 1).clamp_max(length - 1)) == config.user_token_id
@@ -241,53 +237,74 @@ class Qwen3Omni(Qwen25Omni):
             slots = torch.arange(trailing.shape[1], device=self.device)[None, :, None]
             trailing = torch.where(slots > first_end, pad, trailing)
             trailing = torch.where(slots == first_end, end, trailing)
-            extra = {
-                name: tensor(name)
-                for name in ("image_grid_thw", "audio_feature_lengths")
-                if name in conditioning
-            }
-            vocab = config.talker_config.text_config.vocab_size
-            eos = config.talker_config.codec_eos_token_id
-            sampling = (
-                {"do_sample": False}
-                if temperature <= 0
-                else {"do_sample": True, "temperature": temperature, "top_k": 50}
-            )
             inputs_embeds = torch.cat([user_embeds, assistant_embeds], dim=1)
+            prompt = {
+                "inputs_embeds": inputs_embeds,
+                "trailing_text_hidden": trailing,
+                "tts_pad_embed": pad,
+                "talker_input_ids": torch.cat([sequences[:, :length].gather(1, order), assistant_ids], dim=1),
+                "attention_mask": torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=self.device),
+            }
+        for name in ("image_grid_thw", "audio_feature_lengths"):
+            if name in conditioning:
+                prompt[name] = tensor(name)
+        return prompt
 
-            def frame(module: Any, args: Any, out: Any) -> None:
-                if (
-                    out.hidden_states[-1] is not None
-                ):  # the frame of the token before, completed by the code predictor
-                    frames.append(out.hidden_states[-1][0].tolist())
-                    if on_code is not None:
-                        on_code(frames[-1])
+    def talker_sampling(self, temperature: float) -> dict[str, Any]:
+        """How the talker samples (transformers' Qwen3-Omni defaults): greedy at temperature 0, a
+        repetition penalty of 1.05, and the top 1024 ids (control codes) suppressed but the end token."""
+        config = self.model.config.talker_config
+        vocab, eos = config.text_config.vocab_size, config.codec_eos_token_id
+        sampling = (
+            {"do_sample": False}
+            if temperature <= 0
+            else {"do_sample": True, "temperature": temperature, "top_k": 50}
+        )
+        suppressed = [i for i in range(vocab - 1024, vocab) if i != eos]
+        return {"repetition_penalty": 1.05, "suppress_tokens": suppressed, **sampling}
 
+    def talk(
+        self,
+        conditioning: dict[str, np.ndarray],
+        max_codes: int,
+        *,
+        temperature: float = 0.0,
+        on_code: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
+        """Codec frames (one id per codebook) for the thinker's output from transformers' own
+        `generate`, one request at a time; `on_code` sees each frame as the code predictor completes
+        it. Serving batches through `talker_model`; this is its reference."""
+        import torch
+
+        talker = self.model.talker
+        frames: list[list[int]] = []
+
+        def frame(module: Any, args: Any, out: Any) -> None:
+            # A decoding step's forward carries the frame of the token before, completed by the code predictor.
+            if out.hidden_states[-1] is not None:
+                frames.append(out.hidden_states[-1][0].tolist())
+                if on_code is not None:
+                    on_code(frames[-1])
+
+        prompt = self.talker_prompt(conditioning)
+        with self.lock, torch.inference_mode():
             hook = talker.register_forward_hook(frame)
             try:
                 talker.generate(
-                    inputs_embeds=inputs_embeds,
-                    trailing_text_hidden=trailing,
-                    tts_pad_embed=pad,
-                    talker_input_ids=torch.cat(
-                        [sequences[:, :length].gather(1, order), assistant_ids], dim=1
-                    ),
-                    attention_mask=torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=self.device),
+                    **prompt,
+                    **self.talker_sampling(temperature),
                     max_new_tokens=max_codes,
-                    eos_token_id=eos,
-                    repetition_penalty=1.05,
-                    suppress_tokens=[i for i in range(vocab - 1024, vocab) if i != eos],
+                    eos_token_id=self.model.config.talker_config.codec_eos_token_id,
                     output_hidden_states=True,
                     return_dict_in_generate=True,
-                    **sampling,
-                    **extra,
                 )
             finally:
                 hook.remove()
         return frames
 
-    def talker_model(self) -> EngineModel | None:
-        return None  # each step runs the code predictor's own generation: not batched yet
+    def talker_model(self) -> EngineModel:
+        """The talker (with its code predictor) as the batching engine runs it."""
+        return Qwen3TalkerModel(self)
 
     def until_end(self, codes: list[Any]) -> list[Any]:
         return codes  # frames stop where the talker stopped: its end token gets no frame
@@ -323,6 +340,96 @@ class Qwen3Omni(Qwen25Omni):
 
     def generate_options(self, args: dict[str, Any], audio: bool) -> dict[str, Any]:
         return {**args, "thinker_eos_token_id": sorted(self.eos_token_ids()), "return_audio": audio}
+
+
+class Qwen3TalkerModel(EngineModel):
+    """Qwen3-Omni's talker in the batching engine, every row's step built as its `generate` builds it
+    for one request, for all rows at once: the code predictor completes each row's last frame (in:
+    the talker's last-layer state at the row's last position and its codebook-0 id's embedding; out:
+    the other codebooks' ids), one generation for the batch; a row's next input is the sum of that
+    frame's codebook embeddings plus its own reply text at its own step (the pad embedding once the
+    text is spent). Requests stream frames, each one step after its codebook-0 id; the last id (the
+    end token, or the one at `max_codes`) gets none, as under `generate`."""
+
+    keeps_hidden = True
+
+    def __init__(self, adapter: Qwen3Omni) -> None:
+        talker = adapter.model.talker
+        super().__init__(talker, {talker.config.codec_eos_token_id})
+        self.adapter = adapter
+        self.groups = talker.config.num_code_groups
+
+    def position_offset(self) -> int:
+        # The talker keeps its M-RoPE deltas on itself; `generate` decodes at the cache length plus them.
+        deltas = self.module.rope_deltas
+        return 0 if deltas is None else int(deltas.reshape(-1)[0])
+
+    def generation_config(self, temperature: float) -> Any:
+        config = super().generation_config(temperature)
+        config.update(**self.adapter.talker_sampling(temperature))
+        return config
+
+    def last_hidden(self, hidden_states: Any) -> Any:
+        return hidden_states[0][-1][:, -1]  # the talker returns (its layers' states, residual codes)
+
+    def stream(self, sequence: Any, token: int) -> None:
+        pass  # its frame is streamed once the code predictor completes it, at the row's next step
+
+    def step_inputs(self, rows: list[Any], ids: Any) -> dict[str, Any]:
+        import torch
+
+        first = self.module.get_input_embeddings()(ids)  # [rows, 1, hidden]
+        residuals, embeds = self._residuals(rows, first)
+        for row, frame in zip(rows, torch.cat([ids, residuals], dim=1).tolist(), strict=True):
+            row.emit(frame)
+        text = torch.stack([self._text(row) for row in rows])[:, None]
+        # `generation_step` only counts steps for `generate` (the talker's forward returns it plus
+        # one); each row here is fed its own text above.
+        return {
+            "inputs_embeds": torch.cat([first, embeds], dim=1).sum(1, keepdim=True) + text,
+            "generation_step": 0,
+        }
+
+    def _residuals(self, rows: list[Any], first: Any) -> tuple[Any, Any]:
+        """Every row's ids (`[rows, groups - 1]`) and embeddings (`[rows, groups - 1, hidden]`) for
+        the codebooks after the first: greedy rows and sampled ones are generated apart, as
+        transformers gives the code predictor the talker's `do_sample` (sampled ones draw from torch's
+        global generator, as under `generate`: a request's seed fixes its codebook-0 ids only)."""
+        import torch
+
+        prompt = torch.cat([torch.cat([row.last_hidden for row in rows])[:, None], first], dim=1)
+        ids = torch.empty(len(rows), self.groups - 1, dtype=torch.long, device=first.device)
+        embeds = first.new_empty(len(rows), self.groups - 1, first.shape[-1])
+        for sampled in (False, True):
+            index = [i for i, row in enumerate(rows) if (row.temperature > 0) == sampled]
+            if index:
+                ids[index], embeds[index] = self._predict(prompt[index], sampled)
+        return ids, embeds
+
+    def _predict(self, prompt: Any, sampled: bool) -> tuple[Any, Any]:
+        """The code predictor's generation for `prompt` (`[rows, 2, hidden]`: each row's last state
+        and codebook-0 embedding), with the embeddings of the ids it chose, as the talker's
+        `prepare_inputs_for_generation` runs it."""
+        import torch
+
+        predictor = self.module.code_predictor
+        options = {"do_sample": True, "top_k": 50, "top_p": 0.8} if sampled else {"do_sample": False}
+        out = predictor.generate(
+            inputs_embeds=prompt,
+            max_new_tokens=self.groups - 1,
+            output_hidden_states=True,
+            return_dict_in_generate=True,
+            **options,
+        )
+        middle = [step[0] for step in out.hidden_states[1:]]  # each step's input: the id before it
+        last = predictor.get_input_embeddings()[-1](out.sequences[:, -1:])
+        return out.sequences, torch.cat([*middle, last], dim=1)
+
+    @staticmethod
+    def _text(row: Any) -> Any:
+        """The reply text fed with the row's next step: its trailing text at its own step, then the pad."""
+        trailing, step = row.inputs["trailing_text_hidden"], len(row.tokens) - 1
+        return trailing[0, step] if step < trailing.shape[1] else row.inputs["tts_pad_embed"][0, 0]
 
 
 class Code2WavStream:

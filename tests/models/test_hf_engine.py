@@ -40,22 +40,37 @@ def requests(cars_jpg: bytes, small_png: bytes, wav: bytes, family: str) -> list
 
 
 def staggered(engine: HFEngine, inputs: list[dict], lengths: list[int], **options) -> list:
-    """Submit the first request, the others once it has generated three tokens (they join a running
-    batch); every request's Generated, in order."""
-    started = threading.Event()
-    seen: list[int] = []
-
-    def first_token(token: int) -> None:
-        seen.append(token)
-        if len(seen) == 3:
-            started.set()
-
-    futures = [engine.submit(inputs[0], lengths[0], on_token=first_token, **options)]
-    assert started.wait(120)
-    futures += [engine.submit(i, n, **options) for i, n in zip(inputs[1:], lengths[1:], strict=True)]
-    results = [f.result(timeout=300) for f in futures]
-    assert seen == results[0].token_ids  # streamed as generated, in order
+    """Every request's Generated, in order, submitted as `staggered_streams` submits them; each
+    streamed its ids as they were generated."""
+    results, streams = staggered_streams(engine, inputs, lengths, **options)
+    for result, stream in zip(results, streams, strict=True):
+        assert stream == result.token_ids  # streamed as generated, in order
     return results
+
+
+def staggered_streams(
+    engine: HFEngine, inputs: list[dict], lengths: list[int], **options
+) -> tuple[list, list[list]]:
+    """Submit the first request, the others once it has streamed three items (they join a running
+    batch); every request's Generated and what it streamed, in order."""
+    started = threading.Event()
+    streams: list[list] = [[] for _ in inputs]
+
+    def collect(index: int):
+        def on_item(item) -> None:
+            streams[index].append(item)
+            if index == 0 and len(streams[0]) == 3:
+                started.set()
+
+        return on_item
+
+    futures = [engine.submit(inputs[0], lengths[0], on_token=collect(0), **options)]
+    assert started.wait(120)
+    futures += [
+        engine.submit(i, n, on_token=collect(index), **options)
+        for index, (i, n) in enumerate(zip(inputs[1:], lengths[1:], strict=True), start=1)
+    ]
+    return [f.result(timeout=300) for f in futures], streams
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -199,3 +214,79 @@ def test_talker_batches_as_generate_talks(tiny_omni, cars_jpg, small_png, query_
         assert other.token_ids == one.sequences[0, -len(one.logits) :].tolist()
         assert len(set(other.token_ids)) > 3  # varied codes: a wrong step input would show
         np.testing.assert_allclose(other.logits, torch.cat(one.logits).numpy(), atol=1e-4, rtol=0)
+
+
+def test_qwen3_talker_batches_frames_as_talk_makes_them(cars_jpg, small_png, query_wav):
+    """Qwen3-Omni's talker in the engine (the code predictor run for the whole batch at every step,
+    each row fed its own reply text at its own step, its own M-RoPE deltas and sampling rules)
+    streams every request the frames `talk` (transformers' `generate`) makes for it alone, with
+    `generate`'s logits at every step; a cancelled and a sampled neighbour change nothing."""
+    from prismserve.testing import tiny
+
+    path = str(tiny.build("qwen3-omni"))
+    thinker, talker = adapter_for(path), adapter_for(path)
+    thinker.load_llm(with_encoders=True)
+    talker.load_talker()
+    speaker = thinker.speaker(None)
+    chosen = requests(cars_jpg, small_png, query_wav, "qwen3-omni")
+    conditionings = []
+    # Text only, an image, a spoken question, two images; replies of different lengths, so that rows
+    # run out of reply text (then take the pad) at different steps.
+    for request, reply in zip([chosen[2], chosen[1], chosen[4], chosen[3]], [4, 9, 12, 6], strict=True):
+        messages, media = conversation(request)
+        inputs = thinker.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media])
+        thought = thinker.generate(inputs, reply, with_hidden=True)
+        conditionings.append(thinker.talker_inputs(inputs, thought, speaker))
+    lengths = [30, 12, 24, 18]
+    module = talker.model.talker
+    alone, logits = [], []
+    for conditioning, n in zip(conditionings, lengths, strict=True):
+        alone.append(talker.talk(conditioning, n))
+        with torch.inference_mode():
+            out = module.generate(
+                **talker.talker_prompt(conditioning),
+                **talker.talker_sampling(0.0),
+                eos_token_id=module.config.codec_eos_token_id,
+                max_new_tokens=n,
+                output_logits=True,
+                output_hidden_states=True,
+                return_dict_in_generate=True,
+            )
+        logits.append(torch.cat(out.logits).float().numpy())
+    prompts = [talker.talker_prompt(c) for c in conditionings]
+    engine = HFEngine(talker.talker_model())
+    try:
+        batched, streamed = staggered_streams(engine, prompts, lengths, with_logits=True)
+        assert engine.peak_batch == len(prompts)  # they really decoded together
+        # Again, all at once, beside a request cancelled after its second frame and a sampled one.
+        cancel = threading.Event()
+        cancelled_frames: list = []
+
+        def cancel_after_two(frame) -> None:
+            cancelled_frames.append(frame)
+            if len(cancelled_frames) == 2:
+                cancel.set()
+
+        cancelled = engine.submit(prompts[0], 30, on_token=cancel_after_two, should_stop=cancel.is_set)
+        sampled_frames: list = []
+        sampled = engine.submit(prompts[0], 30, temperature=0.9, seed=3, on_token=sampled_frames.append)
+        again: list[list] = [[] for _ in prompts]
+        futures = [
+            engine.submit(p, n, on_token=a.append) for p, n, a in zip(prompts, lengths, again, strict=True)
+        ]
+        for future in [cancelled, sampled, *futures]:
+            future.result(timeout=300)
+    finally:
+        engine.close()
+    for one, frames, result, expected, repeated in zip(alone, streamed, batched, logits, again, strict=True):
+        assert frames == one and repeated == one
+        assert len({tuple(f) for f in one}) > 3  # varied frames: not a comparison of constant streams
+        assert [f[0] for f in one] == result.token_ids[:-1]  # codebook 0; the last id gets no frame
+        # The logits show what the tiny talker's argmax hides: a row fed another row's reply text, or
+        # its text a step off, or positions without its M-RoPE deltas, keeps its frames but not these.
+        np.testing.assert_allclose(result.logits, expected, atol=1e-4, rtol=0)
+    ends = [r.token_ids[-1] == module.config.codec_eos_token_id for r in batched]
+    assert any(ends) and not all(ends)  # some end on the end token, others at their max_codes
+    assert cancelled_frames == alone[0][:2] and len(cancelled.result().token_ids) == 3
+    assert {len(f) for f in sampled_frames} == {len(alone[0][0])}
+    assert sampled_frames != alone[0][: len(sampled_frames)]  # really sampled
