@@ -17,6 +17,12 @@ How a request runs here:
 - The `EngineModel` says how a step is fed and what a request streams: its ids, or what a model
   makes of them (Qwen3-Omni's talker: a frame per id, its code predictor run for all rows at once
   on each row's last hidden state, which the engine keeps when the model asks, `keeps_hidden`).
+- A request fed more than its tokens (an Omni talker, fed the thinker's reply row by row while the
+  thinker still generates: its `ReplyFeed`) waits while its next row has not come: the others
+  step on; its own slot in that step is masked out (a hole in its cache, dropped when the batch is
+  next rebuilt). When every row waits, the engine sleeps until a feed wakes it.
+- `on_states` hands a caller each forward's hidden states for its request as they are computed (an
+  Omni thinker builds its talker's conditioning from them while it generates).
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prismserve.models import EngineModel, Generated
+from prismserve.models.conditioning import ReplyFeed
 
 log = logging.getLogger(__name__)
 
 _CLOSE = None  # queued to stop the engine thread
+_WAKE = object()  # queued when a waiting request's feed has more for it
 
 
 @dataclass
@@ -48,6 +56,8 @@ class Sequence:
     should_stop: Callable[[], bool] | None
     with_logits: bool
     with_hidden: bool
+    on_states: Callable[[Any], object] | None = None
+    feed: ReplyFeed | None = None
     future: concurrent.futures.Future[Generated] = field(default_factory=concurrent.futures.Future)
     tokens: list[int] = field(default_factory=list)
     logits: list[Any] = field(default_factory=list)
@@ -63,12 +73,28 @@ class Sequence:
     def emit(self, item: Any) -> None:
         """Hand `item` (an id, or what the model streams) to the caller's `on_token`; a callback that
         fails ends this request alone."""
-        if self.on_token is None:
+        self._call(self.on_token, item)
+
+    def states(self, hidden_states: Any) -> None:
+        """Hand one forward's hidden states of this request (per layer `[1, positions, hidden]`) to
+        the caller's `on_states`."""
+        self._call(self.on_states, hidden_states)
+
+    def _call(self, callback: Callable[[Any], object] | None, item: Any) -> None:
+        if callback is None:
             return
         try:
-            self.on_token(item)
+            callback(item)
         except Exception as exc:  # noqa: BLE001 - e.g. its consumer went away
             self.finish(exc)
+
+    def ready(self) -> bool:
+        """Whether it can take its next step: what its feed gives that step has come (or it stops)."""
+        return (
+            self.feed is None
+            or self.feed.ready(len(self.tokens) - 1)
+            or (self.should_stop is not None and self.should_stop())
+        )
 
     def finish(self, error: BaseException | None = None) -> None:
         """Hand the result (or `error`) to the caller, once."""
@@ -95,7 +121,7 @@ class HFEngine:
         self.max_batch = max(1, max_batch)
         self.end_ids = self.model.end_ids
         self.peak_batch = 0  # the most rows decoded together so far (tests and benchmarks read it)
-        self._queue: queue.SimpleQueue[Sequence | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # requests, _WAKE, _CLOSE
         self._thread = threading.Thread(target=self._serve, name="hf-engine", daemon=True)
         self._thread.start()
 
@@ -110,15 +136,34 @@ class HFEngine:
         should_stop: Callable[[], bool] | None = None,
         with_logits: bool = False,
         with_hidden: bool = False,
+        on_states: Callable[[Any], object] | None = None,
+        feed: ReplyFeed | None = None,
     ) -> concurrent.futures.Future[Generated]:
         """The generation of one request, as `Adapter.generate` returns it; `on_token` is called from
         the engine thread with each id (or what the model streams instead: `EngineModel.stream`),
-        `should_stop` ends the request at its next step."""
+        `on_states` with each forward's hidden states of the request (the prompt's, then one
+        position per step), `should_stop` ends the request at its next step. A talker's `feed`
+        gives the reply row of each decoding step (the request waits for rows yet to come)."""
         sequence = Sequence(
-            inputs, max_tokens, temperature, seed, on_token, should_stop, with_logits, with_hidden
+            inputs,
+            max_tokens,
+            temperature,
+            seed,
+            on_token,
+            should_stop,
+            with_logits,
+            with_hidden,
+            on_states,
+            feed,
         )
+        if feed is not None:
+            feed.attach(self.wake)
         self._queue.put(sequence)
         return sequence.future
+
+    def wake(self) -> None:
+        """Tell the engine that a waiting request may go on (its feed has more)."""
+        self._queue.put(_WAKE)
 
     def close(self) -> None:
         """Stop the engine thread; requests still running fail."""
@@ -132,9 +177,10 @@ class HFEngine:
 
         batch = Batch()
         waiting: list[Sequence] = []
+        stepped = True
         with torch.inference_mode():
             while True:
-                if not self._admit(waiting, block=not batch.rows and not waiting):
+                if not self._admit(waiting, block=not (batch.rows and stepped) and not waiting):
                     for sequence in [*batch.rows, *waiting]:
                         sequence.finish(RuntimeError("the engine was closed"))
                     return
@@ -144,8 +190,7 @@ class HFEngine:
                 try:
                     batch.rebuild([s for s in batch.rows if not s.future.done()], prefilled)
                     self.peak_batch = max(self.peak_batch, len(batch.rows))
-                    if batch.rows:
-                        self._step(batch)
+                    stepped = bool(batch.rows) and self._step(batch)
                 except Exception as exc:  # noqa: BLE001 - a failed batch step fails its rows, not the engine
                     log.exception("decode step failed")
                     for sequence in batch.rows:
@@ -159,7 +204,8 @@ class HFEngine:
             while True:
                 if item is _CLOSE:
                     return False
-                waiting.append(item)
+                if item is not _WAKE:
+                    waiting.append(item)
                 item = self._queue.get_nowait()
         except queue.Empty:
             return True
@@ -174,7 +220,7 @@ class HFEngine:
                 max_new_tokens=1,
                 do_sample=False,
                 output_logits=True,
-                output_hidden_states=sequence.with_hidden or self.model.keeps_hidden,
+                output_hidden_states=self._wants_hidden(sequence),
                 return_dict_in_generate=True,
             )
             sequence.cache = out.past_key_values
@@ -185,6 +231,8 @@ class HFEngine:
             sequence.generator = self._generator(sequence)
             if sequence.with_hidden:
                 sequence.hidden.append(out.hidden_states[0])
+            if sequence.on_states is not None:
+                sequence.states(out.hidden_states[0])
             if self.model.keeps_hidden:
                 sequence.last_hidden = self.model.last_hidden(out.hidden_states[0])
             return self._take(sequence, out.logits[0])
@@ -214,36 +262,56 @@ class HFEngine:
             generator.manual_seed(sequence.seed)
         return generator
 
-    def _step(self, batch: Batch) -> None:
-        """One decoding step for every row: feed each its last token, take its next one."""
+    def _wants_hidden(self, sequence: Sequence) -> bool:
+        return sequence.with_hidden or sequence.on_states is not None or self.model.keeps_hidden
+
+    def _step(self, batch: Batch) -> bool:
+        """One decoding step for every row that is ready: feed each its last token, take its next
+        one; False when every row waits."""
         import torch
 
         rows = batch.rows
+        ready = [s.ready() for s in rows]
+        if not any(ready):
+            return False
+        fed = [i for i, r in enumerate(ready) if r]
         device = batch.mask.device
-        ids = torch.tensor([[s.tokens[-1]] for s in rows], device=device)
+        ids = torch.tensor([[rows[i].tokens[-1]] for i in fed], device=device)
+        inputs = self.model.step_inputs([rows[i] for i in fed], ids)
+        if len(fed) < len(rows):  # the waiting rows get zeros, masked out
+            inputs = _scattered(inputs, fed, len(rows))
+            batch.holes = True
         positions = torch.tensor([[s.position] for s in rows], device=device)
-        batch.mask = torch.cat([batch.mask, batch.mask.new_ones(len(rows), 1)], dim=1)
+        column = torch.tensor(ready, dtype=batch.mask.dtype, device=device)[:, None]
+        batch.mask = torch.cat([batch.mask, column], dim=1)
         out = self.llm(
-            **self.model.step_inputs(rows, ids),
+            **inputs,
             attention_mask=batch.mask,
             position_ids=positions,
             past_key_values=batch.cache,
             use_cache=True,
-            output_hidden_states=self.model.keeps_hidden or any(s.with_hidden for s in rows),
+            output_hidden_states=any(self._wants_hidden(rows[i]) for i in fed),
         )
         logits = out.logits[:, -1, :]
         last = self.model.last_hidden(out.hidden_states) if self.model.keeps_hidden else None
-        for i, sequence in enumerate(rows):
+        for i in fed:
+            sequence = rows[i]
             sequence.length += 1
             sequence.position += 1
-            if sequence.with_hidden:
-                sequence.hidden.append(tuple(h[i : i + 1] for h in out.hidden_states))
+            if sequence.with_hidden or sequence.on_states is not None:
+                states = tuple(h[i : i + 1] for h in out.hidden_states)
+                if sequence.with_hidden:
+                    sequence.hidden.append(states)
+                sequence.states(states)
             if last is not None:
                 sequence.last_hidden = last[i : i + 1]
+            if sequence.future.done():  # its states callback failed
+                continue
             try:
                 self._take(sequence, logits[i : i + 1])
             except Exception as exc:  # noqa: BLE001 - e.g. its logits processors failed: its own error
                 sequence.finish(exc)
+        return True
 
     def _take(self, sequence: Sequence, logits: Any) -> bool:
         """Choose the request's next token from its raw `logits` ([1, vocab]), stream it, and
@@ -275,12 +343,14 @@ class HFEngine:
 
 class Batch:
     """The decoding batch: its rows, their KV cache (left-padded to a common length, right-aligned)
-    and the attention mask over the cached positions (0 on padding)."""
+    and the attention mask over the cached positions (0 on padding, and on the holes of steps a
+    row waited through: `holes`)."""
 
     def __init__(self) -> None:
         self.rows: list[Sequence] = []
         self.cache: Any = None
         self.mask: Any = None
+        self.holes = False
 
     def rebuild(self, staying: list[Sequence], joining: list[Sequence]) -> None:
         """Keep `staying` (rows of this batch) and add `joining` (prefilled alone); a no-op when
@@ -303,9 +373,11 @@ class Batch:
                     source, row = self.cache.layers[layer_index], index[id(sequence)]
                 else:
                     source, row = sequence.cache.layers[layer_index], 0
-                kept = min(sequence.length, source.keys.shape[-2])  # a sliding layer keeps a window
-                keys.append(source.keys[row : row + 1, :, source.keys.shape[-2] - kept :])
-                values.append(source.values[row : row + 1, :, source.values.shape[-2] - kept :])
+                kept = self._kept(
+                    source.keys.shape[-2], sequence.length, row if id(sequence) in index else None
+                )
+                keys.append(source.keys[row : row + 1, :, kept])
+                values.append(source.values[row : row + 1, :, kept])
             layer.keys, layer.values = _left_padded(keys), _left_padded(values)
             if hasattr(layer, "cumulative_length"):  # a sliding-window layer counts padded positions
                 layer.cumulative_length = length
@@ -315,7 +387,30 @@ class Batch:
         )
         for sequence in joining:
             sequence.cache = None  # its rows now live in the batch cache
-        self.rows, self.cache = rows, template
+        self.rows, self.cache, self.holes = rows, template, False
+
+    def _kept(self, cached: int, length: int, row: int | None) -> Any:
+        """Which of a row's `cached` positions hold its `length` tokens: the last ones (a sliding
+        layer keeps a window of them), or for a row of this batch with holes, the ones its mask keeps."""
+        if row is None or not self.holes:
+            return slice(cached - min(length, cached), None)
+        kept = self.mask[row].nonzero().flatten() - (self.mask.shape[1] - cached)
+        return kept[kept >= 0]
+
+
+def _scattered(inputs: dict[str, Any], rows: list[int], size: int) -> dict[str, Any]:
+    """Step inputs made for `rows` (of a batch of `size`) laid out for the whole batch: tensors of
+    one entry per row put at their rows, zeros elsewhere; other inputs as they are."""
+    import torch
+
+    out = {}
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.shape[:1] == (len(rows),):
+            full = value.new_zeros((size, *value.shape[1:]))
+            full[rows] = value
+            value = full
+        out[name] = value
+    return out
 
 
 def _left_padded(parts: list[Any]) -> Any:

@@ -17,7 +17,8 @@ from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
 from prismserve.executors.loading import model_adapter
 from prismserve.executors.text import TextDecoder
-from prismserve.models import Encoded, Generated, MediaInput
+from prismserve.models import Encoded, MediaInput
+from prismserve.models.conditioning import ConditioningBuilder
 from prismserve.task import Stream
 from prismserve.tasklib.units import LLMInput, LLMTask, OmniMonolithTask, ThinkerOutput, ThinkerTask
 
@@ -56,20 +57,31 @@ class HFLLMExecutor(Executor):
             )
 
     async def texts(
-        self, request: LLMInput, inputs: dict[str, Any], result: list[Generated]
+        self, request: LLMInput, inputs: dict[str, Any], speech: ConditioningBuilder | None = None
     ) -> AsyncIterator[str]:
-        """Text deltas as they are generated; the whole generation is appended to `result` at the end."""
+        """Text deltas as they are generated; `speech` (the talker's conditioning) is fed every
+        token and each position's hidden states on the engine's thread as they come."""
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
+
+        def on_token(token: int) -> None:
+            if speech is not None:
+                speech.add_token(token)
+            loop.call_soon_threadsafe(tokens.put_nowait, token)
+
+        def on_states(states: Any) -> None:
+            assert speech is not None
+            speech.add_states(*self.adapter.talker_states(states))
+
         generation = self.engine.submit(
             inputs,
             request.max_tokens,
             temperature=request.temperature,
             seed=request.seed,
-            on_token=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t),
+            on_token=on_token,
             should_stop=stop.is_set,
-            with_hidden=request.speech,
+            on_states=on_states if speech is not None else None,
         )
         generation.add_done_callback(lambda _: call_soon(loop, tokens.put_nowait, _END))
         decoder = TextDecoder(self.adapter.tokenizer, self.adapter.eos_token_ids())
@@ -77,7 +89,7 @@ class HFLLMExecutor(Executor):
             while (token := await tokens.get()) is not _END:
                 if text := decoder.push(token):
                     yield text
-            result.append(await asyncio.wrap_future(generation))  # raises what generation raised
+            await asyncio.wrap_future(generation)  # raises what generation raised
             if text := decoder.flush():
                 yield text
         finally:
@@ -85,27 +97,32 @@ class HFLLMExecutor(Executor):
 
     async def stream(self, task_input: Any) -> AsyncIterator[str]:
         request, inputs = await self.inputs(task_input)
-        async for text in self.texts(request, inputs, []):
+        async for text in self.texts(request, inputs):
             yield text
 
 
 class ThinkerExecutor(HFLLMExecutor):
-    """An Omni thinker: streams text, then (when speech is asked for) the talker's conditioning."""
+    """An Omni thinker: streams text and, when speech is asked for, the talker's conditioning while
+    it generates (the talker starts on its first tokens)."""
 
     task: ThinkerTask
 
     async def run(self, task_input: Any) -> ThinkerOutput:
         request, inputs = await self.inputs(task_input)  # bad input fails the call itself
+        loop = asyncio.get_running_loop()
+        text: Stream[str] = Stream("text")
+        talker: Stream[Any] = Stream("talker")
+        speech = None
         if request.speech:
             with media_rejected():
                 speaker = self.adapter.speaker(request.speaker)
-        text: Stream[str] = Stream("text")
-        talker: Stream[Any] = Stream("talker")
+            speech = self.adapter.conditioning(
+                inputs, speaker, lambda item: call_soon(loop, talker.put, item)
+            )
 
         async def think() -> None:
-            result: list[Generated] = []
             try:
-                async for delta in self.texts(request, inputs, result):
+                async for delta in self.texts(request, inputs, speech):
                     text.put(delta)
             except Exception as exc:  # noqa: BLE001 - both consumers get the thinker's error
                 text.fail(exc)
@@ -113,10 +130,8 @@ class ThinkerExecutor(HFLLMExecutor):
                 return
             text.close()
             try:
-                if request.speech:
-                    talker.put(
-                        await asyncio.to_thread(self.adapter.talker_inputs, inputs, result[0], speaker)
-                    )
+                if speech is not None:  # its items reach the stream before it closes (one queue)
+                    await asyncio.to_thread(speech.finish)
                 talker.close()
             except Exception as exc:  # noqa: BLE001 - the talker's consumer gets the error
                 talker.fail(exc)

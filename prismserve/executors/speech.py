@@ -15,6 +15,7 @@ from prismserve.executors.hf_engine import HFEngine
 from prismserve.executors.hf_llm import HFLLMExecutor
 from prismserve.executors.loading import model_adapter
 from prismserve.executors.text import TextDecoder
+from prismserve.models.conditioning import REPLY, ReplyFeed
 from prismserve.task import Stream
 from prismserve.tasklib.units import (
     OmniMonolithTask,
@@ -35,10 +36,12 @@ def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
 
 
 class TalkerExecutor(Executor):
-    """Generates codes from the conditioning a thinker streams, streaming them in chunks. Concurrent
-    requests decode together in one batch (`HFEngine`, fed as the family's `talker_model` says):
-    Qwen2.5-Omni's codec ids, or Qwen3-Omni's frames (its code predictor run for the whole batch at
-    every step), each request's the same as its talker's `generate` alone."""
+    """Generates codes from the conditioning a thinker streams, streaming them in chunks. A request
+    starts on the thinker's first item, the rest of the reply fed as it comes (`ReplyFeed`: the
+    request waits for rows yet to come). Concurrent requests decode together in one batch
+    (`HFEngine`, fed as the family's `talker_model` says): Qwen2.5-Omni's codec ids, or Qwen3-Omni's
+    frames (its code predictor run for the whole batch at every step), each request's the same as
+    its talker's `generate` alone on the whole conditioning."""
 
     task: TalkerTask
 
@@ -55,22 +58,29 @@ class TalkerExecutor(Executor):
 
     async def stream(self, task_input: Any) -> AsyncIterator[list[int]]:
         request = TalkerInput.model_validate(task_input)
-        items = await request.thinker.collect()
-        if len(items) != 1:
-            raise ValueError(f"the thinker sent {len(items)} conditioning items (was speech asked of it?)")
+        items = aiter(request.thinker.batches())
+        first = await anext(items, None)
+        if first is None:
+            raise ValueError("the thinker sent no talker conditioning (was speech asked of it?)")
+        # The talker starts on the thinker's first item; the rest of the reply follows (`ReplyFeed`).
+        prompt = await asyncio.to_thread(self.adapter.talker_prompt, first[0])
+        feed = self.adapter.reply_feed(first[0])
+        for item in first[1:]:
+            feed.append(self.adapter.reply_rows(item[REPLY]))
         loop = asyncio.get_running_loop()
         codes: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
-        prompt = await asyncio.to_thread(self.adapter.talker_prompt, items[0])
         generation = self.engine.submit(
             prompt,
             request.max_codes,
             temperature=request.temperature,
             on_token=lambda code: call_soon(loop, codes.put_nowait, code),
             should_stop=stop.is_set,
+            feed=feed,
         )
         talking = asyncio.wrap_future(generation)
         talking.add_done_callback(lambda _: codes.put_nowait(None))  # after every code streamed
+        reading = asyncio.ensure_future(self._read_reply(items, feed, stop))
         generated: list[Any] = []  # what the engine streamed: ids (the end token included), or frames
         sent = 0
         try:
@@ -81,11 +91,28 @@ class TalkerExecutor(Executor):
                     yield spoken[sent:]
                     sent = len(spoken)
             await talking  # raises what the talker raised
+            if reading.done():
+                reading.result()  # raises what the thinker raised (it stopped the talker)
         finally:
             stop.set()  # a consumer that went away frees the engine's row at the next step
+            reading.cancel()
         spoken = self.adapter.until_end(generated)
         if len(spoken) > sent:
             yield spoken[sent:]
+
+    async def _read_reply(
+        self, items: AsyncIterator[list[Any]], feed: ReplyFeed, stop: threading.Event
+    ) -> None:
+        """Hand the talker the reply rows the thinker streams after its first item; a thinker that
+        fails stops the talker (its error is raised here)."""
+        try:
+            async for batch in items:
+                feed.append([row for item in batch for row in self.adapter.reply_rows(item[REPLY])])
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            feed.close()
 
 
 class VocoderExecutor(Executor):

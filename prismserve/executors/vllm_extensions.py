@@ -16,7 +16,8 @@ The gaps in vLLM 0.32 filled here:
   imported from vLLM here exists in 0.33 too (checked against its wheel; 0.33 fixed the per-image
   split and the Qwen3-Omni parser, which these classes then repeat harmlessly);
 - the stock `ExampleHiddenStatesConnector` copies with CUDA streams and pinned memory, which kills a
-  CPU engine at the first finished request, and it saves every request (`CPUHiddenStatesConnector`);
+  CPU engine at the first finished request, it saves every request, and only once the request has
+  finished (`CPUHiddenStatesConnector`: also streams a request's rows while it runs, when asked);
 - its Gemma 3 takes no precomputed image embeddings at all (`Gemma3Embeds`).
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -185,25 +187,80 @@ class _Done:
         pass
 
 
+@dataclass
+class _Streamed:
+    """Scheduler side: a running request whose rows are streamed (where to, its hidden-state blocks,
+    the positions handed out so far)."""
+
+    path: str
+    blocks: list[int]
+    done: int = 0
+
+
+@dataclass
+class _Extract:
+    """Worker side: append the rows of positions `start:end` (in `blocks`) to `path`."""
+
+    path: str
+    blocks: list[int]
+    start: int
+    end: int
+
+
+@dataclass
+class StreamingMetadata(ExampleHiddenStatesConnectorMetadata):
+    """The stock metadata plus this step's row extracts."""
+
+    extracts: list[_Extract] = field(default_factory=list)
+
+
 class CPUHiddenStatesConnector(ExampleHiddenStatesConnector):
     """vLLM's example hidden-states connector, copying on the CPU, saving only the requests that ask
-    (those with `kv_transfer_params`) and leaving no lock file behind for requests that were aborted."""
+    (those with `kv_transfer_params`) and leaving no lock file behind for requests that were aborted.
+
+    A request whose `kv_transfer_params` name a `stream_rows_path` also has its rows appended to that
+    file while it runs (float32, one row of the captured layer per position, in order): at each step,
+    the positions its earlier steps computed (their states are in the cache once a step has run:
+    the engine saves after its drafter). The saved file at the end stays the whole record."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._lock_paths: dict[str, str] = {}  # worker side: lock files of requests not yet saved
+        self._streamed: dict[str, _Streamed] = {}  # scheduler side
 
     # --- scheduler side ---------------------------------------------------------------------------
     def build_connector_meta(self, scheduler_output: Any) -> Any:
-        meta = super().build_connector_meta(scheduler_output)
+        stock = super().build_connector_meta(scheduler_output)
+        meta = StreamingMetadata(pending_saves=stock.pending_saves, new_req_filenames=stock.new_req_filenames)
+        group = self._cache_kv_group_id
         for new in scheduler_output.scheduled_new_reqs:
             params = new.sampling_params
-            if not (params and params.extra_args and params.extra_args.get("kv_transfer_params")):
+            transfer = (params.extra_args or {}).get("kv_transfer_params") if params else None
+            if not transfer:
                 meta.new_req_filenames.pop(new.req_id, None)
                 self._request_filenames.pop(new.req_id, None)  # request_finished then saves nothing
+            elif "stream_rows_path" in transfer:
+                self._streamed[new.req_id] = _Streamed(
+                    transfer["stream_rows_path"], list(new.block_ids[group])
+                )
+        cached = scheduler_output.scheduled_cached_reqs
+        for req_id, blocks, computed in zip(
+            cached.req_ids, cached.new_block_ids, cached.num_computed_tokens, strict=True
+        ):
+            streamed = self._streamed.get(req_id)
+            if streamed is None:
+                continue
+            if req_id in cached.resumed_req_ids:  # preempted, now with blocks of its own again
+                streamed.blocks = list(blocks[group]) if blocks else []
+            elif blocks:
+                streamed.blocks += blocks[group]
+            if computed > streamed.done:
+                meta.extracts.append(_Extract(streamed.path, list(streamed.blocks), streamed.done, computed))
+                streamed.done = computed
         return meta
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        self._streamed.pop(request.request_id, None)
         if request.status == RequestStatus.FINISHED_ABORTED:  # nobody reads its states
             self._request_filenames.pop(request.request_id, None)
             return False, None
@@ -216,6 +273,20 @@ class CPUHiddenStatesConnector(ExampleHiddenStatesConnector):
             meta = self._get_connector_metadata()
             if isinstance(meta, ExampleHiddenStatesConnectorMetadata):
                 self._lock_paths.update({r: f + ".lock" for r, f in meta.new_req_filenames.items()})
+            if isinstance(meta, StreamingMetadata) and self._is_tp_rank_zero:
+                for extract in meta.extracts:
+                    self._append_rows(extract)
+
+    def _append_rows(self, extract: _Extract) -> None:
+        """Append the rows of `extract`'s positions to its file (one write: a reader sees whole rows
+        or none of a step's)."""
+        assert self._kv_cache is not None
+        positions = torch.arange(extract.start, extract.end)
+        blocks = torch.tensor(extract.blocks, dtype=torch.long)[positions // self._block_size]
+        slots = blocks * self._block_size + positions % self._block_size
+        rows = extract_from_kv_cache(self._kv_cache, slots.to(self._kv_cache.device), len(slots))
+        with open(extract.path, "ab") as f:
+            f.write(rows[:, 0].float().cpu().numpy().tobytes())
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         done = super().get_finished(finished_req_ids)

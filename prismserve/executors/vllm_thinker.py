@@ -1,15 +1,17 @@
 """An Omni model's thinker on vLLM's async engine (`VLLMThinkerTask`; Qwen2.5-Omni, Qwen3-Omni): text
-streamed per token, then the talker's conditioning, as `ThinkerExecutor` gives them on transformers.
+streamed per token and, beside it, the talker's conditioning, as `ThinkerExecutor` gives them on
+transformers.
 
 The talker needs, at every position the thinker was fed (prompt and reply), the thinker's input
 embedding and one layer's hidden state (Qwen2.5-Omni: the last, after the final norm; Qwen3-Omni: the
 layer the talker listens to). vLLM hands hidden states out without a fork: the engine runs the
 `extract_hidden_states` speculative method, which caches that layer's output (before any norm) in the
-KV pool, and `vllm_extensions.CPUHiddenStatesConnector` writes a finished request's rows to a
-safetensors file in this replica's scratch directory. Here the file is read (and deleted), the
-input embeddings looked up in the thinker's embedding table (read from the checkpoint, with the final
-norm where the family needs it), and the conditioning built by the same function the transformers
-thinker uses (the family's `talker_conditioning`). Only requests that ask for speech are saved.
+KV pool, and `vllm_extensions.CPUHiddenStatesConnector` appends a running request's rows to a file
+of its own step by step, and writes all of them to a safetensors file when it finishes. Here the
+rows are read as the outputs come, the input embeddings looked up in the thinker's embedding table
+(read from the checkpoint, with the final norm where the family needs it), and the conditioning
+built by the same class the transformers thinker uses (the family's `ConditioningBuilder`); the
+saved file completes and checks them. Only requests that ask for speech are saved.
 
 Media: images arrive as the encoder deployment's embeddings (or raw with `with_encoders`); audio
 arrives raw, because vLLM 0.32's Omni thinkers take no audio embeddings and run the audio tower
@@ -19,9 +21,12 @@ themselves — the thinker deployment keeps it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +37,7 @@ import numpy as np
 from prismserve.executors.base import media_rejected
 from prismserve.executors.vllm_llm import AUDIO_RATE, VLLMExecutor
 from prismserve.models import qwen2_5_omni, qwen3_omni
+from prismserve.models.conditioning import ConditioningBuilder, Item
 from prismserve.task import InvalidInputError, Stream
 from prismserve.tasklib.units import LLMInput, ThinkerOutput, VLLMThinkerTask
 
@@ -55,7 +61,6 @@ class VLLMThinkerExecutor(VLLMExecutor):
         self.states_dir = tempfile.mkdtemp(prefix="prismserve-thinker-states-")
         self.readout: ThinkerReadout = await asyncio.to_thread(readout, self.task.model, config)
         await super().load()
-        self.readout.end_ids = self.end_ids
 
     def engine_settings(self) -> dict[str, Any]:
         return {
@@ -96,8 +101,11 @@ class VLLMThinkerExecutor(VLLMExecutor):
         with media_rejected():
             prompt = self.prompt(request)  # bad input fails the call itself
             speaker = self.readout.speaker(request.speaker) if request.speech else None
-        # Only requests with transfer parameters are saved (CPUHiddenStatesConnector).
-        saving = {"kv_transfer_params": {"include_output_tokens": True}} if request.speech else None
+        # Only requests with transfer parameters are saved (CPUHiddenStatesConnector); their rows are
+        # also streamed to a file of their own while they run.
+        rows_path = os.path.join(self.states_dir, f"{uuid.uuid4().hex}.rows")
+        transfer = {"include_output_tokens": True, "stream_rows_path": rows_path}
+        saving = {"kv_transfer_params": transfer} if request.speech else None
         outputs = self.outputs(request, prompt=prompt, extra_args=saving)
         # The first output (or vLLM's refusal of the input, an InvalidInputError) before answering.
         first = await anext(outputs, None)
@@ -105,69 +113,45 @@ class VLLMThinkerExecutor(VLLMExecutor):
         talker: Stream[Any] = Stream("talker")
 
         async def think() -> None:
-            prompt_ids: list[int] = []
-            generated: list[int] = []
+            speech = None
             final = None
             decoder = self.decoder()
             try:
+                if speaker is not None and first is not None:
+                    extra = await asyncio.to_thread(self.media_positions, request, prompt)
+                    prompt_ids = list(first.prompt_token_ids or [])
+                    builder = self.readout.builder(prompt_ids, speaker, talker.put, extra)
+                    speech = _Speech(self.readout, builder, prompt_ids, rows_path)
                 pending = [first] if first is not None else []
                 async for out in _chain(pending, outputs):
-                    prompt_ids = prompt_ids or list(out.prompt_token_ids or [])
                     tokens = out.outputs[0].token_ids
-                    generated += tokens
                     if delta := "".join(decoder.push(token) for token in tokens):
                         text.put(delta)
+                    if speech is not None:
+                        speech.generated(tokens)
                     final = out
             except Exception as exc:  # noqa: BLE001 - both consumers get the thinker's error
                 text.fail(exc)
                 talker.fail(exc)
+                _remove(rows_path)
                 return
             if tail := decoder.flush():
                 text.put(tail)
             text.close()
             try:
-                if speaker is not None:
+                if speech is not None:
                     path = (final.kv_transfer_params or {}).get("hidden_states_path") if final else None
                     if path is None:
                         raise RuntimeError("vLLM saved no hidden states for this request")
-                    talker.put(
-                        await asyncio.to_thread(
-                            self.conditioning, request, prompt, prompt_ids, generated, path, speaker
-                        )
-                    )
+                    speech.finish(await asyncio.to_thread(_saved, path))
                 talker.close()
             except Exception as exc:  # noqa: BLE001 - the talker's consumer gets the error
                 talker.fail(exc)
+            finally:
+                _remove(rows_path)
 
         self.spawn(think())
         return ThinkerOutput(text=text, talker=talker)
-
-    def conditioning(
-        self,
-        request: LLMInput,
-        prompt: dict[str, Any],
-        prompt_ids: list[int],
-        generated: list[int],
-        path: str,
-        speaker: str,
-    ) -> dict[str, np.ndarray]:
-        """The talker's conditioning from the hidden states vLLM saved at `path` (deleted after)."""
-        import torch
-        from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-            cleanup_hidden_states,
-            load_hidden_states,
-        )
-
-        try:
-            saved = load_hidden_states(path)  # waits for the connector's write to finish
-        finally:
-            cleanup_hidden_states(path)
-        fed = prompt_ids + generated[:-1]  # the last token was generated, never fed
-        if saved["token_ids"].tolist() != fed:
-            raise RuntimeError(f"the hidden states at {path} are of another sequence than this request's")
-        with torch.inference_mode():
-            out = self.readout.conditioning(prompt_ids, generated, saved["hidden_states"][:, 0], speaker)
-        return {**out, **self.media_positions(request, prompt)}
 
     def media_positions(self, request: LLMInput, prompt: dict[str, Any]) -> dict[str, np.ndarray]:
         """What the talker needs to place the prompt's media (its own M-RoPE): the images' grids and
@@ -203,6 +187,103 @@ class VLLMThinkerExecutor(VLLMExecutor):
             shutil.rmtree(states, ignore_errors=True)
 
 
+class _Speech:
+    """One speech request's talker conditioning, built while vLLM generates: the rows of the captured
+    layer the connector streams to this request's file are fed to the family's builder as they
+    come (the prompt's first, once all there, then one per token fed), the rest at the end from the
+    file vLLM saved, which also checks every streamed row."""
+
+    def __init__(
+        self, readout: ThinkerReadout, builder: ConditioningBuilder, prompt_ids: list[int], path: str
+    ) -> None:
+        self.readout = readout
+        self.builder = builder
+        self.ids = list(prompt_ids)  # the positions' token ids: the prompt's, then the generated ones
+        self.path = path
+        self.width = readout.width * 4  # bytes per streamed float32 row
+        self.streamed = np.zeros(
+            (0, readout.width), np.float32
+        )  # read, not yet fed (until the prompt is whole)
+        self.read = 0  # rows read from the stream file
+        self.fed = 0  # positions fed to the builder
+        self.seen: list[np.ndarray] = []  # every streamed row, checked against the saved file
+
+    def generated(self, tokens: list[int]) -> None:
+        """The thinker's next tokens: counted, then the rows vLLM streamed meanwhile fed."""
+        for token in tokens:
+            self.builder.add_token(token)
+        self.ids += tokens
+        self._feed(self._new_rows())
+
+    def finish(self, file: dict[str, Any]) -> None:
+        """The thinker is done: the rows vLLM saved (`_saved`: every position fed) complete the
+        streamed ones."""
+        import torch
+
+        if file["token_ids"].tolist() != self.ids[:-1]:  # the last token was generated, never fed
+            raise RuntimeError("the hidden states vLLM saved are of another sequence than this request's")
+        saved = file["hidden_states"][:, 0].float()
+        if self.seen and not torch.equal(torch.from_numpy(np.concatenate(self.seen)), saved[: self.read]):
+            raise RuntimeError("the rows vLLM streamed differ from those it saved for this request")
+        self._feed(saved[self.read :].numpy())
+        self.builder.finish()
+
+    def _new_rows(self) -> np.ndarray:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.read * self.width)
+                data = f.read()
+        except FileNotFoundError:  # nothing streamed yet
+            return self.streamed[:0]
+        rows = np.frombuffer(data[: len(data) // self.width * self.width], np.float32).reshape(
+            -1, self.width // 4
+        )
+        self.read += len(rows)
+        self.seen.append(rows)
+        return rows
+
+    def _feed(self, rows: np.ndarray) -> None:
+        """Feed the builder the rows read so far whose tokens have come (the engine may be steps ahead
+        of the outputs read here); the prompt's go in whole."""
+        import torch
+
+        rows = np.concatenate([self.streamed, rows])
+        known = min(len(rows), len(self.ids) - self.fed)
+        prompt = len(self.builder.prompt_ids)
+        if self.fed + known < prompt or not known:
+            self.streamed = rows
+            return
+        self.streamed = rows[known:]
+        with torch.inference_mode():
+            start = self.fed
+            for part in (rows[: max(0, prompt - start)], rows[max(0, prompt - start) : known]):
+                if len(part):
+                    embeds, hidden = self.readout.states(
+                        self.ids[start : start + len(part)], torch.from_numpy(part)
+                    )
+                    self.builder.add_states(embeds, hidden)
+                    start += len(part)
+            self.fed = start
+
+
+def _saved(path: str) -> dict[str, Any]:
+    """The hidden states file vLLM saved at `path` (`hidden_states`, `token_ids`), once written; deleted."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        cleanup_hidden_states,
+        load_hidden_states,
+    )
+
+    try:
+        return load_hidden_states(path)  # waits for the connector's write to finish
+    finally:
+        cleanup_hidden_states(path)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
 class ThinkerWeights:
     """Tensors of the thinker read from the checkpoint's safetensors alone (no model is built): its
     embedding table, and its final RMSNorm's weight where the family needs it."""
@@ -217,6 +298,11 @@ class ThinkerWeights:
         for name, file in _weight_files(model, names).items():
             with safe_open(str(file), framework="pt") as f:
                 self.tensors[name] = f.get_tensor(name)
+
+    @property
+    def width(self) -> int:
+        """The thinker's hidden size."""
+        return int(self.tensors[self.EMBED].shape[1])
 
     def embed(self, token_ids: list[int]) -> Any:
         """Input embeddings `[n, hidden]` of token ids."""
@@ -246,30 +332,30 @@ class Qwen25OmniReadout:
         self.layer = text["num_hidden_layers"]
         self.eps = text.get("rms_norm_eps", 1e-6)
         self.weights = ThinkerWeights(model, [ThinkerWeights.EMBED, ThinkerWeights.NORM])
+        self.width = self.weights.width
         self.speakers = torch.load(_checkpoint_file(model, "spk_dict.pt"), weights_only=True)
         self.tokens = qwen2_5_omni.TalkerTokens.of(config)
-        self.end_ids: set[int] = set()
 
     def speaker(self, name: str | None) -> str:
         """The checkpoint's speaker `name` (or its first); an unknown one is a MediaError."""
         return qwen2_5_omni.choose_speaker(self.speakers, name, self.family)
 
-    def conditioning(
-        self, prompt_ids: list[int], generated: list[int], hidden: Any, speaker: str
-    ) -> dict[str, np.ndarray]:
-        """The talker's conditioning from the saved layer's rows at the positions fed."""
-        import torch
+    def states(self, token_ids: list[int], saved: Any) -> tuple[Any, Any]:
+        """The input embeddings and the talker's states of the positions fed (`token_ids`), from the
+        rows vLLM saved of the captured layer."""
+        return self.weights.embed(token_ids), self.weights.norm(saved, self.eps)
 
-        weights = self.weights
-        return qwen2_5_omni.talker_conditioning(
-            torch.tensor(prompt_ids),
-            weights.embed(prompt_ids + generated[:-1]),
-            weights.norm(hidden, self.eps),
-            generated,
-            weights.embed,
+    def builder(
+        self, prompt_ids: list[int], speaker: str, emit: Callable[[Item], object], extra: Item
+    ) -> ConditioningBuilder:
+        """The builder of one request's talker conditioning."""
+        return qwen2_5_omni.Qwen25Conditioning(
+            prompt_ids,
+            self.weights.embed,
             speaker_bos=int(self.speakers[speaker]["bos_token"]),
             tokens=self.tokens,
-            eos_ids=self.end_ids,
+            emit=emit,
+            extra=extra,
         )
 
 
@@ -282,31 +368,32 @@ class Qwen3OmniReadout:
         thinker, talker = config["thinker_config"], config["talker_config"]
         self.layer = talker["accept_hidden_layer"]
         self.weights = ThinkerWeights(model, [ThinkerWeights.EMBED])
+        self.width = self.weights.width
         self.speakers = talker["speaker_id"]
         self.media_ids = (thinker["audio_token_id"], thinker["image_token_id"], thinker["video_token_id"])
+        self.assistant = (config["im_start_token_id"], config["assistant_token_id"])
         self.markers = [config["tts_bos_token_id"], config["tts_eos_token_id"], config["tts_pad_token_id"]]
-        self.end_ids: set[int] = set()
 
     def speaker(self, name: str | None) -> str:
         """The checkpoint's speaker `name` (or its first; names are lower case); unknown: a MediaError."""
         return qwen2_5_omni.choose_speaker(self.speakers, name and name.lower(), self.family)
 
-    def conditioning(
-        self, prompt_ids: list[int], generated: list[int], hidden: Any, speaker: str
-    ) -> dict[str, np.ndarray]:
-        """The talker's conditioning from the saved layer's rows at the positions fed."""
-        import torch
+    def states(self, token_ids: list[int], saved: Any) -> tuple[Any, Any]:
+        """The input embeddings and the talker's states (the captured layer as it is) of the positions fed."""
+        return self.weights.embed(token_ids), saved
 
-        weights = self.weights
-        return qwen3_omni.talker_conditioning(
-            torch.tensor(prompt_ids),
-            generated,
-            weights.embed(prompt_ids + generated[:-1]),
-            hidden,
-            weights.embed(self.markers),
+    def builder(
+        self, prompt_ids: list[int], speaker: str, emit: Callable[[Item], object], extra: Item
+    ) -> ConditioningBuilder:
+        """The builder of one request's talker conditioning."""
+        return qwen3_omni.Qwen3Conditioning(
+            prompt_ids,
+            self.weights.embed(self.markers),
             media_ids=self.media_ids,
-            end_ids=self.end_ids,
+            assistant=self.assistant,
             speaker_id=self.speakers[speaker],
+            emit=emit,
+            extra=extra,
         )
 
 
@@ -314,13 +401,15 @@ class ThinkerReadout(Protocol):
     """How one family's thinker hidden states, as vLLM saves them, become its talker's conditioning."""
 
     layer: int  # the layer vLLM captures (`eagle_aux_hidden_state_layer_ids`)
-    end_ids: set[int]  # ids that end the thinker's text, set once the engine's tokenizer is loaded
+    width: int  # its hidden size
 
     def speaker(self, name: str | None) -> str: ...
 
-    def conditioning(
-        self, prompt_ids: list[int], generated: list[int], hidden: Any, speaker: str
-    ) -> dict[str, np.ndarray]: ...
+    def states(self, token_ids: list[int], saved: Any) -> tuple[Any, Any]: ...
+
+    def builder(
+        self, prompt_ids: list[int], speaker: str, emit: Callable[[Item], object], extra: Item
+    ) -> ConditioningBuilder: ...
 
 
 # config.json `model_type` -> how its thinker's hidden states become the talker's conditioning.

@@ -6,14 +6,15 @@ Split points and what crosses them:
   embeddings in place of the media tokens, so it runs exactly the monolith's computation.
 - thinker -> talker: the talker's conditioning, built as transformers' `generate` builds it: per
   position the thinker's input embedding plus last hidden state (media positions zeroed), the
-  speaker's text-start embedding, and the reply part (generated tokens, then text end and pad).
+  speaker's text-start embedding, and the reply part (generated tokens, then text end and pad),
+  streamed while the thinker generates (`Qwen25Conditioning`).
 - talker -> token2wav: codec ids; token2wav turns them into 24 kHz audio with the speaker's
   conditioning and reference mel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -35,6 +36,7 @@ from prismserve.models.base import (
     qwen_vllm_embeddings,
     token_streamer,
 )
+from prismserve.models.conditioning import FILL, REPLY, ConditioningBuilder, Item, ReplyFeed, merged
 from prismserve.models.media import load_audio, load_image
 
 SAMPLE_RATE_IN = 16000
@@ -62,52 +64,62 @@ class TalkerTokens:
         )
 
 
-def talker_conditioning(
-    prompt_ids: Any,
-    input_embeds: Any,
-    hidden: Any,
-    generated: list[int],
-    embed: Callable[[list[int]], Any],
-    *,
-    speaker_bos: int,
-    tokens: TalkerTokens,
-    eos_ids: Collection[int],
-) -> dict[str, np.ndarray]:
-    """The talker's conditioning, built as transformers' `generate` builds it, from what the thinker
-    computed at every position it was fed (the prompt, then each generated token but the last):
-    `input_embeds` and `hidden` (its last hidden state after the final norm), `[positions, hidden]`
-    torch tensors. `embed` looks token ids up in the thinker's embedding table (`[n, hidden]`).
+class Qwen25Conditioning(ConditioningBuilder):
+    """Qwen2.5-Omni's talker conditioning, built as transformers' `generate` builds it, from the
+    thinker's input embedding and last hidden state (after the final norm) at each position it fed;
+    `embed` looks token ids up in the thinker's embedding table (`[n, hidden]`). One class for every
+    engine that runs the thinker (transformers, vLLM), so they agree.
 
-    One function for every engine that runs the thinker (transformers, vLLM), so they agree."""
-    import torch
+    Per position the talker gets the sum of the two (media embeddings zeroed): the prompt's and
+    the first reply token's in its prefix (between them the speaker's start), then one reply
+    position per decoding step; the reply's last token (never fed) becomes the text end, the fill
+    is the text pad."""
 
-    prompt = len(prompt_ids)
-    embeds = input_embeds.clone()
-    media = torch.isin(prompt_ids, torch.tensor(tokens.media, device=prompt_ids.device))
-    embeds[:prompt][media] = 0  # the talker does not see the media's embeddings
-    summed = hidden + embeds
-    reply = summed[prompt:]
-    prefix = torch.cat([summed[:prompt], embed([speaker_bos]), reply[:1]])
-    end, pad = embed([tokens.text_end]), embed([tokens.text_pad])
-    reply = torch.cat([reply[1:], end, pad])
-    # As transformers does: text end right after the last real token, pads after it.
-    generated_ids = torch.tensor(generated, device=prompt_ids.device)
-    eos = torch.tensor(sorted(eos_ids), device=prompt_ids.device)
-    positions = torch.arange(len(generated), device=prompt_ids.device)
-    first_end = (
-        torch.where(torch.isin(generated_ids, eos), positions, len(generated))
-        .min()
-        .clamp(min=1, max=len(generated) - 1)
-    )
-    slots = torch.arange(reply.shape[0], device=prompt_ids.device)[:, None]
-    reply = torch.where(slots >= first_end, pad, reply)
-    reply = torch.where(slots == first_end - 1, end, reply)
-    return {
-        "input_ids": prompt_ids.cpu().numpy(),
-        "text_ids": np.asarray([*prompt_ids.tolist(), speaker_bos, *generated[:1]], dtype=np.int64),
-        "prefix_embeds": as_numpy(prefix),
-        "reply_embeds": as_numpy(reply),
-    }
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        embed: Callable[[list[int]], Any],
+        *,
+        speaker_bos: int,
+        tokens: TalkerTokens,
+        emit: Callable[[Item], object],
+        extra: Item | None = None,
+    ) -> None:
+        super().__init__(prompt_ids, emit, extra)
+        self.embed = embed
+        self.speaker_bos = speaker_bos
+        self.tokens = tokens
+        self.prompt: Any = None
+
+    def prompt_rows(self, embeds: Any, hidden: Any) -> list[Any]:
+        import torch
+
+        media = torch.isin(
+            torch.tensor(self.prompt_ids, device=embeds.device),
+            torch.tensor(self.tokens.media, device=embeds.device),
+        )
+        self.prompt = hidden + torch.where(media[:, None], 0, embeds)  # the talker does not see the media
+        return []
+
+    def text_row(self, embed: Any, hidden: Any) -> Any:
+        return hidden + embed
+
+    def first_item(self, first: Any) -> Item:
+        import torch
+
+        reply = [] if first is None else [first[None]]
+        prefix = torch.cat([self.prompt, self.embed([self.speaker_bos]), *reply])
+        return {
+            "input_ids": np.asarray(self.prompt_ids, dtype=np.int64),
+            "text_ids": np.asarray([*self.prompt_ids, self.speaker_bos, *self.generated[:1]], dtype=np.int64),
+            "prefix_embeds": as_numpy(prefix),
+            FILL: as_numpy(self.embed([self.tokens.text_pad])),
+        }
+
+    def end_rows(self) -> Any:
+        # The text end takes the place of the last token, which was generated and never fed; a
+        # reply of one token has no text row, and no end either (as transformers builds it).
+        return [] if len(self.generated) < 2 else self.embed([self.tokens.text_end])
 
 
 def choose_speaker(speakers: Mapping[str, Any], name: str | None, family: str) -> str:
@@ -314,25 +326,49 @@ class Qwen25Omni(Adapter):
         """A speaker the checkpoint has (`name`, or its first)."""
         return choose_speaker(self.model.speaker_map, name, self.family)
 
-    def talker_inputs(self, inputs: dict[str, Any], generated: Any, speaker: str) -> dict[str, np.ndarray]:
-        """The talker's conditioning from the thinker's prompt, output and per-step hidden states."""
+    def conditioning(
+        self, inputs: dict[str, Any], speaker: str, emit: Callable[[Item], object]
+    ) -> ConditioningBuilder:
+        """The builder of one request's talker conditioning, handing `emit` its items as the thinker
+        feeds it each position's states (`talker_states`)."""
         import torch
 
-        thinker = self.model.thinker
         ids = inputs["input_ids"]
-        steps = generated.hidden_states  # per forward: (input embeddings, layer outputs..., last normed)
-        embed = thinker.get_input_embeddings()
+        embed = self.model.thinker.get_input_embeddings()
+        return Qwen25Conditioning(
+            ids[0].tolist(),
+            lambda token_ids: embed(torch.tensor(token_ids, device=ids.device)),
+            speaker_bos=self.model.speaker_map[speaker]["bos_token"],
+            tokens=TalkerTokens.of(self.model.config.to_dict()),
+            emit=emit,
+            extra=self.media_positions(inputs),
+        )
+
+    def talker_states(self, states: Any) -> tuple[Any, Any]:
+        """What the talker reads of one thinker forward's hidden states (transformers' tuple: input
+        embeddings, each layer's output, the last normed): `[positions, hidden]` embeddings and states."""
+        return states[0][0], states[-1][0]
+
+    def talker_inputs(self, inputs: dict[str, Any], generated: Any, speaker: str) -> Item:
+        """The whole talker conditioning from the thinker's prompt, output and per-step hidden states
+        (`Generated.hidden_states`, as `generate(with_hidden=True)` gives them)."""
+        import torch
+
+        items: list[Item] = []
+        builder = self.conditioning(inputs, speaker, items.append)
+        for token in generated.token_ids:
+            builder.add_token(token)
         with torch.inference_mode():
-            out = talker_conditioning(
-                ids[0],
-                torch.cat([steps[0][0][0], *(step[0][0] for step in steps[1:])]),
-                torch.cat([steps[0][-1][0], *(step[-1][0] for step in steps[1:])]),
-                generated.token_ids,
-                lambda token_ids: embed(torch.tensor(token_ids, device=ids.device)),
-                speaker_bos=self.model.speaker_map[speaker]["bos_token"],
-                tokens=TalkerTokens.of(self.model.config.to_dict()),
-                eos_ids=self.eos_token_ids(),
-            )
+            for states in generated.hidden_states:
+                builder.add_states(*self.talker_states(states))
+            builder.finish()
+        return merged(items)
+
+    @staticmethod
+    def media_positions(inputs: dict[str, Any]) -> Item:
+        """What the talker needs to place the prompt's media (its own 3-D positions): the images'
+        grids and the audio clips' mel-feature lengths."""
+        out = {}
         if "image_grid_thw" in inputs:
             out["image_grid_thw"] = inputs["image_grid_thw"].cpu().numpy()
         if "feature_attention_mask" in inputs:
@@ -346,10 +382,11 @@ class Qwen25Omni(Adapter):
         del model.thinker, model.token2wav
         self.model = model
 
-    def talker_prompt(self, conditioning: dict[str, np.ndarray]) -> dict[str, Any]:
-        """The talker's prompt from the thinker's conditioning, as its `generate` takes it: codec ids
-        (masks, then pad and start), the prefix embeddings, text ids for the 3-D positions, and the
-        reply embeddings fed one per decoding step."""
+    def talker_prompt(self, conditioning: Item) -> dict[str, Any]:
+        """The talker's prompt from the thinker's conditioning (its first item, or all of it merged),
+        as its `generate` takes it: codec ids (masks, then pad and start), the prefix embeddings,
+        text ids for the 3-D positions, and the reply embeddings fed one per decoding step (the
+        rows known so far, then the fill: the whole reply when `conditioning` is complete)."""
         import torch
 
         talker = self.model.talker
@@ -370,7 +407,7 @@ class Qwen25Omni(Adapter):
         prompt = {
             "input_ids": codec_prompt,
             "input_text_ids": tensor("text_ids")[None],
-            "thinker_reply_part": tensor("reply_embeds")[None].to(talker.dtype),
+            "thinker_reply_part": torch.cat([tensor(REPLY), tensor(FILL)])[None].to(talker.dtype),
             "inputs_embeds": tensor("prefix_embeds")[None].to(talker.dtype),
             "attention_mask": torch.ones_like(codec_prompt),
         }
@@ -379,6 +416,17 @@ class Qwen25Omni(Adapter):
         if "audio_feature_lengths" in conditioning:
             prompt["audio_feature_lengths"] = tensor("audio_feature_lengths")
         return prompt
+
+    def reply_rows(self, rows: np.ndarray) -> list[Any]:
+        """Reply rows of the conditioning (`[rows, hidden]`) as the talker is fed them, one tensor each."""
+        import torch
+
+        return list(torch.tensor(np.asarray(rows), device=self.device).to(self.model.talker.dtype))
+
+    def reply_feed(self, conditioning: Item) -> ReplyFeed:
+        """The reply rows the batching engine feeds the talker, starting with those `conditioning`
+        (the first item) holds; more arrive with `ReplyFeed.append`."""
+        return ReplyFeed(self.reply_rows(conditioning[REPLY]), self.reply_rows(conditioning[FILL])[0])
 
     def talker_sampling(self, temperature: float) -> dict[str, Any]:
         """How the talker samples (transformers' Qwen2.5-Omni defaults): greedy at temperature 0."""
@@ -525,8 +573,9 @@ class Qwen25Omni(Adapter):
 
 class TalkerModel(EngineModel):
     """Qwen2.5-Omni's talker in the batching engine: each decoding step is fed its last codec id's
-    embedding plus the thinker's reply embedding for that step (the last one, a pad, repeats), as the
-    talker's own `generate` feeds it; positions continue from the talker's M-RoPE deltas."""
+    embedding plus the thinker's reply embedding for that step (from the row's `ReplyFeed`, the pad
+    once the reply is spent), as the talker's own `generate` feeds it; positions continue from the
+    talker's M-RoPE deltas."""
 
     def __init__(self, adapter: Qwen25Omni) -> None:
         talker = adapter.model.talker
@@ -547,11 +596,8 @@ class TalkerModel(EngineModel):
     def step_inputs(self, rows: list[Any], ids: Any) -> dict[str, Any]:
         import torch
 
-        reply = []
-        for row in rows:
-            part = row.inputs["thinker_reply_part"][0]
-            reply.append(part[min(len(row.tokens) - 1, len(part) - 1)])
-        return {"inputs_embeds": self.module.get_input_embeddings()(ids) + torch.stack(reply)[:, None]}
+        reply = torch.stack([row.feed.at(len(row.tokens) - 1) for row in rows])
+        return {"inputs_embeds": self.module.get_input_embeddings()(ids) + reply[:, None]}
 
 
 class Token2WavStream:

@@ -29,43 +29,73 @@ from prismserve.models.base import (
     as_numpy,
     qwen_vllm_embeddings,
 )
+from prismserve.models.conditioning import FILL, REPLY, ConditioningBuilder, Item
 from prismserve.models.qwen2_5_omni import SAMPLE_RATE_OUT, Qwen25Omni
 
 
-def talker_conditioning(
-    prompt_ids: Any,
-    generated: list[int],
-    embeds: Any,
-    hidden: Any,
-    tts_embeds: Any,
-    *,
-    media_ids: Collection[int],
-    end_ids: Collection[int],
-    speaker_id: int,
-) -> dict[str, np.ndarray]:
-    """The talker's conditioning, from what the thinker computed at every position it was fed (the
-    prompt, then each generated token but the last): `embeds` (its input embeddings) and `hidden`
-    (the output of the layer the talker listens to, `accept_hidden_layer`), `[positions, hidden]`
-    torch tensors; `tts_embeds` are the thinker's embeddings of the three text-to-speech markers.
+class Qwen3Conditioning(ConditioningBuilder):
+    """Qwen3-Omni's talker conditioning, from the thinker's input embeddings and the hidden states of
+    the layer the talker listens to (`accept_hidden_layer`) at each position it fed. One class for
+    every engine that runs the thinker (transformers, vLLM), so they agree.
 
-    The talker reads the embeddings only at text positions and the hidden states only at media
-    positions: the media rows of the embeddings are zeroed, so that every engine that runs the
-    thinker (transformers, vLLM) hands over the same arrays."""
-    import torch
+    The talker reads the prompt's hidden states at its media positions and its embeddings elsewhere
+    (the media rows of the embeddings are zeroed, so every engine hands over the same arrays); the
+    reply is text alone: its embeddings from the assistant turn's fourth position on (the first in
+    the talker's prefix, the rest one per decoding step), then the text-to-speech end marker; the
+    fill is the pad marker. `markers` are the thinker's embeddings of the three markers (start,
+    end, pad); the talker projects every row itself."""
 
-    fed = torch.tensor([*prompt_ids.tolist(), *generated[:-1]], device=embeds.device)
-    embeds = torch.where(
-        torch.isin(fed, torch.tensor(sorted(media_ids), device=fed.device))[:, None], 0, embeds
-    )
-    return {
-        "input_ids": prompt_ids.cpu().numpy(),
-        "sequences": np.asarray([*prompt_ids.tolist(), *generated], dtype=np.int64),
-        "thinker_embed": as_numpy(embeds),
-        "thinker_hidden": as_numpy(hidden),
-        "tts_embeds": as_numpy(tts_embeds),
-        "end_ids": np.asarray(sorted(end_ids), dtype=np.int64),
-        "speaker": np.asarray(speaker_id),
-    }
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        markers: Any,
+        *,
+        media_ids: Collection[int],
+        assistant: tuple[int, int],
+        speaker_id: int,
+        emit: Callable[[Item], object],
+        extra: Item | None = None,
+    ) -> None:
+        super().__init__(prompt_ids, emit, extra)
+        self.markers = markers
+        self.media_ids = sorted(media_ids)
+        self.speaker_id = speaker_id
+        self.text_start = reply_start(prompt_ids, assistant) + 3  # after "<|im_start|>assistant\n"
+        self.embeds: Any = None
+        self.hidden: Any = None
+
+    def prompt_rows(self, embeds: Any, hidden: Any) -> Any:
+        import torch
+
+        media = torch.isin(torch.tensor(self.prompt_ids), torch.tensor(self.media_ids)).to(embeds.device)
+        self.embeds, self.hidden = torch.where(media[:, None], 0, embeds), hidden
+        return list(self.embeds[self.text_start :])
+
+    def text_row(self, embed: Any, hidden: Any) -> Any:
+        return embed
+
+    def first_item(self, first: Any) -> Item:
+        width = self.embeds.shape[-1]
+        return {
+            "input_ids": np.asarray(self.prompt_ids, dtype=np.int64),
+            "thinker_embed": as_numpy(self.embeds),
+            "thinker_hidden": as_numpy(self.hidden),
+            "first_text": np.zeros((0, width), np.float32) if first is None else as_numpy(first[None]),
+            "tts_embeds": as_numpy(self.markers),
+            "speaker": np.asarray(self.speaker_id),
+            FILL: as_numpy(self.markers[2:]),
+        }
+
+    def end_rows(self) -> Any:
+        return self.markers[1:2]
+
+
+def reply_start(prompt_ids: Any, assistant: tuple[int, int]) -> int:
+    """Where the prompt's last assistant turn starts (its `<|im_start|>`, followed by `assistant`)."""
+    pairs = [i for i in range(len(prompt_ids) - 1) if (prompt_ids[i], prompt_ids[i + 1]) == assistant]
+    if not pairs:
+        raise ValueError("the thinker's prompt opens no assistant turn: the talker has no reply to speak")
+    return pairs[-1]
 
 
 class Qwen3Omni(Qwen25Omni):
@@ -156,46 +186,43 @@ class Qwen3Omni(Qwen25Omni):
             raise MediaError(f"{self.family} has no speaker {name!r}; it has {sorted(speakers)}")
         return name.lower()
 
-    def talker_inputs(self, inputs: dict[str, Any], generated: Any, speaker: str) -> dict[str, np.ndarray]:
-        """What the talker needs from the thinker: its input embeddings and the hidden states of the
-        layer the talker listens to, over prompt and reply; the token ids; and the thinker's
-        embeddings of the three text-to-speech markers (the talker projects them itself)."""
+    def conditioning(
+        self, inputs: dict[str, Any], speaker: str, emit: Callable[[Item], object]
+    ) -> ConditioningBuilder:
+        """The builder of one request's talker conditioning: the thinker's input embeddings and the
+        hidden states of the layer the talker listens to, over prompt and reply, and its embeddings
+        of the three text-to-speech markers (the talker projects them itself)."""
         import torch
 
         config = self.model.config
-        layer = config.talker_config.accept_hidden_layer
-        steps = generated.hidden_states
         ids = inputs["input_ids"]
         markers = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
         thinker = config.thinker_config
-        with torch.inference_mode():
-            out = talker_conditioning(
-                ids[0],
-                generated.token_ids,
-                torch.cat([step[0] for step in steps], dim=1)[0],
-                torch.cat([step[layer] for step in steps], dim=1)[0],
-                self.model.thinker.get_input_embeddings()(torch.tensor(markers, device=ids.device)),
-                media_ids=(thinker.audio_token_id, thinker.image_token_id, thinker.video_token_id),
-                end_ids=self.eos_token_ids(),
-                speaker_id=config.talker_config.speaker_id[speaker],
-            )
-        if "image_grid_thw" in inputs:
-            out["image_grid_thw"] = inputs["image_grid_thw"].cpu().numpy()
-        if "feature_attention_mask" in inputs:
-            out["audio_feature_lengths"] = inputs["feature_attention_mask"].sum(-1).cpu().numpy()
-        return out
+        return Qwen3Conditioning(
+            ids[0].tolist(),
+            self.model.thinker.get_input_embeddings()(torch.tensor(markers, device=ids.device)),
+            media_ids=(thinker.audio_token_id, thinker.image_token_id, thinker.video_token_id),
+            assistant=(config.im_start_token_id, config.assistant_token_id),
+            speaker_id=config.talker_config.speaker_id[speaker],
+            emit=emit,
+            extra=self.media_positions(inputs),
+        )
+
+    def talker_states(self, states: Any) -> tuple[Any, Any]:
+        return states[0][0], states[self.model.config.talker_config.accept_hidden_layer][0]
 
     def load_talker(self) -> None:
         model = self._load(with_talker=True)
         del model.thinker, model.code2wav
         self.model = model
 
-    def talker_prompt(self, conditioning: dict[str, np.ndarray]) -> dict[str, Any]:
-        """The talker's prompt from the thinker's conditioning, as transformers' `generate` builds it:
-        the user turns (media positions from the thinker's hidden states, text from its embeddings)
-        and the assistant turn's first tokens with the speaker's and codec markers as `inputs_embeds`;
-        the rest of the reply (`trailing_text_hidden`, the text end right after its last token) fed
-        one position per step, then `tts_pad_embed`; the ids the 3-D positions are computed from."""
+    def talker_prompt(self, conditioning: Item) -> dict[str, Any]:
+        """The talker's prompt from the thinker's conditioning (its first item, or all of it merged),
+        as transformers' `generate` builds it: the user turns (media positions from the thinker's
+        hidden states, text from its embeddings) and the assistant turn's first tokens with the
+        speaker's and codec markers as `inputs_embeds`; the rest of the reply (`trailing_text_hidden`:
+        the rows known so far, the whole reply when `conditioning` is complete) fed one position per
+        step, then `tts_pad_embed`; the ids the 3-D positions are computed from."""
         import torch
 
         model, config = self.model, self.model.config
@@ -206,11 +233,11 @@ class Qwen3Omni(Qwen25Omni):
                 np.asarray(conditioning[name]), device=self.device
             )  # a copy: inputs may be read-only views
 
-        ids, sequences = tensor("input_ids")[None], tensor("sequences")[None]
+        ids = tensor("input_ids")[None]
         embed = tensor("thinker_embed")[None].to(talker.dtype)
         hidden = tensor("thinker_hidden")[None].to(talker.dtype)
         media_ids = [media_config.audio_token_id, media_config.image_token_id, media_config.video_token_id]
-        media = torch.isin(sequences, torch.tensor(media_ids, device=self.device))
+        media = torch.isin(ids, torch.tensor(media_ids, device=self.device))
         length = ids.shape[1]
         with torch.inference_mode():
             # The user turns, in order: media positions from the thinker's hidden states, text from its embeddings.
@@ -220,35 +247,40 @@ class Qwen3Omni(Qwen25Omni):
             order = torch.where(user, length + positions, positions).argsort(-1)[:, -int(user.sum()) :]
             user_embeds = model._get_talker_user_parts(0, length, media, hidden, embed)
             user_embeds = user_embeds.gather(1, order[..., None].expand(-1, -1, user_embeds.shape[-1]))
-            # The assistant turn: its first tokens with the speaker and codec markers; the rest of the
-            # reply is fed one position per generated frame, with the text end right after its last token.
-            reply_start = (
-                (ids[0, :-1] == config.im_start_token_id) & (ids[0, 1:] == config.assistant_token_id)
-            ).nonzero()
+            # The assistant turn: its first tokens (to the first text) with the speaker and codec
+            # markers; the rest of the reply is fed one position per generated frame.
+            start = reply_start(
+                conditioning["input_ids"].tolist(), (config.im_start_token_id, config.assistant_token_id)
+            )
+            turn = torch.cat([embed[:, : start + 3], tensor("first_text")[None].to(talker.dtype)], dim=1)
             bos, end, pad = talker.text_projection(tensor("tts_embeds")[None].to(talker.dtype)).chunk(
                 3, dim=1
             )
-            assistant_embeds, assistant_ids, trailing = model._get_talker_assistant_parts(
-                int(reply_start[-1]), sequences.shape[1], int(conditioning["speaker"]), embed, pad, bos, end
+            assistant_embeds, assistant_ids, _ = model._get_talker_assistant_parts(
+                start, turn.shape[1], int(conditioning["speaker"]), turn, pad, bos, end
             )
-            reply = sequences[0, length:]
-            stops = torch.isin(reply, tensor("end_ids"))
-            first_end = torch.where(stops, torch.arange(len(reply), device=self.device), len(reply)).min()
-            slots = torch.arange(trailing.shape[1], device=self.device)[None, :, None]
-            trailing = torch.where(slots > first_end, pad, trailing)
-            trailing = torch.where(slots == first_end, end, trailing)
             inputs_embeds = torch.cat([user_embeds, assistant_embeds], dim=1)
             prompt = {
                 "inputs_embeds": inputs_embeds,
-                "trailing_text_hidden": trailing,
+                "trailing_text_hidden": talker.text_projection(tensor(REPLY)[None].to(talker.dtype)),
                 "tts_pad_embed": pad,
-                "talker_input_ids": torch.cat([sequences[:, :length].gather(1, order), assistant_ids], dim=1),
+                "talker_input_ids": torch.cat([ids.gather(1, order), assistant_ids], dim=1),
                 "attention_mask": torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=self.device),
             }
         for name in ("image_grid_thw", "audio_feature_lengths"):
             if name in conditioning:
                 prompt[name] = tensor(name)
         return prompt
+
+    def reply_rows(self, rows: np.ndarray) -> list[Any]:
+        """Reply rows (the thinker's embeddings) as the talker is fed them: projected, one tensor each."""
+        import torch
+
+        talker = self.model.talker
+        with torch.inference_mode():
+            return list(
+                talker.text_projection(torch.tensor(np.asarray(rows), device=self.device).to(talker.dtype))
+            )
 
     def talker_sampling(self, temperature: float) -> dict[str, Any]:
         """How the talker samples (transformers' Qwen3-Omni defaults): greedy at temperature 0, a
@@ -382,7 +414,7 @@ class Qwen3TalkerModel(EngineModel):
         residuals, embeds = self._residuals(rows, first)
         for row, frame in zip(rows, torch.cat([ids, residuals], dim=1).tolist(), strict=True):
             row.emit(frame)
-        text = torch.stack([self._text(row) for row in rows])[:, None]
+        text = torch.stack([row.feed.at(len(row.tokens) - 1) for row in rows])[:, None]
         # `generation_step` only counts steps for `generate` (the talker's forward returns it plus
         # one); each row here is fed its own text above.
         return {
@@ -424,12 +456,6 @@ class Qwen3TalkerModel(EngineModel):
         middle = [step[0] for step in out.hidden_states[1:]]  # each step's input: the id before it
         last = predictor.get_input_embeddings()[-1](out.sequences[:, -1:])
         return out.sequences, torch.cat([*middle, last], dim=1)
-
-    @staticmethod
-    def _text(row: Any) -> Any:
-        """The reply text fed with the row's next step: its trailing text at its own step, then the pad."""
-        trailing, step = row.inputs["trailing_text_hidden"], len(row.tokens) - 1
-        return trailing[0, step] if step < trailing.shape[1] else row.inputs["tts_pad_embed"][0, 0]
 
 
 class Code2WavStream:

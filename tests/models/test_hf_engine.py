@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -39,6 +40,14 @@ def requests(cars_jpg: bytes, small_png: bytes, wav: bytes, family: str) -> list
     return chosen
 
 
+def whole_feeds(talker, conditionings: list[dict]) -> list:
+    """A talker's reply feeds of whole conditionings (every row there from the start)."""
+    feeds = [talker.reply_feed(c) for c in conditionings]
+    for feed in feeds:
+        feed.close()
+    return feeds
+
+
 def staggered(engine: HFEngine, inputs: list[dict], lengths: list[int], **options) -> list:
     """Every request's Generated, in order, submitted as `staggered_streams` submits them; each
     streamed its ids as they were generated."""
@@ -49,10 +58,12 @@ def staggered(engine: HFEngine, inputs: list[dict], lengths: list[int], **option
 
 
 def staggered_streams(
-    engine: HFEngine, inputs: list[dict], lengths: list[int], **options
+    engine: HFEngine, inputs: list[dict], lengths: list[int], feeds: list | None = None, **options
 ) -> tuple[list, list[list]]:
     """Submit the first request, the others once it has streamed three items (they join a running
-    batch); every request's Generated and what it streamed, in order."""
+    batch); every request's Generated and what it streamed, in order (a talker's requests with their
+    `feeds`)."""
+    feeds = feeds or [None] * len(inputs)
     started = threading.Event()
     streams: list[list] = [[] for _ in inputs]
 
@@ -64,11 +75,11 @@ def staggered_streams(
 
         return on_item
 
-    futures = [engine.submit(inputs[0], lengths[0], on_token=collect(0), **options)]
+    futures = [engine.submit(inputs[0], lengths[0], on_token=collect(0), feed=feeds[0], **options)]
     assert started.wait(120)
     futures += [
-        engine.submit(i, n, on_token=collect(index), **options)
-        for index, (i, n) in enumerate(zip(inputs[1:], lengths[1:], strict=True), start=1)
+        engine.submit(i, n, on_token=collect(index), feed=f, **options)
+        for index, (i, n, f) in enumerate(zip(inputs[1:], lengths[1:], feeds[1:], strict=True), start=1)
     ]
     return [f.result(timeout=300) for f in futures], streams
 
@@ -206,7 +217,9 @@ def test_talker_batches_as_generate_talks(tiny_omni, cars_jpg, small_png, query_
     engine = HFEngine(talker.talker_model())
     try:
         prompts = [talker.talker_prompt(c) for c in conditionings]
-        batched = staggered(engine, prompts, lengths, with_logits=True)
+        batched = staggered(
+            engine, prompts, lengths, feeds=whole_feeds(talker, conditionings), with_logits=True
+        )
         assert engine.peak_batch == len(prompts)
     finally:
         engine.close()
@@ -256,7 +269,9 @@ def test_qwen3_talker_batches_frames_as_talk_makes_them(cars_jpg, small_png, que
     prompts = [talker.talker_prompt(c) for c in conditionings]
     engine = HFEngine(talker.talker_model())
     try:
-        batched, streamed = staggered_streams(engine, prompts, lengths, with_logits=True)
+        batched, streamed = staggered_streams(
+            engine, prompts, lengths, feeds=whole_feeds(talker, conditionings), with_logits=True
+        )
         assert engine.peak_batch == len(prompts)  # they really decoded together
         # Again, all at once, beside a request cancelled after its second frame and a sampled one.
         cancel = threading.Event()
@@ -267,12 +282,18 @@ def test_qwen3_talker_batches_frames_as_talk_makes_them(cars_jpg, small_png, que
             if len(cancelled_frames) == 2:
                 cancel.set()
 
-        cancelled = engine.submit(prompts[0], 30, on_token=cancel_after_two, should_stop=cancel.is_set)
+        first_feed, second_feed, *feeds = whole_feeds(talker, [conditionings[0]] * 2 + conditionings)
+        cancelled = engine.submit(
+            prompts[0], 30, on_token=cancel_after_two, should_stop=cancel.is_set, feed=first_feed
+        )
         sampled_frames: list = []
-        sampled = engine.submit(prompts[0], 30, temperature=0.9, seed=3, on_token=sampled_frames.append)
+        sampled = engine.submit(
+            prompts[0], 30, temperature=0.9, seed=3, on_token=sampled_frames.append, feed=second_feed
+        )
         again: list[list] = [[] for _ in prompts]
         futures = [
-            engine.submit(p, n, on_token=a.append) for p, n, a in zip(prompts, lengths, again, strict=True)
+            engine.submit(p, n, on_token=a.append, feed=f)
+            for p, n, a, f in zip(prompts, lengths, again, feeds, strict=True)
         ]
         for future in [cancelled, sampled, *futures]:
             future.result(timeout=300)
@@ -290,3 +311,100 @@ def test_qwen3_talker_batches_frames_as_talk_makes_them(cars_jpg, small_png, que
     assert cancelled_frames == alone[0][:2] and len(cancelled.result().token_ids) == 3
     assert {len(f) for f in sampled_frames} == {len(alone[0][0])}
     assert sampled_frames != alone[0][: len(sampled_frames)]  # really sampled
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-omni", "qwen3-omni"])
+def test_a_talker_fed_its_reply_as_the_thinker_makes_it_talks_as_on_the_whole_reply(
+    family, cars_jpg, small_png, query_wav
+):
+    """The talker starts on the thinker's first conditioning item and is fed the rest row by row:
+    it waits at each step whose reply row has not come (its neighbour decodes on meanwhile), and
+    both get the codes and logits the talker's `generate` gives them on the whole conditioning."""
+    from prismserve.models.conditioning import merged
+    from prismserve.testing import tiny
+
+    path = str(tiny.build(family))
+    thinker, talker = adapter_for(path), adapter_for(path)
+    thinker.load_llm(with_encoders=True)
+    talker.load_talker()
+    speaker = thinker.speaker(None)
+    streams = []
+    for request in (
+        ChatRequest.of("Describe the picture.", images=[cars_jpg]),
+        ChatRequest.of("Tell me about the weather today."),
+    ):
+        messages, media = conversation(request)
+        inputs = thinker.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media])
+        thought = thinker.generate(inputs, 7, with_hidden=True)
+        items: list[dict] = []  # the conditioning stream, as the thinker executor hands it out
+        builder = thinker.conditioning(inputs, speaker, items.append)
+        with torch.inference_mode():
+            for token, states in zip(thought.token_ids, thought.hidden_states, strict=True):
+                builder.add_token(token)
+                builder.add_states(*thinker.talker_states(states))
+        builder.finish()
+        # The prompt with the first reply row, one item per token fed after it, the end. The tiny
+        # tokenizer spells "assistant" in several tokens: Qwen3's reply text (from the assistant
+        # turn's fourth position, as transformers reads it) then starts in the prompt, which alone
+        # is enough for the first item.
+        assert len(items) == len(thought.token_ids) + (family == "qwen3-omni")
+        streams.append(items)
+    assert len(streams[0]) >= 4  # steps to wait at
+    whole = [merged(items) for items in streams]
+    lengths = [40, 20]
+    expected = []
+    module = talker.model.talker
+    for conditioning, n in zip(whole, lengths, strict=True):
+        ends = module.config.codec_eos_token_id if family == "qwen3-omni" else module.codec_eos_token
+        with torch.inference_mode():
+            out = module.generate(
+                **talker.talker_prompt(conditioning),
+                **talker.talker_sampling(0.0),
+                eos_token_id=ends,
+                max_new_tokens=n,
+                output_logits=True,
+                output_hidden_states=True,
+                return_dict_in_generate=True,
+            )
+        expected.append(torch.cat(out.logits).float().numpy())
+    engine = HFEngine(talker.talker_model())
+    streamed: list = []
+    neighbour: list = []
+    # Qwen3-Omni streams a frame one step after its codebook-0 id, Qwen2.5-Omni each id as it comes.
+    lag = 0 if family == "qwen3-omni" else 1
+    try:
+        items = streams[0]
+        feed = talker.reply_feed(items[0])
+        first = engine.submit(
+            talker.talker_prompt(items[0]), lengths[0], feed=feed, on_token=streamed.append, with_logits=True
+        )
+        whole_feed = talker.reply_feed(whole[1])
+        whole_feed.close()
+        second = engine.submit(
+            talker.talker_prompt(whole[1]),
+            lengths[1],
+            feed=whole_feed,
+            on_token=neighbour.append,
+            with_logits=True,
+        )
+        rows = len(items[0]["reply_embeds"])
+        for item in items[1:]:
+            # Every step so far had its row: the request now waits at the next.
+            deadline = time.monotonic() + 60
+            while len(streamed) < rows + lag and time.monotonic() < deadline:
+                time.sleep(0.01)
+            before = len(neighbour)
+            time.sleep(0.3)
+            assert len(streamed) == rows + lag  # it waited for its next row ...
+            assert len(neighbour) > before or second.done()  # ... while its neighbour decoded on
+            feed.append(talker.reply_rows(item["reply_embeds"]))
+            rows += len(item["reply_embeds"])
+        feed.close()
+        results = [first.result(timeout=120), second.result(timeout=120)]
+    finally:
+        engine.close()
+    assert len(results[0].token_ids) > rows  # it talked past the reply
+    for result, logits, conditioning, n in zip(results, expected, whole, lengths, strict=True):
+        np.testing.assert_allclose(result.logits, logits, atol=1e-4, rtol=0)
+        if family == "qwen2.5-omni":
+            assert talker.until_end(result.token_ids) == talker.talk(conditioning, n)

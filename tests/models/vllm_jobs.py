@@ -14,6 +14,7 @@ import torch
 
 from prismserve.executors import envs
 from prismserve.models import adapter_for
+from prismserve.models.conditioning import merged
 from prismserve.protocol.chat import ChatRequest
 from prismserve.tasklib import EncodedMedia, LLMInput, conversation
 from prismserve.tasklib.units import VLLMThinkerTask
@@ -84,7 +85,8 @@ def check_vllm_thinker(path: str, cases: list[ChatRequest], tmp_path: Path, step
         "requests": [*requests, swapped],
     }
     out = run_in_vllm_env("vllm_thinker_probe.py", job, tmp_path)
-    for (thought, conditioning, codes), (tokens, logprobs), (text, items) in zip(
+    streamed = 0
+    for (thought, conditioning, codes), (tokens, logprobs), (text, items, ahead) in zip(
         expected, out["logprobs"], out["runs"], strict=False
     ):
         reference = torch.log_softmax(torch.as_tensor(thought.logits, dtype=torch.float64), -1).numpy()
@@ -95,7 +97,12 @@ def check_vllm_thinker(path: str, cases: list[ChatRequest], tmp_path: Path, step
             thinker.tokenizer.decode(thought.token_ids, skip_special_tokens=True),
             thought.token_ids,
         )
-        (vllm_conditioning,) = items
+        # Streamed: the talker's first item came while the text still did (for replies long enough
+        # to show it), its reply rows in items of their own.
+        assert ahead is not None or len(thought.token_ids) < 5
+        assert len(items) > 2
+        streamed += ahead is not None
+        vllm_conditioning = merged(items)
         assert sorted(vllm_conditioning) == sorted(conditioning)
         for name, value in conditioning.items():
             if value.dtype.kind == "f":
@@ -103,6 +110,7 @@ def check_vllm_thinker(path: str, cases: list[ChatRequest], tmp_path: Path, step
             else:
                 np.testing.assert_array_equal(vllm_conditioning[name], value, err_msg=name)
         assert talker.talk(vllm_conditioning, 40) == codes and codes
-    swapped_logprobs, (_, swapped_items) = out["logprobs"][-1][1], out["runs"][-1]
+    assert streamed >= 2
+    swapped_logprobs, (_, swapped_items, _) = out["logprobs"][-1][1], out["runs"][-1]
     assert np.abs(swapped_logprobs[0] - out["logprobs"][-2][1][0]).max() > 1e-3 and swapped_items == []
     assert out["left"] == []

@@ -3,7 +3,8 @@ requests from a pickle.
 
 argv: the pickle of `{"task": VLLMThinkerTask, "requests": [LLMInput (handles resolved)]}` and where to
 write the results: per request, the generated token ids, each step's full log-probabilities, and what
-`run` gives (its text and, for requests that ask for speech, the talker's conditioning); then the files
+`run` gives (its text and, for requests that ask for speech, the talker's conditioning items, and how
+many text deltas had come when the first of them did, None if none came before the text ended); then the files
 left in the executor's hidden-states directory once everything finished, an aborted request included.
 """
 
@@ -25,8 +26,16 @@ async def main(source: str, target: str) -> None:
     await executor.load()
 
     async def run(request):
+        # Also how much text had come when the talker's first item did: it streams while the thinker
+        # generates, so before the text ends.
         out = await executor.run(request)
-        return "".join(await out.text.collect()), await out.talker.collect()
+        text, items, ahead = [], [], None
+        async for delta in out.text:
+            text.append(delta)
+            if ahead is None and out.talker.snapshot(0)[0]:
+                ahead = len(text)
+        items = await out.talker.collect()
+        return "".join(text), items, ahead
 
     async def aborted(request):
         # A speech request whose consumer goes away after the first token: vLLM aborts it.
