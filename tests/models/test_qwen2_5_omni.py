@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import torch
 from vllm_jobs import check_vllm_thinker, omni_cases
 
 from prismserve.executors.loading import InProcessExecutors
@@ -157,6 +158,25 @@ def test_concurrent_token2wav_streams_decode_in_batches(parts):
     for one, other in zip(alone, together, strict=True):
         assert other.shape == one.shape
         np.testing.assert_allclose(other, one, atol=1e-5 * np.abs(one).max(), rtol=0)
+
+
+def test_a_dit_window_encodes_its_speaker_once_not_at_every_sampling_step(parts):
+    """The speaker encoder's output is the same at each of the sampler's 36 DiT evaluations: a window
+    runs it once (the streamed audio still equals the whole decode's: see above)."""
+    vocoder = parts["vocoder"]
+    speaker = vocoder.speaker(None)
+    encoder = vocoder.model.token2wav.code2wav_dit_model.input_embed.spk_encoder
+    calls = []
+    hook = encoder.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        window = (torch.arange(48) % 59, torch.randn(96, 80, generator=torch.Generator().manual_seed(0)))
+        vocoder._vocoder_batch(("dit", speaker, 48), [window, window])
+        assert len(calls) == 1
+        vocoder.vocode(list(range(48)), speaker)  # transformers' own sampling: at every evaluation
+        assert len(calls) == 1 + 36  # 9 Runge-Kutta steps of 4 evaluations
+    finally:
+        hook.remove()
+    assert vocoder.model.token2wav.code2wav_dit_model.input_embed.spk_encoder is encoder
 
 
 def test_audio_batches_equal_single_clips(parts, query_wav, cars_jpg):
