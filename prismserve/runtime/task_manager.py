@@ -45,6 +45,7 @@ class Replica:
     spec: ExecutorSpec | None = None
     actor_id: str = ""  # tells this replica's death from its producers' in a failed call
     address: ReplicaAddress | None = None  # its socket (runtime/wire.py)
+    late: int = 0  # health checks in a row it did not answer in time
 
 
 class Lease:
@@ -95,6 +96,11 @@ class TaskManager:
         self.restart_wait_s = restart_wait_s
         self._next = 0
 
+    # Health checks in a row a replica may leave unanswered before it is restarted: a replica busy on
+    # an overloaded machine answers late, and a restart would lose the work it has in hand. A replica
+    # that died or says it cannot serve is restarted at the first check.
+    LATE_CHECKS = 3
+
     @property
     def start_timeout_s(self) -> float:
         """How long a replica may take to start: its executor spec's, computed from the model's size."""
@@ -140,6 +146,7 @@ class TaskManager:
         log.warning("restarting replica %d of %s: %s", replica.id, self.name, reason)
         await self.pool.stop(replica)
         replica.restarts += 1
+        replica.late = 0
         try:
             await self._start(replica)
         except Exception:  # noqa: BLE001 - stays unhealthy; the health check tries again
@@ -152,7 +159,8 @@ class TaskManager:
         await asyncio.gather(*(self.restart(r, "its executor spec changed") for r in stale))
 
     async def check_health(self, timeout_s: float) -> None:
-        """Ping every healthy replica; restart those that do not answer in time, or failed to restart."""
+        """Ping every healthy replica; restart those that died, say they cannot serve, or left
+        `LATE_CHECKS` pings in a row unanswered within `timeout_s`, and those that failed to restart."""
         for replica in list(self.replicas):
             if not replica.healthy:
                 if replica.starting is not None and replica.starting.done():
@@ -160,9 +168,23 @@ class TaskManager:
                 continue
             try:
                 await asyncio.wait_for(self.pool.health(replica), timeout_s)
-            except Exception as exc:  # noqa: BLE001 - dead replica, timeout or unhealthy executor
-                log.warning("replica %d of %s failed its health check: %s", replica.id, self.name, exc)
+            except TimeoutError:
+                replica.late += 1
+                log.warning(
+                    "replica %d of %s did not answer its health check within %.1f s (%d of %d in a row)",
+                    replica.id,
+                    self.name,
+                    timeout_s,
+                    replica.late,
+                    self.LATE_CHECKS,
+                )
+                if replica.late >= self.LATE_CHECKS:
+                    self.restart(replica, f"it did not answer {replica.late} health checks in a row")
+            except Exception as exc:  # noqa: BLE001 - dead replica or unhealthy executor
+                log.warning("replica %d of %s failed its health check: %r", replica.id, self.name, exc)
                 self.restart(replica)
+            else:
+                replica.late = 0
 
     async def lease(self, dynamic: bool = False) -> Lease:
         """A lease on the replica the next invocation goes to; it counts at once, so the next pick

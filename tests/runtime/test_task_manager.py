@@ -20,6 +20,8 @@ class FakePool(InProcessPool):
         self.start_s = start_s
         self.broken = False
         self.depths: dict[int, int] = {}
+        self.answer_s = 0.0  # how long a health check takes to answer
+        self.unhealthy = False
 
     async def start(self, manager, replica) -> None:
         await asyncio.sleep(self.start_s)
@@ -29,6 +31,11 @@ class FakePool(InProcessPool):
 
     async def queue_depth(self, replica) -> int:
         return self.depths.get(replica.id, 0)
+
+    async def health(self, replica) -> None:
+        await asyncio.sleep(self.answer_s)
+        if self.unhealthy:
+            raise RuntimeError("the executor cannot serve")
 
 
 async def manager_with(replicas: int, pool: FakePool, restart_wait_s: float = 5.0) -> TaskManager:
@@ -125,6 +132,39 @@ def test_a_failed_restart_fails_the_lease_without_waiting_it_out():
         return await manager.lease()
 
     assert asyncio.run(scenario()).replica.healthy
+
+
+def test_a_busy_replica_that_answers_health_checks_late_is_restarted_only_after_three_in_a_row():
+    """A replica slow to answer (busy on an overloaded machine) keeps its work: one or two late
+    answers are forgiven, an answer in time clears them, the third late one in a row restarts it; a
+    replica that says it cannot serve is restarted at once."""
+
+    async def scenario():
+        pool = FakePool()
+        manager = await manager_with(1, pool)
+        (replica,) = manager.replicas
+        pool.answer_s = 0.2
+        for _ in range(2):
+            await manager.check_health(timeout_s=0.05)
+        forgiven = (replica.healthy, replica.restarts)
+        pool.answer_s = 0.0
+        await manager.check_health(timeout_s=0.05)  # in time: the count starts over
+        pool.answer_s = 0.2
+        for _ in range(2):
+            await manager.check_health(timeout_s=0.05)
+        still = (replica.healthy, replica.restarts)
+        await manager.check_health(timeout_s=0.05)
+        await replica.starting
+        late = replica.restarts
+        pool.answer_s, pool.unhealthy = 0.0, True
+        await manager.check_health(timeout_s=0.05)
+        pool.unhealthy = False
+        await replica.starting
+        return forgiven, still, late, replica.restarts
+
+    forgiven, still, late, unhealthy = asyncio.run(scenario())
+    assert forgiven == (True, 0) and still == (True, 0)
+    assert late == 1 and unhealthy == 2
 
 
 def test_dynamic_leases_go_to_the_shortest_reported_queue():
