@@ -19,6 +19,8 @@ first text P50, time to first audio P50 (speech requests); and split / monolith 
 then the median).
 Speech answers run to `--max-codes` codec ids (the tiny talkers never end earlier; 250 are five
 seconds of Qwen2.5-Omni's speech), so streaming has something to stream.
+Where the time goes: each component's CPU seconds per request over the measured rounds (its
+replicas' processes and their children, from /proc; Linux), medians of rounds.
 Run: python benchmarks/bench_omni.py [--family qwen2.5-omni|qwen3-omni] [--clients 8] [--requests 96]
      [--rounds 3] [--max-codes 250] [--engine transformers|vllm|both] [--out result.json]
 """
@@ -28,8 +30,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import prismserve  # noqa: F401  (telemetry off)
@@ -96,6 +100,38 @@ async def load(runtime, app, cycle: list[ChatRequest], clients: int, total: int)
     return row
 
 
+def process_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) these processes and their descendants have used (Linux /proc;
+    0 elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    used: dict[int, float] = {}
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, stack = 0.0, list(pids)
+    while stack:
+        pid = stack.pop()
+        total += used.get(pid, 0.0)
+        stack += children.get(pid, [])
+    return total
+
+
+def component_cpu(runtime: RayRuntime, app: str) -> dict[str, float]:
+    """CPU seconds used so far by each component (its unit task's class) of `app`'s deployments."""
+    used: dict[str, float] = {}
+    for key, deployment in runtime.status()["deployments"].items():
+        if app in deployment["apps"]:
+            component = key.split(":")[0].rsplit(".", 1)[-1]
+            pids = [r["pid"] for r in deployment["replicas"] if "pid" in r]
+            used[component] = used.get(component, 0.0) + process_cpu(pids)
+    return used
+
+
 METRICS = ("req_per_s", "p50_s", "p99_s", "ttft_p50_s", "ttfa_p50_s")
 SPLITS = {"transformers": ("split",), "vllm": ("split_vllm",), "both": ("split", "split_vllm")}
 
@@ -128,6 +164,7 @@ async def measure(
     runtime = RayRuntime(fake_gpus=16)
     await runtime.start()
     rows: dict[str, list[dict[str, float]]] = {}
+    cpu: dict[str, list[dict[str, float]]] = {}  # per round: each component's CPU s per request
     rounds_of: dict[str, list[dict[str, dict[str, float]]]] = {}
     results: dict[str, Any] = {"family": family, "engine": engine, "clients": clients}
     try:
@@ -149,7 +186,12 @@ async def measure(
             for _ in range(rounds):
                 measured = {}
                 for label, app in (*compared, (baseline, whole)):
+                    before = component_cpu(runtime, app.name)
                     measured[label] = row = await load(runtime, app, cycle, clients, total // rounds)
+                    after = component_cpu(runtime, app.name)
+                    cpu.setdefault(label, []).append(
+                        {c: (after[c] - before[c]) / row["requests"] for c in after}
+                    )
                     rows.setdefault(label, []).append(row)
                     print(show(label, row), flush=True)
                 rounds_of.setdefault(baseline, []).append(measured)
@@ -157,6 +199,9 @@ async def measure(
         await runtime.close()
     for label, runs in rows.items():
         results[label] = {key: statistics.median(r[key] for r in runs) for key in METRICS if key in runs[0]}
+        results[label]["cpu_s_per_request"] = {
+            c: statistics.median(r[c] for r in cpu[label]) for c in cpu[label][0]
+        }
     for label, n in replicas.items():
         runs = rounds_of[f"monolith{n}"]
         # Round by round (the two ran back to back), then the median.
@@ -209,6 +254,12 @@ def main() -> None:
     for name in labels:
         if "_over_" not in name:
             print(show(name, results[name]))
+    print("\nCPU seconds per request, per component (its replicas' processes), medians of rounds")
+    for name in labels:
+        if "_over_" not in name:
+            used = results[name]["cpu_s_per_request"]
+            parts = ", ".join(f"{c} {s:.3f}" for c, s in sorted(used.items()))
+            print(f"{name:<12} {sum(used.values()):.3f}: {parts}")
     for name in labels:
         if "_over_" in name:
             ratio = results[name]

@@ -4,14 +4,14 @@ The models: tiny random-weight Qwen2.5-Omni (token2wav: DiT + BigVGAN) and Qwen3
 `prismserve tiny` (real transformers code, CPU). Each utterance is `--codes` codes (Qwen3-Omni: frames)
 of random ids; the talker's pace is not simulated: codes are pushed in the talker's chunks of 25 as
 fast as the decoder takes them, so the figures are the vocoder's own. For 1, 4 and 8 utterances
-decoded at once (one thread each, as the vocoder executor runs them), `--rounds` rounds in which the
-modes take turns:
+decoded at once (`--at-once`; one thread each, as the vocoder executor runs them), `--rounds` rounds
+in which the modes take turns:
   streamed  codes pushed 25 at a time, audio handed out as each push completes some
   whole     `vocode` on all the codes once they are there (the path before streaming)
 Reported per family and concurrency, medians over rounds: time to the first audio packet (from the
 first code pushed), real-time factor (decode time / seconds of audio, per utterance), and the
 ratios streamed / whole.
-Run: python benchmarks/bench_vocoder.py [--codes 250] [--rounds 3] [--out result.json]
+Run: python benchmarks/bench_vocoder.py [--codes 250] [--rounds 3] [--at-once 1 4 8] [--out result.json]
 """
 
 from __future__ import annotations
@@ -80,13 +80,13 @@ def round_of(decode: Any, adapter: Any, speaker: str, batch: list[list[Any]]) ->
     }
 
 
-def measure(codes: int, rounds: int) -> dict[str, Any]:
+def measure(codes: int, rounds: int, at_once: list[int]) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for family in ("qwen2.5-omni", "qwen3-omni"):
         adapter = adapter_for(str(tiny.build(family)))
         adapter.load_vocoder()
         speaker = adapter.speaker(None)
-        for concurrent in (1, 4, 8):
+        for concurrent in at_once:
             batch = utterances(adapter, family, concurrent, codes)
             round_of(streamed, adapter, speaker, batch[:1])  # warm-up
             runs: dict[str, list[dict[str, float]]] = {"streamed": [], "whole": []}
@@ -118,9 +118,12 @@ def main() -> None:
     )
     parser.add_argument("--codes", type=int, default=250, help="codes per utterance (Qwen2.5-Omni: 5 s)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--at-once", type=int, nargs="+", default=[1, 4, 8], help="utterances decoded at once"
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
-    results = measure(args.codes, args.rounds)
+    results = measure(args.codes, args.rounds, args.at_once)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from prismserve.executors.base import Executor
+from prismserve.executors.base import Batcher, Executor
 from prismserve.executors.loading import model_adapter
-from prismserve.task import InvalidInputError
+from prismserve.models.qwen_image import Painting
+from prismserve.task import DataHandle, InvalidInputError
 from prismserve.tasklib.units import (
     ImageGeneratorTask,
     ImageGenInput,
@@ -20,28 +21,48 @@ from prismserve.tasklib.units import (
 
 
 class TextEncoderExecutor(Executor):
-    """Encodes prompts for an image generator."""
+    """Encodes prompts for an image generator; concurrent prompts share one forward pass."""
 
     task: TextEncoderTask
+    max_batch = 8
 
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_text_encoder)
+        self.batcher: Batcher[str, Any] = Batcher(self._encode, self.max_batch)
+
+    async def _encode(self, prompts: list[str]) -> list[Any]:
+        return await asyncio.to_thread(self.adapter.encode_prompts, prompts)
 
     async def run(self, task_input: Any) -> PromptEmbeddings:
         request = PromptInput.model_validate(task_input)
-        return PromptEmbeddings(embeds=await asyncio.to_thread(self.adapter.encode_prompt, request.prompt))
+        return PromptEmbeddings(embeds=await self.batcher.submit(request.prompt))
 
 
 class ImageGeneratorExecutor(Executor):
-    """Generates one image per call, one call at a time."""
+    """Generates one image per call; concurrent calls of one size, number of steps and guidance are
+    painted in one pipeline call (each from its own seed)."""
 
     task: ImageGeneratorTask
+    max_batch = 4
 
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)
         loading = self.adapter.load_monolith if self.task.with_text_encoder else self.adapter.load_generator
         await asyncio.to_thread(loading)
+        self.batcher: Batcher[Painting, bytes] = Batcher(self._paint, self.max_batch)
+
+    async def _paint(self, paintings: list[Painting]) -> list[bytes]:
+        """The waiting paintings, one pipeline call per kind (in the order the kinds first came)."""
+        kinds: dict[Any, list[int]] = {}
+        for index, painting in enumerate(paintings):
+            kinds.setdefault(painting.kind, []).append(index)
+        images: list[bytes] = [b""] * len(paintings)
+        for indices in kinds.values():
+            painted = await asyncio.to_thread(self.adapter.paint, [paintings[i] for i in indices])
+            for index, image in zip(indices, painted, strict=True):
+                images[index] = image
+        return images
 
     async def run(self, task_input: Any) -> ImageOutput:
         request = ImageGenInput.model_validate(task_input)
@@ -52,16 +73,15 @@ class ImageGeneratorExecutor(Executor):
                 else "has no text encoder: send embeddings"
             )
             raise InvalidInputError(f"this deployment of {self.task.model} {held}")
-        image = await asyncio.to_thread(
-            self.adapter.generate,
-            request.prompt,
-            request.embeds.value if request.embeds is not None else None,
-            request.negative.value if request.negative is not None else None,
+        painting = Painting(
             width=request.width,
             height=request.height,
             steps=request.steps,
             seed=request.seed,
             guidance=request.guidance,
+            prompt=request.prompt,
             negative_prompt=request.negative_prompt,
+            embeds=request.embeds.value if request.embeds is not None else None,
+            negative=request.negative.value if request.negative is not None else None,
         )
-        return ImageOutput(image=image)
+        return ImageOutput(image=DataHandle.wrap(await self.batcher.submit(painting)))

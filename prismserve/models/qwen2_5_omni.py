@@ -725,11 +725,11 @@ def _speaker_encoded(dit: Any, ref_mel: Any) -> Iterator[None]:
     encoder = embedding.spk_encoder
     encoded = encoder(torch.cat([ref_mel, torch.zeros_like(ref_mel)]))  # as the guidance stacks them
 
-    class Encoded(torch.nn.Module):
+    class SpeakerEncoded(torch.nn.Module):
         def forward(self, *args: Any) -> Any:
             return encoded
 
-    embedding.spk_encoder = Encoded()
+    embedding.spk_encoder = SpeakerEncoded()
     try:
         yield
     finally:

@@ -9,6 +9,7 @@ both sides, so the split computes what the whole pipeline computes.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,48 +63,99 @@ class QwenImage:
 
     def encode_prompt(self, prompt: str) -> np.ndarray:
         """The prompt's conditioning `[tokens, hidden]` (float32)."""
+        return self.encode_prompts([prompt])[0]
+
+    def encode_prompts(self, prompts: list[str]) -> list[np.ndarray]:
+        """Each prompt's conditioning `[tokens, hidden]` (float32), encoded in one batch (padded to
+        the longest; each keeps its own tokens)."""
         import torch
 
         with self.lock, torch.inference_mode():
-            embeds, _ = self.pipeline.encode_prompt(prompt, device=self.device)
-        return as_numpy(embeds[0])
+            embeds, mask = self.pipeline.encode_prompt(prompts, device=self.device)
+        if mask is None:  # no padding
+            return [as_numpy(e) for e in embeds]
+        return [as_numpy(e[m.bool()]) for e, m in zip(embeds, mask, strict=True)]
 
-    def generate(
-        self,
-        prompt: str | None = None,
-        embeds: np.ndarray | None = None,
-        negative: np.ndarray | None = None,
-        *,
-        width: int,
-        height: int,
-        steps: int,
-        seed: int,
-        guidance: float = 4.0,
-        negative_prompt: str | None = None,
-    ) -> bytes:
-        """A PNG image from a prompt (monolith) or its conditioning (split); `seed` fixes the noise."""
+    def generate(self, prompt: str | None = None, embeds: np.ndarray | None = None, **options: Any) -> bytes:
+        """A PNG image from a prompt (monolith) or its conditioning (split): one `Painting` alone."""
+        return self.paint([Painting(prompt=prompt, embeds=embeds, **options)])[0]
+
+    def paint(self, paintings: list[Painting]) -> list[bytes]:
+        """PNG images of paintings of one kind (`Painting.kind`), in one pipeline call: the prompts
+        (or conditionings, padded to the longest and masked) batched, each image from its own seed."""
         import torch
         from PIL import Image
 
+        first = paintings[0]
+        if any(p.kind != first.kind for p in paintings):
+            raise ValueError("paintings of different sizes, steps or guidance cannot share a batch")
         args: dict[str, Any] = {
-            "width": width,
-            "height": height,
-            "num_inference_steps": steps,
+            "width": first.width,
+            "height": first.height,
+            "num_inference_steps": first.steps,
+            "true_cfg_scale": first.guidance,
             "output_type": "np",
         }
-        if embeds is not None:
-            dtype = self.pipeline.transformer.dtype
-            args["prompt_embeds"] = torch.tensor(np.asarray(embeds))[None].to(self.device, dtype)
-            if negative is not None:
-                args["negative_prompt_embeds"] = torch.tensor(np.asarray(negative))[None].to(
-                    self.device, dtype
+        with torch.inference_mode():
+            if first.embeds is not None:
+                args["prompt_embeds"], args["prompt_embeds_mask"] = self._padded(
+                    [p.embeds for p in paintings]
                 )
-        else:
-            args["prompt"] = prompt
-            args["negative_prompt"] = negative_prompt
-        with self.lock, torch.inference_mode():
-            generator = torch.Generator(device="cpu").manual_seed(seed)
-            pixels = self.pipeline(**args, true_cfg_scale=guidance, generator=generator).images[0]
-        buffer = io.BytesIO()
-        Image.fromarray((np.clip(pixels, 0, 1) * 255).round().astype(np.uint8)).save(buffer, format="PNG")
-        return buffer.getvalue()
+                if first.negative is not None:
+                    args["negative_prompt_embeds"], args["negative_prompt_embeds_mask"] = self._padded(
+                        [p.negative for p in paintings]
+                    )
+            else:
+                args["prompt"] = [p.prompt for p in paintings]
+                if first.negative_prompt is not None:
+                    args["negative_prompt"] = [p.negative_prompt for p in paintings]
+            generators = [torch.Generator(device="cpu").manual_seed(p.seed) for p in paintings]
+            with self.lock:
+                images = self.pipeline(**args, generator=generators).images
+        pngs = []
+        for pixels in images:
+            buffer = io.BytesIO()
+            Image.fromarray((np.clip(pixels, 0, 1) * 255).round().astype(np.uint8)).save(buffer, format="PNG")
+            pngs.append(buffer.getvalue())
+        return pngs
+
+    def _padded(self, conditionings: list[Any]) -> tuple[Any, Any]:
+        """`[n, longest, hidden]` conditionings zero-padded on the right and their `[n, longest]` masks."""
+        import torch
+
+        dtype = self.pipeline.transformer.dtype
+        parts = [torch.tensor(np.asarray(c)) for c in conditionings]
+        longest = max(len(p) for p in parts)
+        embeds = torch.stack([torch.nn.functional.pad(p, (0, 0, 0, longest - len(p))) for p in parts])
+        mask = torch.stack([torch.arange(longest) < len(p) for p in parts]).long()
+        return embeds.to(self.device, dtype), mask.to(self.device)
+
+
+@dataclass
+class Painting:
+    """One image to paint: from a prompt (monolith) or its conditioning (split; the negative
+    conditioning for guidance), at a size, a number of steps and a guidance scale (its `kind`: what
+    paintings sharing a batch have in common) from a seed."""
+
+    width: int
+    height: int
+    steps: int
+    seed: int
+    guidance: float = 4.0
+    prompt: str | None = None
+    negative_prompt: str | None = None
+    embeds: Any = None
+    negative: Any = None
+
+    @property
+    def kind(self) -> tuple[Any, ...]:
+        """What a batch's paintings share: size, steps, guidance, and which inputs they come with."""
+        return (
+            self.width,
+            self.height,
+            self.steps,
+            self.guidance,
+            self.embeds is None,
+            self.negative is None,
+            self.negative_prompt is None,
+        )

@@ -23,7 +23,7 @@ SCRIPTS = {
     "bench_control_plane.py": ["--requests", "60", "--concurrency", "4"],
     "bench_transports.py": ["--calls", "20"],
     "bench_routing.py": ["--clients", "4", "--seconds", "1"],
-    "bench_vocoder.py": ["--codes", "60", "--rounds", "1"],
+    "bench_vocoder.py": ["--codes", "60", "--rounds", "1", "--at-once", "2"],
     "bench_omni.py": [
         "--clients",
         "2",

@@ -57,6 +57,45 @@ def test_split_pipeline_paints_the_whole_pipelines_pixels(parts):
     assert not np.array_equal(pixels(split), pixels(generator.generate(embeds=embeds, seed=11, **shape)))
 
 
+def test_concurrent_prompts_and_paintings_batch_each_as_alone(parts, tiny_image):
+    """Prompts of different lengths encode in one batch, and paintings of one size, step count and
+    guidance (conditionings of different lengths, padded and masked; or prompts) paint in one
+    pipeline call, each as it is alone, from its own seed; the executor paints a mixed batch kind by
+    kind, each caller getting its own image."""
+    from prismserve.executors.image import ImageGeneratorExecutor
+    from prismserve.models.qwen_image import Painting
+
+    encoder, generator, whole = parts
+    prompts = ["a red car on a street at night with lights", "blurry", "two cats"]
+    batched = encoder.encode_prompts(prompts)
+    assert len({len(e) for e in batched}) == 3  # three lengths: padded in the batch
+    for prompt, embeds in zip(prompts, batched, strict=True):
+        np.testing.assert_allclose(embeds, encoder.encode_prompt(prompt), atol=1e-5, rtol=0)
+    shape = {"width": 32, "height": 32, "steps": 3, "guidance": 4.0}
+    negative = batched[1]
+    split = [Painting(embeds=batched[i], negative=negative, seed=i, **shape) for i in (0, 2)]
+    together = generator.paint(split)
+    for painting, image in zip(split, together, strict=True):
+        alone = generator.generate(embeds=painting.embeds, negative=negative, seed=painting.seed, **shape)
+        assert np.abs(pixels(image).astype(int) - pixels(alone)).max() <= 1
+    assert not np.array_equal(pixels(together[0]), pixels(together[1]))
+    monolith = [Painting(prompt=prompts[i], negative_prompt="blurry", seed=i, **shape) for i in (0, 2)]
+    for painting, image in zip(monolith, whole.paint(monolith), strict=True):
+        alone = whole.generate(painting.prompt, negative_prompt="blurry", seed=painting.seed, **shape)
+        assert np.abs(pixels(image).astype(int) - pixels(alone)).max() <= 1
+
+    async def mixed() -> list[bytes]:
+        executor = ImageGeneratorExecutor(ImageGeneratorTask(model=tiny_image))
+        executor.adapter = generator
+        other = {**shape, "width": 48}
+        paintings = [split[0], Painting(embeds=batched[2], seed=5, **other), split[1]]
+        return await executor._paint(paintings)
+
+    images = asyncio.run(mixed())
+    assert [pixels(p).shape for p in images] == [(32, 32, 3), (32, 48, 3), (32, 32, 3)]
+    assert np.abs(pixels(images[2]).astype(int) - pixels(together[1])).max() <= 1
+
+
 def generate(
     executors: InProcessExecutors, task: ImageGenTask, request: ImageRequest
 ) -> tuple[list[bytes], list]:

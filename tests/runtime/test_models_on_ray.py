@@ -354,19 +354,6 @@ class TestVLLM:
         assert len(replicas) == 1 and replicas[0]["healthy"] and replicas[0]["restarts"] == 0
 
 
-@pytest.mark.parametrize(("family", "example_file"), [("internvl3", "internvl3.py"), ("gemma3", "gemma3.py")])
-def test_fissioned_llms_of_other_families_on_vllm_answer_as_their_monoliths(gateway, family, example_file):
-    """InternVL3's and Gemma 3's LLMs on vLLM, fed by their transformers encoder deployments: the text
-    of transformers' whole model, streamed and not, concurrently."""
-    with example(gateway, family, example_file, **VLLM) as (url, admin, model):
-        app = Path(example_file).stem
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            answers = list(pool.map(lambda stream: ask_about_cars(url, app, stream=stream), [True, False]))
-        assert answers == [hf_cars_answer(model)] * 2 and answers[0]
-        kinds = sorted(d["executor_kind"] for d in admin.get("/admin/status").json()["deployments"].values())
-        assert kinds == ["mm-encoder", "mm-llm-vllm"]
-
-
 @pytest.mark.parametrize(("family", "example_file"), OMNI_EXAMPLES)
 def test_omni_thinker_on_vllm_speaks_as_the_transformers_monolith(gateway, family, example_file):
     """An Omni model with its thinker on vLLM (vLLM environment): image encoder fissioned, audio raw to

@@ -74,7 +74,8 @@ def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster
     requests, answers, graphs, status = run(scenario)
     for request, answer in zip(requests, answers, strict=True):
         assert answer.tokens == expected_tokens(request.messages[0].text, [p.data for p in request.images])
-    # Path frequencies per request type match the plan (chi-square, 1 dof, p = 0.001).
+    # Path frequencies per request type match the plan (chi-square, 1 dof, p = 1e-4: two draws per run,
+    # and a plan not followed, e.g. each path half the time, gives chi-square above 20).
     by_type: dict[str, Counter] = {"text": Counter(), "image+text": Counter()}
     for graph in graphs:
         is_image = any(type(n.task).__name__ == "EncoderTask" for n in graph) or any(
@@ -88,7 +89,7 @@ def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster
         chi2 = sum(
             (counts[p] - n * q) ** 2 / (n * q) for p, q in ROUTED_PLAN["routing"][request_type].items()
         )
-        assert chi2 < 10.83, (request_type, counts)
+        assert chi2 < 15.14, (request_type, counts)
     assert len(status["cells"]) == 3 and status["gpus"]["free"] == 2 * GPUS_PER_NODE - 4
 
 
