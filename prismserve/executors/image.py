@@ -8,6 +8,7 @@ from typing import Any
 
 from prismserve.executors.base import Batcher, Executor
 from prismserve.executors.loading import model_adapter
+from prismserve.models.base import CallBatcher
 from prismserve.models.qwen_image import Painting
 from prismserve.task import DataHandle, InvalidInputError
 from prismserve.tasklib.units import (
@@ -50,19 +51,8 @@ class ImageGeneratorExecutor(Executor):
         self.adapter = model_adapter(self.task)
         loading = self.adapter.load_monolith if self.task.with_text_encoder else self.adapter.load_generator
         await asyncio.to_thread(loading)
-        self.batcher: Batcher[Painting, bytes] = Batcher(self._paint, self.max_batch)
-
-    async def _paint(self, paintings: list[Painting]) -> list[bytes]:
-        """The waiting paintings, one pipeline call per kind (in the order the kinds first came)."""
-        kinds: dict[Any, list[int]] = {}
-        for index, painting in enumerate(paintings):
-            kinds.setdefault(painting.kind, []).append(index)
-        images: list[bytes] = [b""] * len(paintings)
-        for indices in kinds.values():
-            painted = await asyncio.to_thread(self.adapter.paint, [paintings[i] for i in indices])
-            for index, image in zip(indices, painted, strict=True):
-                images[index] = image
-        return images
+        # Keyed by kind: waiting paintings of one kind share a call, the oldest kind's first.
+        self.painter = CallBatcher(lambda kind, paintings: self.adapter.paint(paintings), self.max_batch)
 
     async def run(self, task_input: Any) -> ImageOutput:
         request = ImageGenInput.model_validate(task_input)
@@ -84,4 +74,5 @@ class ImageGeneratorExecutor(Executor):
             embeds=request.embeds.value if request.embeds is not None else None,
             negative=request.negative.value if request.negative is not None else None,
         )
-        return ImageOutput(image=DataHandle.wrap(await self.batcher.submit(painting)))
+        image = await asyncio.to_thread(self.painter, painting.kind, painting)
+        return ImageOutput(image=DataHandle.wrap(image))
