@@ -37,7 +37,7 @@ APP_SOURCE = """
 from collections.abc import AsyncIterator
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatChunk, ChatRequest
-from prismserve.tasklib import MLLMTask
+from prismserve.tasklib import MLLMTask, chat_chunks
 
 vl = MLLMTask(model={model!r}, engine={engine!r}, vllm={vllm!r})
 
@@ -46,8 +46,8 @@ class Config(AppConfig):
     input_modalities = frozenset({{"text", "image"}})
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
-    async for text in (await vl(request)).text:
-        yield ChatChunk(text=text)
+    async for chunk in chat_chunks(await vl(request)):
+        yield chunk
 """
 
 METRICS = ("req_per_s", "p50_s", "p99_s", "ttft_p50_s")

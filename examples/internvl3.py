@@ -1,5 +1,8 @@
 """InternVL3 with its vision encoder (InternViT + projector) fissioned from the LLM, streaming text.
 
+To serve the model as it is, no app file is needed: `prismserve serve OpenGVLab/InternVL3-8B-hf` (or a checkpoint
+directory) builds this same composition. This file is a starting point for other compositions.
+
 MODEL: a transformers-format (`-hf`) checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny
 one: `prismserve tiny internvl3` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in
 one deployment. $PRISMSERVE_ENGINE=vllm runs the LLM on vLLM (its environment: `prismserve vllm-env`)
@@ -11,7 +14,7 @@ from collections.abc import AsyncIterator
 
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatChunk, ChatRequest
-from prismserve.tasklib import MLLMTask
+from prismserve.tasklib import MLLMTask, chat_chunks
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "OpenGVLab/InternVL3-8B-hf")
 vl = MLLMTask(
@@ -28,5 +31,5 @@ class Config(AppConfig):
 
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
-    async for text in (await vl(request)).text:
-        yield ChatChunk(text=text)
+    async for chunk in chat_chunks(await vl(request)):
+        yield chunk

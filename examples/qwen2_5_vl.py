@@ -1,6 +1,9 @@
 """Qwen2.5-VL with its vision encoder (images and video clips) fissioned from the LLM, streaming text
 (OpenAI chat API).
 
+To serve the model as it is, no app file is needed: `prismserve serve Qwen/Qwen2.5-VL-7B-Instruct` (or a checkpoint
+directory) builds this same composition. This file is a starting point for other compositions.
+
 MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
 qwen2.5-vl` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment.
 $PRISMSERVE_ENGINE=vllm runs the LLM on vLLM (its environment: `prismserve vllm-env`) instead of
@@ -12,7 +15,7 @@ from collections.abc import AsyncIterator
 
 from prismserve.app import AppConfig
 from prismserve.protocol.chat import ChatChunk, ChatRequest
-from prismserve.tasklib import MLLMTask
+from prismserve.tasklib import MLLMTask, chat_chunks
 
 MODEL = os.environ.get("PRISMSERVE_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
 vl = MLLMTask(
@@ -30,5 +33,5 @@ class Config(AppConfig):
 
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
-    async for text in (await vl(request)).text:
-        yield ChatChunk(text=text)
+    async for chunk in chat_chunks(await vl(request)):
+        yield chunk

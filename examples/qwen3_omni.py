@@ -1,6 +1,9 @@
 """Qwen3-Omni (MoE thinker): image and audio encoders, thinker, talker (with its code predictor) and
 code2wav as separate deployments; text and speech out (OpenAI chat API: `modalities: ["text", "audio"]`).
 
+To serve the model as it is, no app file is needed: `prismserve serve Qwen/Qwen3-Omni-30B-A3B-Instruct` (or a checkpoint
+directory) builds this same composition. This file is a starting point for other compositions.
+
 MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
 qwen3-omni` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment,
 run by transformers' own `generate` (the paper's baseline). $PRISMSERVE_ENGINE=vllm runs the thinker

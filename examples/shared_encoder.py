@@ -11,9 +11,9 @@ import os
 from pydantic import BaseModel
 
 from prismserve.app import AppConfig
-from prismserve.protocol.chat import ChatRequest
+from prismserve.protocol.chat import ChatRequest, TextDelta
 from prismserve.task import Stream, Task, TaskOutput
-from prismserve.tasklib import EncoderTask, LLMTask
+from prismserve.tasklib import EncoderTask, LLMTask, reply_text
 from prismserve.tasklib.mllm import llm_input
 
 BASE = os.environ.get("PRISMSERVE_MODEL", "OpenGVLab/InternVL3-8B-hf")
@@ -21,8 +21,8 @@ TUNED = os.environ.get("PRISMSERVE_MODEL_TUNED", BASE)
 
 
 class TwoAnswers(TaskOutput):
-    base: Stream[str]
-    tuned: Stream[str]
+    base: Stream[TextDelta]
+    tuned: Stream[TextDelta]
 
 
 class SharedEncoder(Task[ChatRequest, TwoAnswers]):
@@ -56,6 +56,4 @@ class Answers(BaseModel):
 
 async def serve(request: ChatRequest) -> Answers:
     out = await pair(request)
-    return Answers(
-        answers={"base": "".join(await out.base.collect()), "tuned": "".join(await out.tuned.collect())}
-    )
+    return Answers(answers={"base": await reply_text(out.base), "tuned": await reply_text(out.tuned)})

@@ -34,33 +34,6 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("app", metavar="APP.py", help="the app file")
     check.set_defaults(func=_check)
 
-    serve = sub.add_parser("serve", help="start the gateway and runtime, and serve an app")
-    serve.add_argument("app", metavar="APP.py", help="the app file to register at start")
-    serve.add_argument("--name", help="app name (default: the file's stem)")
-    serve.add_argument("--plan", metavar="PLAN.json", help="deployment plan to apply at start")
-    serve.add_argument(
-        "--fake-gpus", type=int, help="declare this many GPUs on a local Ray (CPU-only machines)"
-    )
-    serve.add_argument("--address", help="join this Ray cluster instead of starting a local one")
-    serve.add_argument(
-        "--routing", choices=["static", "dynamic"], default="static", help="replica choice policy"
-    )
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    serve.add_argument(
-        "--port", type=int, default=8000, help="port to listen on (default: 8000; 0 picks a free one)"
-    )
-    serve.add_argument(
-        "--in-process",
-        action="store_true",
-        help="no Ray, no declared GPUs: run unit tasks in this process on their real executors (development)",
-    )
-    serve.add_argument(
-        "--offline",
-        action="store_true",
-        help="never reach the model hub (HF_HUB_OFFLINE=1, here and on every replica): local checkpoints only",
-    )
-    serve.set_defaults(func=_serve)
-
     for name, helptext in (
         ("register", "register an app file with a running gateway"),
         ("unregister", "unregister an app from a running gateway"),
@@ -105,7 +78,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     from prismserve.bench.cli import add_bench_command
     from prismserve.planner.cli import add_plan_command
+    from prismserve.serve_cli import add_serve_command
 
+    add_serve_command(sub)
     add_plan_command(sub)
     add_bench_command(sub)
     return parser
@@ -175,28 +150,6 @@ def _tiny(args: argparse.Namespace) -> int:
     for family in args.families or sorted(tiny.BUILDERS):
         print(f"{family}\t{tiny.build(family, Path(args.dir) if args.dir else None)}", flush=True)
     return 0
-
-
-def _serve(args: argparse.Namespace) -> int:
-    if args.offline:
-        from prismserve.offline import go_offline
-
-        go_offline()  # before the Hugging Face libraries are imported; replicas inherit it
-    from prismserve.gateway.launch import ServeOptions, run_server
-
-    return run_server(
-        ServeOptions(
-            app_path=args.app,
-            name=args.name,
-            plan_path=args.plan,
-            fake_gpus=args.fake_gpus,
-            address=args.address,
-            routing=args.routing,
-            host=args.host,
-            port=args.port,
-            in_process=args.in_process,
-        )
-    )
 
 
 def _client(args: argparse.Namespace) -> int:

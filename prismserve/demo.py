@@ -161,7 +161,7 @@ async def _in_process(as_json: bool) -> None:
     print(f"media from {source}")
     with use_dispatcher(dispatcher):
         for body in chat_bodies(image, audio):
-            request: ChatRequest = to_chat_request(
+            request: ChatRequest = await to_chat_request(
                 OpenAIChatRequest.model_validate({**body, "model": "omni"}), app
             )
             print(f"\nrequest ({request.request_type})")
@@ -231,7 +231,7 @@ async def _server(fake_gpus: int) -> None:
             print(f"media from {where}")
             for body in chat_bodies(image, audio):
                 body["model"] = "omni"
-                request = to_chat_request(OpenAIChatRequest.model_validate(body), app)
+                request = await to_chat_request(OpenAIChatRequest.model_validate(body), app)
                 print(f"\nPOST /v1/chat/completions  ({request.request_type})")
                 print(describe_graph(app.tasks["omni"].record(request)))
                 response = await client.post("/v1/chat/completions", json=body)

@@ -46,6 +46,12 @@ class AuthError(UserError):
     kind = "auth_error"
 
 
+class ApiKeyError(AuthError):
+    """A /v1 route was called without the gateway's API key; typed as OpenAI types it."""
+
+    kind = "invalid_request_error"
+
+
 class NotFoundError(UserError, LookupError):
     """A request names something that does not exist: an app, a route, a model."""
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -26,6 +27,7 @@ class App:
     request_type: type[BaseModel]
     response_type: type[BaseModel]  # the chunk type when `streaming`
     streaming: bool
+    created: float = field(default_factory=time.time)  # when it was loaded (GET /v1/models)
 
     def named_unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
         """The app's unit tasks by path (`omni.thinker.llm`), one per deployment key.

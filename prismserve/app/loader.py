@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections.abc
+import hashlib
 import inspect
 import re
 import sys
@@ -20,7 +21,9 @@ from prismserve.errors import AppLoadError
 from prismserve.task import Task, TaskDefinitionError
 
 MODALITIES = frozenset({"text", "image", "audio", "video"})
-APP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+# A hub id too (`Qwen/Qwen2.5-Omni-7B`): '/'-separated segments of letters, digits, '.', '_', '-',
+# each starting with a letter or digit (so no '', '.' or '..' segment), 128 characters at most.
+APP_NAME = re.compile(r"^(?=.{1,128}$)[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 _STREAM_ORIGINS = {
     collections.abc.AsyncIterator,
     collections.abc.AsyncIterable,
@@ -42,7 +45,8 @@ def load_app_source(source: str, name: str, filename: str = "<app>") -> App:
     """Load and validate an app from its source text."""
     if not APP_NAME.match(name):
         raise AppLoadError(
-            f"{filename}: app name {name!r} is invalid: use letters, digits, '_' or '-', starting with a letter"
+            f"{filename}: app name {name!r} is invalid: use letters, digits, '.', '_' or '-' (up to 128), "
+            "starting with a letter or digit, in '/'-separated parts such as a hub id (Qwen/Qwen2.5-Omni-7B)"
         )
     module = _execute(source, name, filename)
     tasks = _config_tasks(module, filename)
@@ -50,12 +54,22 @@ def load_app_source(source: str, name: str, filename: str = "<app>") -> App:
     return App(name, module, module.Config, tasks, serve, request_type, response_type, streaming)
 
 
+def _module_name(name: str) -> str:
+    """The app module's name in sys.modules: the app name as an identifier, with a digest of the name
+    when characters other than '-' had to be replaced (`a/b` and `a_b` stay apart)."""
+    plain = name.replace("-", "_")
+    ident = re.sub(r"\W", "_", plain)
+    if ident != plain:
+        ident += "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    return f"prismserve_app_{ident}"
+
+
 def _execute(source: str, name: str, filename: str) -> ModuleType:
     try:
         code = compile(source, filename, "exec")
     except SyntaxError as exc:
         raise AppLoadError(f"{filename}:{exc.lineno}: syntax error: {exc.msg}") from None
-    module_name = f"prismserve_app_{name.replace('-', '_')}"
+    module_name = _module_name(name)
     module = ModuleType(module_name)
     module.__file__ = filename
     # Registered so that pydantic can resolve the app's annotations and graphs can name its classes.

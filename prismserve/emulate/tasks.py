@@ -68,7 +68,7 @@ def request_spec(request: ChatRequest) -> RequestSpec:
     return RequestSpec(
         arrival_s=0.0,
         text_tokens=max(1, words),
-        output_tokens=request.max_tokens,
+        output_tokens=output_tokens(request),
         images=tuple(sizes),
         audios=len(request.audios),
         videos=len(request.videos),
@@ -116,4 +116,13 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
 def completion(request: ChatRequest) -> ChatCompletion:
     """The answer an emulated model gives: `max_tokens` words, and silence when audio is asked for."""
     audio = bytes(2 * 2400) if request.wants_audio else None  # 0.1 s of 16-bit PCM at 24 kHz
-    return ChatCompletion(text=" ".join(["token"] * request.max_tokens), audio=audio)
+    return ChatCompletion(text=" ".join(["token"] * output_tokens(request)), audio=audio)
+
+
+# What an emulated model generates when a request leaves max_tokens unset (it has no end token).
+DEFAULT_OUTPUT_TOKENS = 256
+
+
+def output_tokens(request: ChatRequest) -> int:
+    """How many tokens an emulated model generates for `request`."""
+    return request.max_tokens or DEFAULT_OUTPUT_TOKENS

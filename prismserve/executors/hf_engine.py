@@ -12,8 +12,12 @@ How a request runs here:
 - Decode in one batch: the rows' caches are right-aligned and left-padded to a common length (the
   padding masked out), each row fed its own position (prompt length + its M-RoPE offset + steps).
   The batch is rebuilt only when rows join or leave, not per step.
-- Each row keeps its own logits processors (the checkpoint's generation config, its temperature)
-  and its own random generator (its seed), so requests never share sampling state.
+- Each row keeps its own logits processors (the checkpoint's generation config under the request's
+  `Sampling`: temperature, top_p, top_k, min_p, repetition penalty; OpenAI's presence and frequency
+  penalties) and its own random generator (its seed), so requests never share sampling state.
+  Log-probabilities, when asked for, are of the raw logits (as vLLM reports them by default).
+- `max_tokens` None generates up to the model's context (and a larger one stops there: "length"); a
+  prompt that fills the context fails as the request's fault.
 - The `EngineModel` says how a step is fed and what a request streams: its ids, or what a model
   makes of them (Qwen3-Omni's talker: a frame per id, its code predictor run for all rows at once
   on each row's last hidden state, which the engine keeps when the model asks, `keeps_hidden`).
@@ -37,6 +41,8 @@ from typing import Any
 
 from prismserve.models import EngineModel, Generated
 from prismserve.models.conditioning import ReplyFeed
+from prismserve.protocol.chat import Sampling
+from prismserve.task import InvalidInputError
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +55,15 @@ class Sequence:
     """One request in the engine: what it asked for, and its state once prefilled."""
 
     inputs: dict[str, Any]
-    max_tokens: int
-    temperature: float
-    seed: int | None
+    max_tokens: int | None
+    sampling: Sampling
     on_token: Callable[[Any], object] | None
     should_stop: Callable[[], bool] | None
     with_logits: bool
     with_hidden: bool
     on_states: Callable[[Any], object] | None = None
     feed: ReplyFeed | None = None
+    on_logprobs: Callable[[Any], object] | None = None
     future: concurrent.futures.Future[Generated] = field(default_factory=concurrent.futures.Future)
     tokens: list[int] = field(default_factory=list)
     logits: list[Any] = field(default_factory=list)
@@ -66,6 +72,8 @@ class Sequence:
     generator: Any = None
     history: Any = None  # prompt + generated ids, for processors that look back (repetition penalty)
     length: int = 0  # tokens in its KV cache
+    prompt_tokens: int = 0
+    finish_reason: str = "stop"  # "length" once cut by max_tokens or the context
     position: int = 0  # position id of the next token it is fed
     cache: Any = None  # its own cache until it joins the batch
     last_hidden: Any = None  # [1, hidden]: the last layer at its last position (`keeps_hidden`)
@@ -106,9 +114,8 @@ class Sequence:
         import torch
 
         logits = torch.cat(self.logits).numpy() if self.with_logits else None
-        self.future.set_result(
-            Generated(self.tokens, logits, tuple(self.hidden) if self.with_hidden else None)
-        )
+        hidden = tuple(self.hidden) if self.with_hidden else None
+        self.future.set_result(Generated(self.tokens, logits, hidden, self.finish_reason, self.prompt_tokens))
 
 
 class HFEngine:
@@ -128,33 +135,39 @@ class HFEngine:
     def submit(
         self,
         inputs: dict[str, Any],
-        max_tokens: int,
+        max_tokens: int | None,
         *,
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         seed: int | None = None,
+        sampling: Sampling | None = None,
         on_token: Callable[[Any], object] | None = None,
         should_stop: Callable[[], bool] | None = None,
         with_logits: bool = False,
         with_hidden: bool = False,
         on_states: Callable[[Any], object] | None = None,
         feed: ReplyFeed | None = None,
+        on_logprobs: Callable[[Any], object] | None = None,
     ) -> concurrent.futures.Future[Generated]:
         """The generation of one request, as `Adapter.generate` returns it; `on_token` is called from
         the engine thread with each id (or what the model streams instead: `EngineModel.stream`),
         `on_states` with each forward's hidden states of the request (the prompt's, then one
         position per step), `should_stop` ends the request at its next step. A talker's `feed`
-        gives the reply row of each decoding step (the request waits for rows yet to come)."""
+        gives the reply row of each decoding step (the request waits for rows yet to come).
+
+        `sampling` (a request's, its temperature and seed included) replaces `temperature` and
+        `seed`; with its `top_logprobs` set, `on_logprobs` gets `(logprob, [(id, logprob), ...])`
+        of each token just before `on_token` does."""
         sequence = Sequence(
             inputs,
             max_tokens,
-            temperature,
-            seed,
+            sampling if sampling is not None else Sampling(temperature=temperature, seed=seed),
             on_token,
             should_stop,
             with_logits,
             with_hidden,
             on_states,
             feed,
+            on_logprobs,
         )
         if feed is not None:
             feed.attach(self.wake)
@@ -215,6 +228,9 @@ class HFEngine:
         if the request goes on decoding."""
         try:
             inputs = sequence.inputs
+            sequence.length = inputs["input_ids" if "input_ids" in inputs else "inputs_embeds"].shape[1]
+            sequence.prompt_tokens = sequence.length
+            sequence.max_tokens = self._room(sequence)
             out = self.llm.generate(
                 **inputs,
                 max_new_tokens=1,
@@ -224,11 +240,11 @@ class HFEngine:
                 return_dict_in_generate=True,
             )
             sequence.cache = out.past_key_values
-            sequence.length = inputs["input_ids" if "input_ids" in inputs else "inputs_embeds"].shape[1]
             sequence.position = sequence.length + self.model.position_offset()
             sequence.history = out.sequences[:, :-1]  # the ids `generate` saw: none if fed embeddings alone
-            sequence.processors = self._processors(sequence)
-            sequence.generator = self._generator(sequence)
+            config = self.model.generation_config(sequence.sampling)
+            sequence.processors = self._processors(sequence, config)
+            sequence.generator = self._generator(sequence) if config.do_sample else None
             if sequence.with_hidden:
                 sequence.hidden.append(out.hidden_states[0])
             if sequence.on_states is not None:
@@ -240,26 +256,47 @@ class HFEngine:
             sequence.finish(exc)
             return False
 
-    def _processors(self, sequence: Sequence) -> Any:
-        """The logits processors `generate` would use for this request."""
-        return self.llm._get_logits_processor(
-            generation_config=self.model.generation_config(sequence.temperature),
+    def _room(self, sequence: Sequence) -> int:
+        """How many tokens the request may generate: its `max_tokens` (None: as many as fit), at most
+        what the model's context leaves after the prompt (an InvalidInputError if that is nothing)."""
+        context = self.model.context_length()
+        if context is None:
+            if sequence.max_tokens is None:
+                raise InvalidInputError("this model's config gives no context length: set max_tokens")
+            return sequence.max_tokens
+        room = context - sequence.length
+        if room < 1:
+            raise InvalidInputError(
+                f"this model's context is {context} tokens and the prompt has {sequence.length}: "
+                "send a shorter prompt"
+            )
+        return room if sequence.max_tokens is None else min(sequence.max_tokens, room)
+
+    def _processors(self, sequence: Sequence, config: Any) -> Any:
+        """The logits processors `generate` would use for this request under `config`, and OpenAI's
+        presence and frequency penalties."""
+        processors = self.llm._get_logits_processor(
+            generation_config=config,
             input_ids_seq_length=sequence.history.shape[1],
             device=sequence.history.device,
             model_kwargs={},
         )
+        sampling = sequence.sampling
+        if sampling.presence_penalty or sampling.frequency_penalty:
+            processors.insert(
+                0, Penalties(sampling.presence_penalty, sampling.frequency_penalty, sequence.history.shape[1])
+            )
+        return processors
 
     def _generator(self, sequence: Sequence) -> Any:
-        """A random generator of the request's own (None when greedy)."""
+        """A random generator of the request's own, from its seed."""
         import torch
 
-        if sequence.temperature <= 0:
-            return None
         generator = torch.Generator(device=sequence.history.device)
-        if sequence.seed is None:
+        if sequence.sampling.seed is None:
             generator.seed()
         else:
-            generator.manual_seed(sequence.seed)
+            generator.manual_seed(sequence.sampling.seed)
         return generator
 
     def _wants_hidden(self, sequence: Sequence) -> bool:
@@ -330,7 +367,12 @@ class HFEngine:
         sequence.tokens.append(token)
         if sequence.processors:
             sequence.history = torch.cat([sequence.history, sequence.history.new_tensor([[token]])], 1)
+        if sequence.sampling.top_logprobs is not None:
+            sequence._call(sequence.on_logprobs, _logprobs(logits, token, sequence.sampling.top_logprobs))
         self.model.stream(sequence, token)
+        assert sequence.max_tokens is not None  # `_room` set it at the prefill
+        if token not in self.end_ids and len(sequence.tokens) >= sequence.max_tokens:
+            sequence.finish_reason = "length"
         done = (
             token in self.end_ids
             or len(sequence.tokens) >= sequence.max_tokens
@@ -339,6 +381,38 @@ class HFEngine:
         if done:
             sequence.finish()
         return not sequence.future.done()  # a failed callback ended it too
+
+
+def _logprobs(logits: Any, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+    """The chosen token's log-probability under the raw `logits` ([1, vocab]) and the `top` most
+    likely tokens' (id, log-probability)."""
+    import torch
+
+    logprobs = torch.log_softmax(logits[0], dim=-1)
+    best = torch.topk(logprobs, top) if top else None
+    alternatives = list(zip(best.indices.tolist(), best.values.tolist(), strict=True)) if best else []
+    return float(logprobs[token]), alternatives
+
+
+class Penalties:
+    """OpenAI's presence and frequency penalties (vLLM's too), a logits processor: each token already
+    generated loses `presence` once and `frequency` per time it came. The counts are kept up to date
+    token by token, so a step costs the same late in a reply as early."""
+
+    def __init__(self, presence: float, frequency: float, prompt_length: int) -> None:
+        self.presence, self.frequency = presence, frequency
+        self.seen = prompt_length  # ids of `input_ids` already counted (the prompt is not)
+        self.counts: Any = None
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if self.counts is None:
+            self.counts = torch.zeros(scores.shape[-1], dtype=scores.dtype, device=scores.device)
+        for token in input_ids[0, self.seen :].tolist():
+            self.counts[token] += 1
+        self.seen = input_ids.shape[1]
+        return scores - self.frequency * self.counts - self.presence * (self.counts > 0).to(scores.dtype)
 
 
 class Batch:

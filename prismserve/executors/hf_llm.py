@@ -16,9 +16,10 @@ from typing import Any
 from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
 from prismserve.executors.loading import model_adapter
-from prismserve.executors.text import TextDecoder
+from prismserve.executors.text import ReplyText
 from prismserve.models import Encoded, MediaInput
 from prismserve.models.conditioning import ConditioningBuilder
+from prismserve.protocol.chat import TextDelta
 from prismserve.task import Stream
 from prismserve.tasklib.units import LLMInput, LLMTask, OmniMonolithTask, ThinkerOutput, ThinkerTask
 
@@ -58,17 +59,19 @@ class HFLLMExecutor(Executor):
 
     async def texts(
         self, request: LLMInput, inputs: dict[str, Any], speech: ConditioningBuilder | None = None
-    ) -> AsyncIterator[str]:
-        """Text deltas as they are generated; `speech` (the talker's conditioning) is fed every
+    ) -> AsyncIterator[TextDelta]:
+        """Text deltas as they are generated, sampled as `request` says, the last one with the
+        finish reason and the prompt's length; `speech` (the talker's conditioning) is fed every
         token and each position's hidden states on the engine's thread as they come."""
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
+        logprobs: list[Any] = [None]  # the last token's, set on the engine thread just before it
 
         def on_token(token: int) -> None:
             if speech is not None:
                 speech.add_token(token)
-            loop.call_soon_threadsafe(tokens.put_nowait, token)
+            loop.call_soon_threadsafe(tokens.put_nowait, (token, logprobs[0]))
 
         def on_states(states: Any) -> None:
             assert speech is not None
@@ -77,25 +80,27 @@ class HFLLMExecutor(Executor):
         generation = self.engine.submit(
             inputs,
             request.max_tokens,
-            temperature=request.temperature,
-            seed=request.seed,
+            sampling=request,
             on_token=on_token,
             should_stop=stop.is_set,
             on_states=on_states if speech is not None else None,
+            on_logprobs=lambda entry: logprobs.__setitem__(0, entry),
         )
         generation.add_done_callback(lambda _: call_soon(loop, tokens.put_nowait, _END))
-        decoder = TextDecoder(self.adapter.tokenizer, self.adapter.eos_token_ids())
+        reply = ReplyText(self.adapter.tokenizer, self.adapter.eos_token_ids(), request.stop)
         try:
-            while (token := await tokens.get()) is not _END:
-                if text := decoder.push(token):
-                    yield text
-            await asyncio.wrap_future(generation)  # raises what generation raised
-            if text := decoder.flush():
-                yield text
+            while (item := await tokens.get()) is not _END:
+                if (delta := reply.push(*item)) is not None:
+                    yield delta
+                if reply.stopped:
+                    stop.set()  # a stop string ended the reply: the engine frees its row
+                    break
+            result = await asyncio.wrap_future(generation)  # raises what generation raised
+            yield reply.finish(result.finish_reason, result.prompt_tokens)  # type: ignore[arg-type]
         finally:
             stop.set()  # a consumer that went away frees the engine at the next token
 
-    async def stream(self, task_input: Any) -> AsyncIterator[str]:
+    async def stream(self, task_input: Any) -> AsyncIterator[TextDelta]:
         request, inputs = await self.inputs(task_input)
         async for text in self.texts(request, inputs):
             yield text
@@ -110,7 +115,7 @@ class ThinkerExecutor(HFLLMExecutor):
     async def run(self, task_input: Any) -> ThinkerOutput:
         request, inputs = await self.inputs(task_input)  # bad input fails the call itself
         loop = asyncio.get_running_loop()
-        text: Stream[str] = Stream("text")
+        text: Stream[TextDelta] = Stream("text")
         talker: Stream[Any] = Stream("talker")
         speech = None
         if request.speech:

@@ -14,10 +14,13 @@ from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
 from prismserve.executors.hf_llm import HFLLMExecutor
 from prismserve.executors.loading import model_adapter
-from prismserve.executors.text import TextDecoder
+from prismserve.executors.text import ReplyText
+from prismserve.models.base import context_length
 from prismserve.models.conditioning import REPLY, ReplyFeed
-from prismserve.task import Stream
+from prismserve.protocol.chat import TextDelta
+from prismserve.task import InvalidInputError, Stream
 from prismserve.tasklib.units import (
+    LLMInput,
     OmniMonolithTask,
     SpeechOutput,
     TalkerInput,
@@ -150,26 +153,32 @@ class OmniMonolithExecutor(HFLLMExecutor):
 
     async def run(self, task_input: Any) -> SpeechOutput:
         request, inputs = await self.inputs(task_input)
+        _greedy_only(request)
         with media_rejected():
             speaker = self.adapter.speaker(request.speaker)
-        text: Stream[str] = Stream("text")
+        text: Stream[TextDelta] = Stream("text")
         audio: Stream[bytes] = Stream("audio")
         loop = asyncio.get_running_loop()
-        decoder = TextDecoder(self.adapter.tokenizer, self.adapter.eos_token_ids())
+        reply = ReplyText(self.adapter.tokenizer, self.adapter.eos_token_ids())
+        prompt_tokens = inputs["input_ids"].shape[1]
+        room = (context_length(self.adapter.model.thinker) or prompt_tokens + 1) - prompt_tokens
+        limit = room if request.max_tokens is None else min(request.max_tokens, room)
+        if limit < 1:
+            raise InvalidInputError(f"the prompt has {prompt_tokens} tokens: it fills the model's context")
 
         def on_token(token: int) -> None:
-            if delta := decoder.push(token):
+            if (delta := reply.push(token)) is not None:
                 loop.call_soon_threadsafe(text.put, delta)
 
         async def speak() -> None:
             try:
-                _, wav = await asyncio.to_thread(self._generate, inputs, request, speaker, on_token)
+                ids, wav = await asyncio.to_thread(self._generate, inputs, request, limit, speaker, on_token)
             except Exception as exc:  # noqa: BLE001 - every consumer gets the model's error
                 text.fail(exc)
                 audio.fail(exc)
                 return
-            if tail := decoder.flush():
-                text.put(tail)
+            ended = bool(ids) and ids[-1] in self.adapter.eos_token_ids()
+            text.put(reply.finish("stop" if ended or len(ids) < limit else "length", prompt_tokens))
             text.close()
             for chunk in pcm16_chunks(wav) if wav is not None else []:
                 audio.put(chunk)
@@ -179,14 +188,41 @@ class OmniMonolithExecutor(HFLLMExecutor):
         return SpeechOutput(text=text, audio=audio)
 
     def _generate(
-        self, inputs: dict[str, Any], request: Any, speaker: str, on_token: Callable[[int], None]
+        self,
+        inputs: dict[str, Any],
+        request: Any,
+        limit: int,
+        speaker: str,
+        on_token: Callable[[int], None],
     ) -> Any:
         return self.adapter.generate_all(
             inputs,
-            request.max_tokens,
+            limit,
             self.task.max_codes,
             speaker,
             seed=request.seed or 0,
             audio=request.speech,
             on_token=on_token,
         )
+
+
+def _greedy_only(request: LLMInput) -> None:
+    """The monolith is transformers' own end-to-end `generate`, greedy: a request asking for any other
+    sampling is refused, naming the field (never served as if it had not asked)."""
+    asked = {
+        "temperature": bool(request.temperature),
+        "top_p": request.top_p not in (None, 1.0),
+        "top_k": request.top_k not in (None, 0, -1),
+        "min_p": bool(request.min_p),
+        "repetition_penalty": request.repetition_penalty not in (None, 1.0),
+        "presence_penalty": bool(request.presence_penalty),
+        "frequency_penalty": bool(request.frequency_penalty),
+        "stop": bool(request.stop),
+        "logprobs": request.top_logprobs is not None,
+    }
+    for name, refused in asked.items():
+        if refused:
+            raise InvalidInputError(
+                f"{name}: the Omni monolith (transformers' end-to-end generate) decodes greedily and "
+                "cannot honour it; serve the split model (OmniTask(monolith=False)) for sampling"
+            )

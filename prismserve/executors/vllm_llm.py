@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from prismserve.executors.base import Executor, ExecutorUnhealthy, media_rejected
-from prismserve.executors.text import TextDecoder
+from prismserve.executors.text import ReplyText
 from prismserve.models import Encoded, adapter_for
+from prismserve.protocol.chat import FinishReason, TextDelta
 from prismserve.task import InvalidInputError
 from prismserve.tasklib.units import LLMInput, VLLMTask, VLLMThinkerTask
 
@@ -71,25 +72,27 @@ class VLLMExecutor(Executor):
             AsyncLLM.from_engine_args, AsyncEngineArgs(**self.engine_arguments())
         )
         self.tokenizer = self.engine.get_tokenizer()
-        self.end_ids = await asyncio.to_thread(self._end_ids)
+        self.end_ids, self.defaults = await asyncio.to_thread(self._generation_config)
         self.adapter = adapter_for(self.task.model)  # the family's forms; it loads no weights
 
-    def _end_ids(self) -> set[int]:
-        """The ids vLLM ends generation on: the tokenizer's end token and the generation config's."""
+    def _generation_config(self) -> tuple[set[int], dict[str, Any]]:
+        """From the checkpoint's generation config: the ids vLLM ends generation on (the tokenizer's
+        end token and the config's), and the sampling a request gets for what it leaves unset."""
         from transformers import GenerationConfig
 
-        ids = {self.tokenizer.eos_token_id}
         try:
-            configured = GenerationConfig.from_pretrained(self.task.model).eos_token_id
+            config = GenerationConfig.from_pretrained(self.task.model)
         except OSError:  # no generation_config.json
-            configured = None
-        ids.update(configured if isinstance(configured, list) else [configured])
-        return {int(i) for i in ids if i is not None}
+            config = GenerationConfig()
+        ids = {self.tokenizer.eos_token_id}
+        ids.update(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id])
+        return {int(i) for i in ids if i is not None}, checkpoint_sampling(config)
 
-    def decoder(self) -> TextDecoder:
-        """A request's incremental detokenizer: prismserve's, as on transformers (vLLM's would drop
-        an incomplete character at the end where transformers' engines give U+FFFD)."""
-        return TextDecoder(self.tokenizer, self.end_ids)
+    def reply(self, request: LLMInput) -> ReplyText:
+        """A request's incremental detokenizer and stop-string check: prismserve's, as on
+        transformers (vLLM's would drop an incomplete character at the end where transformers'
+        engines give U+FFFD)."""
+        return ReplyText(self.tokenizer, self.end_ids, request.stop)
 
     def engine_arguments(self) -> dict[str, Any]:
         """What the engine is built with: `engine_settings`, overridden by the task's `engine_args`."""
@@ -145,23 +148,13 @@ class VLLMExecutor(Executor):
     ) -> AsyncIterator[Any]:
         """vLLM's `RequestOutput` deltas for `request` (its `prompt` when already built); `extra_args`
         go to the sampling parameters (a KV connector's `kv_transfer_params`)."""
-        from vllm import SamplingParams
         from vllm.exceptions import VLLMClientError
-        from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineGenerateError
 
         if prompt is None:
             with media_rejected():
                 prompt = self.prompt(request)
-        params = SamplingParams(
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            seed=request.seed,
-            logprobs=-1 if logprobs else None,
-            detokenize=False,  # text comes from `decoder()`
-            output_kind=RequestOutputKind.DELTA,
-            extra_args=extra_args,
-        )
+        params = self.sampling_params(request, logprobs=logprobs, extra_args=extra_args)
         request_id = f"{os.getpid()}-{next(self._ids)}"
         started = False
         try:
@@ -176,18 +169,84 @@ class VLLMExecutor(Executor):
                 raise
             raise InvalidInputError(f"{self.task.model} cannot take this input: {cause}") from exc
 
-    async def stream(self, task_input: Any) -> AsyncIterator[str]:
-        decoder = self.decoder()
-        async for delta in self.generate(LLMInput.model_validate(task_input)):
-            if text := "".join(decoder.push(token) for token in delta.token_ids):
-                yield text
-        if tail := decoder.flush():
-            yield tail
+    def sampling_params(
+        self, request: LLMInput, *, logprobs: bool = False, extra_args: dict[str, Any] | None = None
+    ) -> Any:
+        """vLLM's sampling parameters for `request`: what it sets, the checkpoint's generation config
+        for what it leaves unset; `logprobs` asks for the whole vocabulary's (tests)."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        chosen = {name: getattr(request, name) for name in _DEFAULTED if getattr(request, name) is not None}
+        return SamplingParams(
+            **{**self.defaults, **chosen},
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+            seed=request.seed,
+            logprobs=-1 if logprobs else request.top_logprobs,
+            detokenize=False,  # text (and stop strings) come from `reply()`
+            output_kind=RequestOutputKind.DELTA,
+            extra_args=extra_args,
+        )
+
+    def text_deltas(self, request: LLMInput, reply: ReplyText, out: Any) -> list[TextDelta]:
+        """The text deltas of one vLLM output (`RequestOutput`), the last one's when it finished."""
+        if reply.finished:
+            return []  # a stop string ended the reply; vLLM may still be generating
+        completion = out.outputs[0]
+        deltas = []
+        for index, token in enumerate(completion.token_ids):
+            step = completion.logprobs[index] if completion.logprobs else None
+            if (delta := reply.push(token, _logprobs(step, token, request.top_logprobs))) is not None:
+                deltas.append(delta)
+            if reply.stopped:
+                break
+        if reply.stopped or completion.finish_reason is not None:
+            reason: FinishReason = "length" if completion.finish_reason == "length" else "stop"
+            deltas.append(reply.finish(reason, len(out.prompt_token_ids or [])))
+        return deltas
+
+    async def stream(self, task_input: Any) -> AsyncIterator[TextDelta]:
+        request = LLMInput.model_validate(task_input)
+        reply = self.reply(request)
+        async for out in self.outputs(request):
+            for delta in self.text_deltas(request, reply, out):
+                yield delta
+            if reply.stopped:
+                return  # leaving the engine's generator aborts the request
 
     async def close(self) -> None:
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()  # AsyncLLM.__del__ does not stop the engine's processes reliably
+
+
+# The sampling fields that fall back to the checkpoint's generation config when a request leaves them unset.
+_DEFAULTED = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def checkpoint_sampling(config: Any) -> dict[str, Any]:
+    """The sampling a checkpoint's generation config asks for, as vLLM's `SamplingParams` fields:
+    greedy unless it samples (transformers' rule), then its temperature, top_p, top_k, min_p and
+    repetition penalty; its `max_new_tokens` as `max_tokens`."""
+    defaults: dict[str, Any] = {"temperature": 0.0}
+    if config.do_sample:
+        defaults["temperature"] = config.temperature if config.temperature is not None else 1.0
+        for name in ("top_p", "top_k", "min_p", "repetition_penalty"):
+            if getattr(config, name, None) is not None:
+                defaults[name] = getattr(config, name)
+    if config.max_new_tokens is not None:
+        defaults["max_tokens"] = config.max_new_tokens
+    return defaults
+
+
+def _logprobs(step: Any, token: int, top: int | None) -> tuple[float, list[tuple[int, float]]] | None:
+    """A vLLM step's log-probabilities (`{id: Logprob}`: the `top` most likely, and the chosen token)
+    as `ReplyText.push` takes them: the chosen token's, and the `top` most likely's by rank."""
+    if step is None or top is None:
+        return None
+    ranked = sorted(step.items(), key=lambda item: item[1].rank)
+    return step[token].logprob, [(i, entry.logprob) for i, entry in ranked[:top]]
 
 
 def _decode(modality: str, data: bytes) -> Any:

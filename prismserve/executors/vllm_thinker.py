@@ -38,6 +38,7 @@ from prismserve.executors.base import media_rejected
 from prismserve.executors.vllm_llm import AUDIO_RATE, VLLMExecutor
 from prismserve.models import qwen2_5_omni, qwen3_omni
 from prismserve.models.conditioning import ConditioningBuilder, Item
+from prismserve.protocol.chat import TextDelta
 from prismserve.task import InvalidInputError, Stream
 from prismserve.tasklib.units import LLMInput, ThinkerOutput, VLLMThinkerTask
 
@@ -109,13 +110,13 @@ class VLLMThinkerExecutor(VLLMExecutor):
         outputs = self.outputs(request, prompt=prompt, extra_args=saving)
         # The first output (or vLLM's refusal of the input, an InvalidInputError) before answering.
         first = await anext(outputs, None)
-        text: Stream[str] = Stream("text")
+        text: Stream[TextDelta] = Stream("text")
         talker: Stream[Any] = Stream("talker")
 
         async def think() -> None:
             speech = None
             final = None
-            decoder = self.decoder()
+            reply = self.reply(request)
             try:
                 if speaker is not None and first is not None:
                     extra = await asyncio.to_thread(self.media_positions, request, prompt)
@@ -124,19 +125,16 @@ class VLLMThinkerExecutor(VLLMExecutor):
                     speech = _Speech(self.readout, builder, prompt_ids, rows_path)
                 pending = [first] if first is not None else []
                 async for out in _chain(pending, outputs):
-                    tokens = out.outputs[0].token_ids
-                    if delta := "".join(decoder.push(token) for token in tokens):
+                    for delta in self.text_deltas(request, reply, out):
                         text.put(delta)
                     if speech is not None:
-                        speech.generated(tokens)
+                        speech.generated(out.outputs[0].token_ids)
                     final = out
             except Exception as exc:  # noqa: BLE001 - both consumers get the thinker's error
                 text.fail(exc)
                 talker.fail(exc)
                 _remove(rows_path)
                 return
-            if tail := decoder.flush():
-                text.put(tail)
             text.close()
             try:
                 if speech is not None:

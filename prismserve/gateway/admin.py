@@ -66,7 +66,7 @@ async def register(request: Request) -> AppInfo:
     return describe(app)
 
 
-@router.delete("/apps/{name}", response_model=Unregistered, responses=errors(404, 500))
+@router.delete("/apps/{name:path}", response_model=Unregistered, responses=errors(404, 500))
 async def unregister(name: str, request: Request) -> Unregistered:
     """Unregister an app; deployments no other app uses stop."""
     await state(request).runtime.unregister_app(name)
@@ -80,7 +80,7 @@ async def list_apps(request: Request) -> AppList:
 
 
 @router.post(
-    "/apps/{name}/plan",
+    "/apps/{name:path}/plan",
     response_model=Deployed,
     openapi_extra=json_body(Plan),
     responses=errors(400, 404, 409, 413, 415, 500, 502),

@@ -81,12 +81,16 @@ def invalid(error: ValidationError | RequestValidationError, what: str = "") -> 
     return InvalidRequestError(what + validation_message(error))
 
 
+_NOT_HONOURED = "not supported: prismserve cannot honour this parameter, so it refuses it (leave it out)"
+
+
 def validation_message(error: ValidationError | RequestValidationError) -> str:
     """pydantic's errors in one line: `field.path: message; …`."""
     parts = []
     errors = list(error.errors())
     for item in errors[:5]:
         where = ".".join(str(p) for p in item["loc"]) or "body"
-        parts.append(f"{where}: {item['msg']}")
+        message = _NOT_HONOURED if item["type"] == "extra_forbidden" else item["msg"]
+        parts.append(f"{where}: {message}")
     more = len(errors) - 5
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

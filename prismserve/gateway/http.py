@@ -6,7 +6,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pydantic_core
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from prismserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
 from prismserve.gateway.errors import HTTPError, invalid
+from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
 
@@ -29,6 +30,8 @@ class GatewayState:
     tracer: Tracer
     admin_token: str
     max_request_bytes: int
+    api_key: str | None = None  # the /v1 routes' bearer key; None: they are open
+    media: MediaPolicy = field(default_factory=MediaPolicy)  # how chat requests' media URLs are fetched
 
 
 _CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")
@@ -66,6 +69,11 @@ async def read_body(request: Request) -> bytes:
         raise UnsupportedMediaTypeError(
             f"Content-Type {content_type!r} is not accepted: send the body as JSON with Content-Type: application/json"
         )
+    return await read_bytes(request)
+
+
+async def read_bytes(request: Request) -> bytes:
+    """The request's body, whatever its type; 413 when it is larger than the gateway accepts."""
     limit = state(request).max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:

@@ -13,7 +13,7 @@ router = APIRouter()
 
 
 @router.post(
-    "/v1/apps/{name}/invoke",
+    "/v1/apps/{name:path}/invoke",
     openapi_extra=any_json_body(
         "The app's request type as JSON (bytes fields as base64); GET /admin/apps names each app's type"
     ),

@@ -1,10 +1,12 @@
-"""`prismserve serve`: start the runtime and the gateway, register an app, apply a plan."""
+"""`prismserve serve`: start the runtime and the gateway, register an app (an app file, or the default
+app of a model's family), apply a plan."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import secrets
 import signal
@@ -12,15 +14,18 @@ import socket
 import sys
 import threading
 from collections.abc import Awaitable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from prismserve.app import AppLoadError, AppRegistryError, load_app
+from prismserve.app import App, AppLoadError, AppRegistryError, load_app_source
+from prismserve.errors import UnknownModelError
 from prismserve.gateway.errors import validation_message
+from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.server import create_gateway
+from prismserve.models.family import EngineSettings, SettingError
 from prismserve.observability import setup_tracing
 from prismserve.planner import Plan
 from prismserve.runtime import LocalRuntime, Runtime, create_runtime
@@ -31,13 +36,16 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
 TOKEN_VARIABLE = "PRISMSERVE_ADMIN_TOKEN"
+API_KEY_VARIABLE = "PRISMSERVE_API_KEY"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 @dataclass
 class ServeOptions:
-    """What `prismserve serve` was asked to do."""
+    """What `prismserve serve` was asked to do. `target` is an app file (`*.py`, or any existing file)
+    or a model: a checkpoint directory or a hub id, served by its family's default app."""
 
-    app_path: str
+    target: str
     name: str | None = None
     plan_path: str | None = None
     fake_gpus: int | None = None
@@ -46,6 +54,17 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     in_process: bool = False
+    offline: bool = False
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    log_level: str = "warning"
+    access_log: bool = True
+    api_key: str | None = None
+    allowed_media_domains: tuple[str, ...] | None = None
+
+    @property
+    def is_app_file(self) -> bool:
+        """Whether `target` is an app file rather than a model."""
+        return self.target.endswith(".py") or Path(self.target).is_file()
 
 
 class StartupError(Exception):
@@ -77,8 +96,15 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
     """Everything that can fail before the runtime starts: the app file, the plan, the port, the runtime's options."""
     import uvicorn
 
+    if options.log_level not in LOG_LEVELS:
+        raise StartupError(f"--log-level {options.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
+    if options.api_key == "":
+        raise StartupError(
+            f"the API key is empty: give --api-key (or {API_KEY_VARIABLE}) a value, or neither"
+        )
+    source, name, filename = app_source(options)
     try:
-        app = load_app(options.app_path, options.name)  # report a bad app before anything starts
+        app = load_app_source(source, name, filename=filename)  # report a bad app before anything starts
     except AppLoadError as exc:
         raise StartupError(str(exc)) from None
     plan = _load_plan(options.plan_path)
@@ -86,14 +112,22 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
     chosen = os.environ.get(TOKEN_VARIABLE, "")
     token = chosen or secrets.token_urlsafe(24)
     provider = setup_tracing("prismserve-gateway")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
-    gateway = create_gateway(runtime, admin_token=token)
+    gateway = create_gateway(runtime, admin_token=token, api_key=options.api_key, media=_media(options))
     listener = _listen(options.host, options.port)
-    config = uvicorn.Config(gateway, log_level="warning", lifespan="off", timeout_graceful_shutdown=10)
+    logging.getLogger("prismserve").setLevel(options.log_level.upper().replace("TRACE", "DEBUG"))
+    config = uvicorn.Config(
+        gateway,
+        log_level=options.log_level,
+        access_log=options.access_log,
+        lifespan="off",
+        timeout_graceful_shutdown=10,
+    )
     return GatewayServer(
         runtime=runtime,
         app_name=app.name,
-        source=Path(options.app_path).read_text(),
-        filename=options.app_path,
+        source=source,
+        filename=filename,
+        app=app,
         plan=plan,
         token=token,
         token_generated=not chosen,
@@ -111,6 +145,7 @@ class GatewayServer:
     app_name: str
     source: str
     filename: str
+    app: App
     plan: Plan | None
     token: str
     token_generated: bool
@@ -155,7 +190,9 @@ class GatewayServer:
             await self.runtime.deploy(self.app_name, self.plan)
 
     def _announce(self) -> None:
-        print(f"prismserve: serving app {self.app_name!r} at {self.url}", flush=True)
+        model = getattr(self.app.module, "MODEL", None)
+        checkpoint = f" ({model})" if isinstance(model, str) else ""
+        print(f"prismserve: serving app {self.app_name!r}{checkpoint} at {self.url}", flush=True)
         if self.token_generated:
             print(
                 f"prismserve: admin token (shown once; set {TOKEN_VARIABLE} to choose it): {self.token}",
@@ -202,6 +239,46 @@ async def _reported(step: Awaitable[object]) -> bool:
         print(f"error: {exc}", file=sys.stderr)
         return False
     return True
+
+
+def app_source(options: ServeOptions) -> tuple[str, str, str]:
+    """The app to register: its source, name and file name. An app file is read as it is; a model is
+    resolved to a local checkpoint (downloaded from the hub if need be) whose family writes the app."""
+    if options.is_app_file:
+        given = [flag for flag, value in _engine_flags(options.engine) if value is not None]
+        if given:
+            raise StartupError(
+                f"{', '.join(given)} configure{'s' if len(given) == 1 else ''} the default app of a model "
+                "(prismserve serve MODEL); "
+                f"{options.target} sets its tasks' engines itself"
+            )
+        try:
+            source = Path(options.target).read_text()
+        except OSError as exc:
+            raise StartupError(f"{options.target}: cannot read app file: {exc.strerror or exc}") from None
+        return source, options.name or Path(options.target).stem, options.target
+    from prismserve.models import family_for
+    from prismserve.models.hub import local_checkpoint, resolve_checkpoint
+
+    try:
+        local = local_checkpoint(options.target)
+        checkpoint = resolve_checkpoint(options.target, offline=options.offline)
+        family = family_for(str(checkpoint))
+        source = family.app_source(str(checkpoint), options.engine)
+    except (UnknownModelError, SettingError) as exc:
+        raise StartupError(str(exc)) from None
+    name = options.name or (local.name if local is not None else options.target)
+    return source, name, f"<{family.name} app for {options.target}>"
+
+
+def _engine_flags(settings: EngineSettings) -> list[tuple[str, object]]:
+    return [("--" + key.replace("_", "-"), value) for key, value in settings.model_dump().items()]
+
+
+def _media(options: ServeOptions) -> MediaPolicy | None:
+    if options.allowed_media_domains is None:
+        return None
+    return MediaPolicy(allowed_domains=options.allowed_media_domains)
 
 
 def _runtime(options: ServeOptions) -> Runtime:

@@ -1,18 +1,59 @@
-"""Media at the API boundary: data URLs, image and audio checks, WAV encoding."""
+"""Media at the API boundary: data URLs, http(s) fetches under a `MediaPolicy`, image, audio and
+video checks, WAV encoding."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
+import functools
 import io
+import ipaddress
 import re
+import socket
+import ssl
 import wave
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 
-from prismserve.errors import InvalidRequestError
+import httpx
+
+from prismserve.errors import InvalidRequestError, PayloadTooLargeError
 
 _DATA_URL = re.compile(
     r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]+)*?);base64,(?P<data>.*)$", re.S
 )
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+AUDIO_FORMATS = ("wav", "mp3", "flac", "ogg", "opus", "webm", "m4a", "aac")
+"""What `input_audio.format` may say; the clip itself is decoded by whatever container PyAV detects."""
+_VIDEO_MIMES = ("video/", "image/gif", "image/webp", "image/png", "image/apng")
+"""Content types a fetched video may have (a server may send an APNG as image/png)."""
+_VIDEO_DATA_MIMES = ("video/", "image/gif", "image/webp", "image/apng")
+"""Types a video data URL may name (not image/png: a still image sent as a video is a mistake)."""
+
+
+@dataclass(frozen=True)
+class MediaPolicy:
+    """How the gateway fetches `http(s)` media URLs: from which hosts, how many bytes, for how long.
+
+    `allowed_domains` None fetches from any host with a public address; a tuple fetches only from
+    the hosts it names (exact, case-insensitive), and a listed host may be private (so a gateway can
+    be told to trust an internal media server); an empty tuple fetches nothing. Defaults follow
+    vLLM's (a 10 s timeout; 32 MiB, above its 25 MB audio cap).
+    """
+
+    allowed_domains: tuple[str, ...] | None = None
+    max_bytes: int = 32 << 20
+    timeout_s: float = 10.0
+    max_redirects: int = 5
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1 or self.timeout_s <= 0 or self.max_redirects < 0:
+            raise ValueError(f"MediaPolicy needs positive limits, not {self}")
+        if self.allowed_domains is not None:
+            domains = tuple(d.strip().lower().rstrip(".") for d in self.allowed_domains)
+            object.__setattr__(self, "allowed_domains", domains)
 
 
 def decode_base64(text: str, what: str) -> bytes:
@@ -23,33 +64,224 @@ def decode_base64(text: str, what: str) -> bytes:
         raise InvalidRequestError(f"{what} is not valid base64") from None
 
 
-def image_from_url(url: str, index: int) -> tuple[bytes, str]:
-    """(bytes, mime type) of an image given as a base64 data URL (whether the image decodes is checked later)."""
+def is_http_url(url: str) -> bool:
+    """Whether `url` is one the gateway fetches (rather than a data URL)."""
+    return url[:8].lower().startswith(("http://", "https://"))
+
+
+async def image_from_url(url: str, index: int, policy: MediaPolicy) -> tuple[bytes, str]:
+    """(bytes, mime type) of an image given as a base64 data URL or an http(s) URL (whether the image
+    decodes is checked later)."""
+    what = f"image #{index}"
+    if is_http_url(url):
+        data, mime = await fetch(url, policy, what)
+        return data, mime if mime.startswith("image/") else "image/png"
     match = _DATA_URL.match(url)
     if match is None:
-        if url.startswith(("http://", "https://")):
-            raise InvalidRequestError(
-                f"image #{index}: only data: URLs are accepted (the server fetches nothing)"
-            )
-        raise InvalidRequestError(f"image #{index}: expected a data URL like data:image/png;base64,…")
-    return decode_base64(match["data"], f"image #{index}"), match["mime"] or "image/png"
+        raise InvalidRequestError(
+            f"{what}: expected an http(s) URL or a data URL like data:image/png;base64,…"
+        )
+    return decode_base64(match["data"], what), match["mime"] or "image/png"
 
 
-def video_from_url(url: str, index: int) -> tuple[bytes, str]:
-    """(bytes, mime type) of a video given as a base64 data URL of a video/* type (or an animated image/gif).
+async def video_from_url(url: str, index: int, policy: MediaPolicy) -> tuple[bytes, str]:
+    """(bytes, mime type) of a video given as a base64 data URL of a video/* type (or an animated
+    image/gif, image/webp or image/apng) or an http(s) URL serving one (MP4, WebM, animated GIF/WebP …).
 
     The gateway checks the container type and that the clip is not empty; decoding frames is the
-    video encoder's job (no codec library is a gateway dependency).
+    video encoder's job.
     """
-    match = _DATA_URL.match(url)
-    if match is None or not (match["mime"] or "").startswith(("video/", "image/gif")):
-        raise InvalidRequestError(
-            f"video #{index}: expected a data URL like data:video/mp4;base64,… (the server fetches nothing)",
-        )
-    data = decode_base64(match["data"], f"video #{index}")
+    what = f"video #{index}"
+    if is_http_url(url):
+        data, mime = await fetch(url, policy, what)
+        mime = mime if mime.startswith(_VIDEO_MIMES) else _sniffed_video_mime(data)
+        if not mime:
+            raise InvalidRequestError(f"{what}: {_shown(url)} is not a video (MP4, WebM, GIF or WebP)")
+    else:
+        match = _DATA_URL.match(url)
+        if match is None or not (match["mime"] or "").startswith(_VIDEO_DATA_MIMES):
+            raise InvalidRequestError(
+                f"{what}: expected an http(s) URL or a data URL like data:video/mp4;base64,…",
+            )
+        data, mime = decode_base64(match["data"], what), match["mime"]
     if not data:
-        raise InvalidRequestError(f"video #{index} is empty")
-    return data, match["mime"]
+        raise InvalidRequestError(f"{what} is empty")
+    return data, mime
+
+
+async def audio_from_url(url: str, index: int, policy: MediaPolicy) -> tuple[bytes, str]:
+    """(bytes, format) of an `audio_url` part: an http(s) URL or a base64 data URL of an audio/* type;
+    the format is the container PyAV detects (checked again with the rest of the request)."""
+    what = f"audio #{index}"
+    if is_http_url(url):
+        data, _ = await fetch(url, policy, what)
+    else:
+        match = _DATA_URL.match(url)
+        if match is None:
+            raise InvalidRequestError(
+                f"{what}: expected an http(s) URL or a data URL like data:audio/wav;base64,…"
+            )
+        data = decode_base64(match["data"], what)
+    return data, _audio_format(data, what)
+
+
+async def fetch(url: str, policy: MediaPolicy, what: str) -> tuple[bytes, str]:
+    """(body, content type) of a GET of `url` under `policy`: every hop's host allowed and public
+    (or listed), at most `max_bytes` read, within `timeout_s`; a 4xx naming `what` otherwise."""
+    try:
+        async with asyncio.timeout(policy.timeout_s):
+            return await _fetch(url, policy, what)
+    except TimeoutError:
+        raise InvalidRequestError(
+            f"{what}: fetching {_shown(url)} took longer than {policy.timeout_s:g} s"
+        ) from None
+    except httpx.HTTPError:
+        raise InvalidRequestError(f"{what}: fetching {_shown(url)} failed (connection error)") from None
+
+
+async def _fetch(url: str, policy: MediaPolicy, what: str) -> tuple[bytes, str]:
+    async with httpx.AsyncClient(
+        verify=_ssl_context(), trust_env=False, follow_redirects=False, timeout=policy.timeout_s
+    ) as client:
+        for _ in range(policy.max_redirects + 1):
+            target = _parsed(url, what)
+            addresses = await _checked_addresses(target, policy, what)
+            async with _get(client, target, addresses) as response:
+                if response.status_code in _REDIRECTS and "location" in response.headers:
+                    url = str(target.join(response.headers["location"]))
+                    continue
+                if not response.is_success:
+                    raise InvalidRequestError(
+                        f"{what}: fetching {_shown(url)} failed: the server answered HTTP {response.status_code}"
+                    )
+                data = await _limited_body(response, policy.max_bytes, what, url)
+                return data, response.headers.get("content-type", "").split(";")[0].strip().lower()
+        raise InvalidRequestError(f"{what}: {_shown(url)} redirects more than {policy.max_redirects} times")
+
+
+@contextlib.asynccontextmanager
+async def _get(
+    client: httpx.AsyncClient, target: httpx.URL, addresses: list[str]
+) -> AsyncIterator[httpx.Response]:
+    """The streamed response of a GET of `target` from the first of `addresses` that connects.
+
+    It connects to an address already checked (not to a second DNS answer), naming the host in Host
+    and TLS SNI, so a host cannot resolve to a public address for the check and a private one for
+    the fetch.
+    """
+    headers = {"Host": target.netloc.decode("ascii"), "Accept-Encoding": "identity"}
+    extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    for address in addresses:
+        request = client.build_request(
+            "GET", target.copy_with(host=address), headers=headers, extensions=extensions
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.ConnectError:
+            if address == addresses[-1]:
+                raise
+            continue
+        try:
+            yield response
+        finally:
+            await response.aclose()
+        return
+
+
+def _parsed(url: str, what: str) -> httpx.URL:
+    try:
+        target = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        raise InvalidRequestError(f"{what}: {_shown(url)} is not a valid URL") from None
+    if target.scheme not in ("http", "https") or not target.host:
+        raise InvalidRequestError(f"{what}: {_shown(url)} is not an http(s) URL with a host")
+    return target
+
+
+async def _checked_addresses(target: httpx.URL, policy: MediaPolicy, what: str) -> list[str]:
+    """The addresses to connect to for `target`: a 400 if its host is not allowed, or if it resolves
+    to a private, loopback, link-local or reserved address and the allow-list does not name it."""
+    host = target.host.lower().rstrip(".")
+    listed = policy.allowed_domains is not None and host in policy.allowed_domains
+    if policy.allowed_domains is not None and not listed:
+        raise InvalidRequestError(
+            f"{what}: fetching from {host!r} is not allowed; this server fetches media only from "
+            f"{', '.join(policy.allowed_domains) or 'no domain'} (--allowed-media-domains)"
+        )
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise InvalidRequestError(f"{what}: the host {host!r} could not be resolved") from None
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    if not listed and not all(_is_public(a) for a in addresses):
+        raise InvalidRequestError(
+            f"{what}: {host!r} is a private, loopback or reserved address, which this server does not "
+            "fetch from unless --allowed-media-domains names it"
+        )
+    return list(dict.fromkeys(str(address) for address in addresses))
+
+
+def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+async def _limited_body(response: httpx.Response, max_bytes: int, what: str, url: str) -> bytes:
+    """The body, read until `max_bytes` and no further (a 413 past it)."""
+    too_big = PayloadTooLargeError(
+        f"{what}: {_shown(url)} is larger than the {max_bytes} bytes this server fetches; send a smaller file"
+    )
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_big
+    body = bytearray()
+    async for chunk in response.aiter_raw():
+        body += chunk
+        if len(body) > max_bytes:
+            raise too_big
+    return bytes(body)
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # Built once: creating a context loads the CA bundle, which costs more than a small fetch.
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def _shown(url: str) -> str:
+    return url if len(url) <= 120 else url[:117] + "..."
+
+
+def _sniffed_video_mime(data: bytes) -> str:
+    """The mime type of a video container recognised by its first bytes, or "" if none is."""
+    if data[4:8] == b"ftyp":
+        return "video/mp4"
+    if data[:4] == b"\x1aE\xdf\xa3":
+        return "video/webm"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return ""
+
+
+def _audio_format(data: bytes, what: str) -> str:
+    """The audio container PyAV detects in `data`, as an `input_audio.format` name."""
+    import av
+
+    try:
+        with av.open(io.BytesIO(data), "r") as container:
+            names = container.format.name.split(",")
+    except (av.FFmpegError, OSError, ValueError):
+        raise InvalidRequestError(f"{what} could not be decoded as audio (wav, mp3, flac or ogg)") from None
+    for name in names:
+        if name in AUDIO_FORMATS:
+            return name
+    return {"mov": "m4a", "mp4": "m4a", "matroska": "webm"}.get(names[0], names[0])
 
 
 def check_image(data: bytes, index: int) -> None:
@@ -68,15 +300,27 @@ def check_image(data: bytes, index: int) -> None:
 
 
 def check_audio(data: bytes, fmt: str, index: int) -> None:
-    """A 400 unless `data` is a WAV file with at least one sample."""
-    if fmt != "wav":
-        raise InvalidRequestError(f"audio #{index}: format {fmt!r} is not supported; send wav")
+    """A 400 unless `data` is an audio clip PyAV decodes, with samples, in a format named `fmt`
+    (one of `AUDIO_FORMATS`, or the container PyAV detects)."""
+    import av
+
     try:
-        with wave.open(io.BytesIO(data)) as clip:
-            if clip.getnframes() == 0:
+        with av.open(io.BytesIO(data), "r") as container:
+            names = container.format.name.split(",")
+            if not container.streams.audio:
+                raise InvalidRequestError(f"audio #{index} holds no audio stream")
+            if next(container.decode(audio=0), None) is None:
                 raise InvalidRequestError(f"audio #{index} has no samples")
-    except (wave.Error, EOFError) as exc:
-        raise InvalidRequestError(f"audio #{index} could not be decoded as WAV: {exc}") from None
+    except InvalidRequestError:
+        raise
+    except (av.FFmpegError, OSError, ValueError, EOFError):
+        raise InvalidRequestError(
+            f"audio #{index} could not be decoded as {fmt.upper()}; send wav, mp3, flac or ogg"
+        ) from None
+    if fmt not in AUDIO_FORMATS and fmt not in names:
+        raise InvalidRequestError(
+            f"audio #{index}: format {fmt!r} is not supported; send {', '.join(AUDIO_FORMATS)}"
+        )
 
 
 def wav_bytes(pcm16: bytes, sample_rate: int) -> bytes:
@@ -88,3 +332,99 @@ def wav_bytes(pcm16: bytes, sample_rate: int) -> bytes:
         out.setframerate(sample_rate)
         out.writeframes(pcm16[: len(pcm16) - len(pcm16) % 2])
     return buffer.getvalue()
+
+
+_ENCODERS: dict[str, tuple[str, str, str]] = {
+    "mp3": ("mp3", "libmp3lame", "audio/mpeg"),
+    "flac": ("flac", "flac", "audio/flac"),
+    "opus": ("ogg", "libopus", "audio/ogg"),
+    "aac": ("adts", "aac", "audio/aac"),
+}
+"""Compressed audio formats: name -> (PyAV container, encoder, content type)."""
+
+AUDIO_CONTENT_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "pcm16": "audio/pcm"} | {
+    fmt: content_type for fmt, (_, _, content_type) in _ENCODERS.items()
+}
+"""The content type of each format `encode_audio` writes."""
+
+
+def encode_audio(pcm16: bytes, sample_rate: int, fmt: str) -> bytes:
+    """Mono 16-bit PCM at `sample_rate` as a `fmt` file (a key of AUDIO_CONTENT_TYPES).
+
+    `pcm16`/`pcm` is the samples as they are, `wav` a WAV file of them; the compressed formats are
+    encoded with PyAV at `sample_rate`, or the nearest higher rate the encoder takes (Opus: 8, 12,
+    16, 24 or 48 kHz).
+    """
+    pcm16 = pcm16[: len(pcm16) - len(pcm16) % 2]
+    if fmt in ("pcm16", "pcm"):
+        return pcm16
+    if fmt == "wav":
+        return wav_bytes(pcm16, sample_rate)
+    import av
+    import numpy as np
+
+    container, encoder, _ = _ENCODERS[fmt]
+    rates = av.Codec(encoder, "w").audio_rates
+    rate = sample_rate if not rates or sample_rate in rates else _rate_for(sample_rate, rates)
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=container) as output:
+        stream = output.add_stream(encoder, rate=rate, layout="mono")
+        assert isinstance(stream, av.AudioStream)
+        if pcm16:
+            frame = av.AudioFrame.from_ndarray(
+                np.frombuffer(pcm16, dtype="<i2").reshape(1, -1), format="s16", layout="mono"
+            )
+            frame.sample_rate = sample_rate
+            output.mux(stream.encode(frame))
+        output.mux(stream.encode(None))
+    return buffer.getvalue()
+
+
+def _rate_for(sample_rate: int, rates: Iterable[int]) -> int:
+    # The lowest rate above the samples' (no detail lost), else the highest there is.
+    above = [rate for rate in rates if rate >= sample_rate]
+    return min(above) if above else max(rates)
+
+
+def decode_audio(data: bytes, what: str) -> tuple[bytes, int]:
+    """(mono 16-bit PCM, sample rate) of an audio file in any format PyAV reads (WAV, MP3, FLAC,
+    Ogg/Opus, M4A, WebM …); a 400 naming `what` when it does not decode or holds no samples."""
+    import av
+
+    pcm, rate = bytearray(), 0
+    try:
+        with av.open(io.BytesIO(data), "r") as source:
+            if not source.streams.audio:
+                raise InvalidRequestError(f"{what} holds no audio stream")
+            stream = source.streams.audio[0]
+            rate = stream.codec_context.sample_rate or 0
+            resampler = av.AudioResampler(format="s16", layout="mono", rate=rate or None)
+            for frame in source.decode(stream):
+                for mono in resampler.resample(frame):
+                    pcm += mono.to_ndarray().tobytes()
+            for mono in resampler.resample(None):
+                pcm += mono.to_ndarray().tobytes()
+    except av.FFmpegError as exc:
+        reason = exc.strerror or str(exc)
+        raise InvalidRequestError(
+            f"{what} could not be decoded as audio ({reason}): send WAV, MP3, FLAC, Ogg/Opus, M4A or WebM"
+        ) from None
+    if not pcm or not rate:
+        raise InvalidRequestError(f"{what} holds no audio samples")
+    return bytes(pcm), rate
+
+
+def resample_pcm16(pcm16: bytes, sample_rate: int, rate: int) -> bytes:
+    """Mono 16-bit PCM at `sample_rate` resampled to `rate` (as it is when the rates agree)."""
+    pcm16 = pcm16[: len(pcm16) - len(pcm16) % 2]
+    if sample_rate == rate or not pcm16:
+        return pcm16
+    import av
+    import numpy as np
+
+    samples = np.frombuffer(pcm16, dtype="<i2").reshape(1, -1)
+    frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+    frame.sample_rate = sample_rate
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+    frames = resampler.resample(frame) + resampler.resample(None)
+    return b"".join(out.to_ndarray().tobytes() for out in frames)

@@ -1,17 +1,20 @@
 """OpenAI-compatible POST /v1/chat/completions for apps that speak the chat types.
 
-`model` names the app. Messages may hold text, `image_url` parts (base64 data URLs) and
-`input_audio` parts (base64 WAV), `video_url` parts (base64 data URLs of video/* or image/gif); `modalities: ["text", "audio"]` asks for speech as well;
-`stream: true` answers with `chat.completion.chunk` server-sent events.
+`model` names the app. Messages may hold text, `image_url`, `video_url` and `audio_url` parts (http(s)
+URLs the gateway fetches under its `MediaPolicy`, or base64 data URLs) and `input_audio` parts (base64
+wav, mp3, flac or ogg); `modalities: ["text", "audio"]` asks for speech as well (`audio.format`: wav,
+pcm16, mp3, flac, opus, aac); `stream: true` answers with `chat.completion.chunk` server-sent events.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -23,7 +26,14 @@ from prismserve.errors import AppResponseError, InvalidRequestError
 from prismserve.gateway.chat import check_chat_request, speaks_chat
 from prismserve.gateway.errors import invalid
 from prismserve.gateway.http import error_event, read_model, sse_event, state
-from prismserve.gateway.media import decode_base64, image_from_url, video_from_url, wav_bytes
+from prismserve.gateway.media import (
+    MediaPolicy,
+    audio_from_url,
+    decode_base64,
+    encode_audio,
+    image_from_url,
+    video_from_url,
+)
 from prismserve.gateway.openapi import SSE_EVENTS, errors, json_body
 from prismserve.gateway.serving import Served, find_app, serving
 from prismserve.protocol.chat import (
@@ -34,10 +44,12 @@ from prismserve.protocol.chat import (
     ChatRequest,
     ImagePart,
     TextPart,
+    TokenLogprob,
     VideoPart,
 )
 from prismserve.protocol.openai import (
     AudioContent,
+    AudioURLContent,
     ChatCompletionAnswer,
     ContentPart,
     ImageContent,
@@ -49,22 +61,21 @@ from prismserve.protocol.openai import (
 router = APIRouter()
 
 
-def to_chat_request(body: OpenAIChatRequest, app: App) -> ChatRequest:
-    """The app's ChatRequest for an OpenAI request; 400 for media that do not decode or that the app refuses."""
-    messages, counts = [], {"image": 0, "video": 0, "audio": 0}
-    for message in body.messages:
-        parts = [_part(part, counts) for part in message.content]
+async def to_chat_request(body: OpenAIChatRequest, app: App, media: MediaPolicy | None = None) -> ChatRequest:
+    """The app's ChatRequest for an OpenAI request, its media URLs fetched under `media` (default
+    policy if None); a 4xx for media that cannot be fetched, do not decode or that the app refuses."""
+    policy = media or MediaPolicy()
+    counts = {"image": 0, "video": 0, "audio": 0}
+    numbered = [[(part, _number(part, counts)) for part in m.content] for m in body.messages]
+    decoded = await asyncio.gather(*(_part(part, i, policy) for parts in numbered for part, i in parts))
+    messages, taken = [], 0
+    for message, numbered_parts in zip(body.messages, numbered, strict=True):
+        parts = decoded[taken : taken + len(numbered_parts)]
+        taken += len(numbered_parts)
         role = "system" if message.role == "developer" else message.role
         messages.append(ChatMessage(role=role, content=parts))
     modalities = body.modalities or ["text"]
-    fields: dict[str, Any] = {"messages": messages, "modalities": modalities}
-    max_tokens = body.max_completion_tokens or body.max_tokens
-    if max_tokens is not None:
-        fields["max_tokens"] = max_tokens
-    if body.temperature is not None:
-        fields["temperature"] = body.temperature
-    if body.seed is not None:
-        fields["seed"] = body.seed
+    fields: dict[str, Any] = {"messages": messages, "modalities": modalities, **_sampling(body)}
     if body.audio is not None and body.audio.voice is not None:
         fields["voice"] = body.audio.voice
     try:
@@ -98,85 +109,189 @@ async def chat_completions(request: Request) -> Response:
             f"app {app.name!r} does not take chat requests (its serve() takes {app.request_type.__name__}); "
             f"use POST /v1/apps/{app.name}/invoke",
         )
-    served = serving(request, app, to_chat_request(body, app))
+    speaks = "audio" in (body.modalities or [])
+    if body.stream and speaks:
+        _check_streamed_audio(body)
+    served = serving(request, app, await to_chat_request(body, app, gateway.media))
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     if body.stream:
         chunks = served.chunks()
         first = await anext(chunks, None)  # errors before the first chunk get a proper status code
         usage = body.stream_options is not None and body.stream_options.include_usage
-        events = _stream(served, completion_id, first, chunks, include_usage=usage)
+        events = _stream(
+            served,
+            completion_id,
+            first,
+            chunks,
+            include_usage=usage,
+            speaks=speaks,
+            with_logprobs=body.logprobs,
+        )
         return StreamingResponse(events, media_type="text/event-stream")
-    text, audio, sample_rate, count = await _collect(served)
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if "audio" in (body.modalities or []):
+    answer = await collect_chat(served)
+    message: dict[str, Any] = {"role": "assistant", "content": answer.text}
+    if speaks:
         fmt = body.audio.format if body.audio else "wav"
-        data = wav_bytes(audio, sample_rate) if fmt == "wav" else audio
+        data = encode_audio(answer.audio, answer.sample_rate, fmt)
         message["audio"] = {
             "id": f"audio-{completion_id}",
             "data": base64.b64encode(data).decode(),
             "expires_at": int(time.time()) + 3600,
-            "transcript": text,
+            "transcript": answer.text,
         }
+    tally = answer.tally
+    choice = {
+        "index": 0,
+        "message": message,
+        "finish_reason": tally.finish_reason,
+        "logprobs": {"content": tally.logprobs} if body.logprobs else None,
+    }
     return JSONResponse(
         {
             "id": completion_id,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
-            "usage": _usage(count),
+            "choices": [choice],
+            "usage": tally.usage(),
         }
     )
 
 
-def _part(part: ContentPart, counts: dict[str, int]) -> Any:
-    """The chat type of one OpenAI content part, its media decoded; `counts` numbers the media per kind."""
+def _sampling(body: OpenAIChatRequest) -> dict[str, Any]:
+    """The request's sampling fields as `ChatRequest` takes them (those it left out are left out:
+    the checkpoint's generation config decides them)."""
+    fields = {
+        "max_tokens": body.max_completion_tokens or body.max_tokens,
+        "top_logprobs": (body.top_logprobs or 0) if body.logprobs else None,
+        **{name: getattr(body, name) for name in _SAMPLING},
+    }
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop",
+    "seed",
+)
+
+
+def _number(part: ContentPart, counts: dict[str, int]) -> int:
+    """The part's index among the media of its kind (what error messages name: "image #0"); 0 for text."""
+    if isinstance(part, TextContent):
+        return 0
+    kind = {ImageContent: "image", VideoContent: "video"}.get(type(part), "audio")
+    counts[kind] += 1
+    return counts[kind] - 1
+
+
+async def _part(part: ContentPart, index: int, media: MediaPolicy) -> Any:
+    """The chat type of one OpenAI content part, its media fetched (http(s) URLs) or decoded (data URLs)."""
     if isinstance(part, TextContent):
         return TextPart(text=part.text)
-    kind = {ImageContent: "image", VideoContent: "video", AudioContent: "audio"}[type(part)]
-    index = counts[kind]
-    counts[kind] += 1
     if isinstance(part, ImageContent):
-        data, mime = image_from_url(part.image_url.url, index)
+        data, mime = await image_from_url(part.image_url.url, index, media)
         return ImagePart(data=data, mime_type=mime)
     if isinstance(part, VideoContent):
-        data, mime = video_from_url(part.video_url.url, index)
+        data, mime = await video_from_url(part.video_url.url, index, media)
         return VideoPart(data=data, mime_type=mime)
+    if isinstance(part, AudioURLContent):
+        data, fmt = await audio_from_url(part.audio_url.url, index, media)
+        return AudioPart(data=data, format=fmt)
     assert isinstance(part, AudioContent)
     return AudioPart(
         data=decode_base64(part.input_audio.data, f"audio #{index}"), format=part.input_audio.format
     )
 
 
-def _usage(completion_tokens: int) -> dict[str, int]:
-    # The gateway sees text chunks, not the model's tokenizer: one chunk counts as one token, and
-    # prompt tokens are unknown (0).
-    return {"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens}
+def _check_streamed_audio(body: OpenAIChatRequest) -> None:
+    """A 400 for an `audio.format` other than pcm16 with `stream: true`: a stream's audio deltas are raw
+    PCM, and OpenAI refuses the other formats alike (a format left out means pcm16 here)."""
+    fmt = body.audio.format if body.audio is not None and "format" in body.audio.model_fields_set else "pcm16"
+    if fmt != "pcm16":
+        raise InvalidRequestError(
+            f"audio.format {fmt!r} is not streamed: with stream: true, send audio.format 'pcm16' (or leave it out)"
+        )
+
+
+@dataclass
+class Tally:
+    """What an answer's chunks report, added up: tokens, the finish reason, log-probabilities in the
+    API's shape. Chunks that carry no token count (custom apps' bare text) count one each."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, chunk: ChatChunk) -> list[dict[str, Any]]:
+        """Count `chunk` in; its tokens' log-probabilities in the API's shape."""
+        if chunk.tokens is not None:
+            self.completion_tokens += chunk.tokens
+        elif chunk.text:
+            self.completion_tokens += 1
+        if chunk.prompt_tokens is not None:
+            self.prompt_tokens = chunk.prompt_tokens
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        logprobs = [_logprob(entry) for entry in chunk.logprobs or ()]
+        self.logprobs += logprobs
+        return logprobs
+
+    def usage(self) -> dict[str, int]:
+        """OpenAI's `usage`."""
+        total = self.prompt_tokens + self.completion_tokens
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": total,
+        }
+
+
+def _logprob(entry: TokenLogprob) -> dict[str, Any]:
+    top = [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in entry.top]
+    return {"token": entry.token, "logprob": entry.logprob, "bytes": entry.bytes, "top_logprobs": top}
 
 
 def _as_chat_chunk(app_name: str, chunk: BaseModel) -> ChatChunk:
     if isinstance(chunk, ChatChunk):
         return chunk
     if isinstance(chunk, ChatCompletion):
-        return ChatChunk(text=chunk.text, audio=chunk.audio, sample_rate=chunk.sample_rate)
+        return ChatChunk(**chunk.model_dump())
     raise AppResponseError(
         f"app {app_name!r} answered with {type(chunk).__name__}, not ChatChunk or ChatCompletion"
     )
 
 
-async def _collect(served: Served) -> tuple[str, bytes, int, int]:
-    """(text, pcm16 audio, sample rate, text chunk count) of a whole answer, streamed or not."""
-    text, audio, sample_rate, count = [], bytearray(), 24000, 0
+@dataclass
+class Answer:
+    """A whole answer: its text, its audio (16-bit PCM at `sample_rate`) and what its chunks reported."""
+
+    text: str
+    audio: bytes
+    sample_rate: int
+    tally: Tally
+
+
+async def collect_chat(served: Served) -> Answer:
+    """The whole answer of a chat app, streamed or not."""
+    text, audio, sample_rate, tally = [], bytearray(), 24000, Tally()
     results = _as_stream(await served.response()) if not served.app.streaming else served.chunks()
     async for result in results:
         chunk = _as_chat_chunk(served.app.name, result)
+        tally.add(chunk)
         if chunk.text:
             text.append(chunk.text)
-            count += 1
         if chunk.audio:
             audio += chunk.audio
             sample_rate = chunk.sample_rate
-    return "".join(text), bytes(audio), sample_rate, count
+    return Answer("".join(text), bytes(audio), sample_rate, tally)
 
 
 async def _as_stream(result: BaseModel) -> AsyncIterator[BaseModel]:
@@ -190,9 +305,15 @@ async def _stream(
     rest: AsyncIterator[BaseModel],
     *,
     include_usage: bool,
+    speaks: bool = False,
+    with_logprobs: bool = False,
 ) -> AsyncIterator[bytes]:
     """`chat.completion.chunk` events: role, a delta per text or audio chunk, stop, [usage], [DONE];
-    any error on the way ends the stream with an `error` event."""
+    any error on the way ends the stream with an `error` event.
+
+    When speech was asked for (`speaks`), the text goes as `delta.audio.transcript`, as OpenAI sends
+    it, and a last audio delta gives `expires_at`; `delta.audio.data` is base64 PCM16 at the app's rate.
+    """
     created, model = int(time.time()), served.app.name
 
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
@@ -206,32 +327,30 @@ async def _stream(
         }
         return sse_event(json.dumps(chunk))
 
-    def delta(fields: dict[str, Any], finish: str | None = None) -> bytes:
-        return event([{"index": 0, "delta": fields, "finish_reason": finish, "logprobs": None}])
+    def delta(fields: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+        return event([{"index": 0, "delta": fields, "finish_reason": finish, "logprobs": logprobs}])
 
     yield delta({"role": "assistant", "content": ""})
-    count = 0
+    tally, audio_id = Tally(), f"audio-{completion_id}"
     try:
         result = first
         while result is not None:
             chunk = _as_chat_chunk(model, result)
+            logprobs = tally.add(chunk)
             if chunk.text:
-                count += 1
-                yield delta({"content": chunk.text})
+                # With speech asked for, OpenAI sends the text as the audio's transcript.
+                said = {"audio": {"id": audio_id, "transcript": chunk.text}}
+                content = said if speaks else {"content": chunk.text}
+                yield delta(content, logprobs={"content": logprobs} if with_logprobs else None)
             if chunk.audio:
-                yield delta(
-                    {
-                        "audio": {
-                            "id": f"audio-{completion_id}",
-                            "data": base64.b64encode(chunk.audio).decode(),
-                        }
-                    }
-                )
+                yield delta({"audio": {"id": audio_id, "data": base64.b64encode(chunk.audio).decode()}})
             result = await anext(rest, None)
     except Exception as exc:  # noqa: BLE001 - the client hears of it as an error event
         yield error_event(served.failure(exc), served.request_id)
         return
-    yield delta({}, "stop")
+    if speaks:
+        yield delta({"audio": {"id": audio_id, "expires_at": int(time.time()) + 3600}})
+    yield delta({}, tally.finish_reason)
     if include_usage:
-        yield event([], usage=_usage(count))
+        yield event([], usage=tally.usage())
     yield sse_event("[DONE]")

@@ -27,7 +27,7 @@ _WHEN = {
     404: "No such app (or route)",
     409: "Conflict: the name is taken, or the plan does not fit the cluster",
     413: "Body larger than the gateway's max_request_bytes",
-    415: "Body not sent as JSON (Content-Type)",
+    415: "Body not sent as JSON (Content-Type), or, for a form, not as multipart/form-data",
     500: "The app's code or the gateway failed; the log has the details under the request id",
     502: "An executor failed; the message names the call and component",
     503: "Something the deployment needs is missing (e.g. an executor environment)",
@@ -67,6 +67,14 @@ def json_body(model: type[BaseModel], description: str | None = None) -> dict[st
     if description:
         body["description"] = description
     return {"requestBody": body}
+
+
+def form_body(model: type[BaseModel], description: str | None = None) -> dict[str, Any]:
+    """The `openapi_extra` declaring a multipart/form-data body of `model` (its bytes fields are files)."""
+    body = json_body(model, description)
+    content = body["requestBody"]["content"]
+    content["multipart/form-data"] = content.pop("application/json")
+    return body
 
 
 def any_json_body(description: str) -> dict[str, Any]:

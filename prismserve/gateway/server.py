@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from opentelemetry.trace import TracerProvider
@@ -12,9 +12,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prismserve import __version__
 from prismserve.errors import NotFoundError, PrismserveError
-from prismserve.gateway import admin, images_api, inference, openai_api
+from prismserve.gateway import admin, audio_api, images_api, inference, models_api, openai_api
+from prismserve.gateway.api_key import UNAUTHORIZED, require_api_key
 from prismserve.gateway.errors import HTTPError, as_http_error, invalid
 from prismserve.gateway.http import GatewayState, request_id, state
+from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.gateway.middleware import RequestIds
 from prismserve.gateway.openapi import allowed_methods, openapi_document
@@ -29,32 +31,57 @@ def create_gateway(
     runtime: Runtime,
     *,
     admin_token: str,
+    api_key: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    media: MediaPolicy | None = None,
     tracer_provider: TracerProvider | None = None,
     lifespan: Any = None,
 ) -> FastAPI:
     """The HTTP app serving `runtime`'s apps.
 
-    Request spans go to `tracer_provider` (default: the process's global one); `lifespan`, if
-    given, starts and stops the runtime with the server.
+    With `api_key`, every /v1 route needs `Authorization: Bearer <api_key>` (the admin routes keep
+    `admin_token`). Media URLs in chat requests are fetched under `media` (default `MediaPolicy()`:
+    any public host). Request spans go to `tracer_provider` (default: the process's global one);
+    `lifespan`, if given, starts and stops the runtime with the server.
     """
     if not admin_token:
         raise ValueError("the admin token must not be empty")
+    if api_key == "":
+        raise ValueError("the API key must not be empty (None leaves the /v1 routes open)")
     if max_request_bytes < 1:
         raise ValueError(f"max_request_bytes must be positive, not {max_request_bytes}")
     app = FastAPI(title="prismserve", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     tracer = get_tracer("prismserve.gateway", tracer_provider)
-    app.state.gateway = GatewayState(runtime, GatewayMetrics(runtime), tracer, admin_token, max_request_bytes)
+    app.state.gateway = GatewayState(
+        runtime,
+        GatewayMetrics(runtime),
+        tracer,
+        admin_token,
+        max_request_bytes,
+        api_key,
+        media or MediaPolicy(),
+    )
     app.include_router(admin.router)
-    app.include_router(inference.router)
-    app.include_router(openai_api.router)
-    app.include_router(images_api.router)
+    keyed: dict[str, Any] = (
+        {"dependencies": [Depends(require_api_key)], "responses": UNAUTHORIZED} if api_key else {}
+    )
+    for router in (
+        inference.router,
+        openai_api.router,
+        images_api.router,
+        audio_api.router,
+        models_api.router,
+    ):
+        app.include_router(router, **keyed)
     app.add_middleware(RequestIds)  # request ids, and every other exception as a 500 (no Exception handler)
 
     @app.exception_handler(HTTPError)
     @app.exception_handler(PrismserveError)
     async def _error(request: Request, exc: Exception) -> JSONResponse:
-        return as_http_error(exc, request_id(request)).response(request_id(request))
+        response = as_http_error(exc, request_id(request)).response(request_id(request))
+        if response.status_code == 401:
+            response.headers["www-authenticate"] = "Bearer"
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 import json
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from prismserve.errors import UnknownModelError
 from prismserve.models.base import Adapter, Encoded, EngineModel, Generated, MediaError, MediaInput
-
-# config.json `model_type` (diffusers: the pipeline class) -> the adapter class, imported when a replica
-# needs it. The one place that says which adapter loads which checkpoints.
-ADAPTERS: dict[str, str] = {
-    "qwen2_5_vl": "prismserve.models.qwen2_5_vl:Qwen25VL",
-    "qwen2_5_omni": "prismserve.models.qwen2_5_omni:Qwen25Omni",
-    "qwen3_omni_moe": "prismserve.models.qwen3_omni:Qwen3Omni",
-    "QwenImagePipeline": "prismserve.models.qwen_image:QwenImage",
-    "internvl": "prismserve.models.internvl:InternVL",
-    "gemma3": "prismserve.models.gemma3:Gemma3",
-}
+from prismserve.models.family import ENTRY_POINT_GROUP, EngineSettings, ModelFamily, SettingError
 
 
 def model_type(path: str) -> str:
@@ -38,25 +28,66 @@ def model_type(path: str) -> str:
         ) from None
 
 
+def families() -> list[ModelFamily]:
+    """Every model family: prismserve's own and those of installed plugins (the `prismserve.models`
+    entry point group, each naming a `ModelFamily`), read afresh on each call."""
+    from prismserve.models.builtin import BUILTIN
+
+    found = {family.name: family for family in BUILTIN}
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            family = entry.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is named, not a traceback
+            raise UnknownModelError(
+                f"model family plugin {entry.name!r} ({entry.value}) does not load: {exc}"
+            ) from None
+        if not isinstance(family, ModelFamily):
+            raise UnknownModelError(
+                f"model family plugin {entry.name!r} ({entry.value}) is a {type(family).__name__}, "
+                "not a prismserve.models.ModelFamily"
+            )
+        found[family.name] = family
+    return list(found.values())
+
+
+def family_of(kind: str) -> ModelFamily:
+    """The family that takes checkpoints of `model_type` (or diffusers pipeline class) `kind`."""
+    for family in families():
+        if kind in family.model_types:
+            return family
+    supported = sorted(t for family in families() for t in family.model_types)
+    raise UnknownModelError(
+        f"no model family takes model_type {kind!r}; supported: {', '.join(supported)} "
+        "(a plugin adds more: docs/models.md, 'Writing a family plugin')"
+    )
+
+
+def family_for(path: str) -> ModelFamily:
+    """The family of the checkpoint at `path` (a local directory or a cached hub id)."""
+    return family_of(model_type(path))
+
+
 def adapter_for(path: str, device: str | None = None) -> Any:
     """The adapter of the checkpoint at `path` (an `Adapter` for multimodal LLM families, `QwenImage`
     for the image pipeline)."""
-    kind = model_type(path)
-    if kind not in ADAPTERS:
-        raise UnknownModelError(f"{path}: no adapter for model_type {kind!r}; supported: {sorted(ADAPTERS)}")
-    module, _, name = ADAPTERS[kind].partition(":")
-    return getattr(importlib.import_module(module), name)(path, device)
+    return family_for(path).adapter_class()(path, device)
 
 
 __all__ = [
-    "ADAPTERS",
+    "ENTRY_POINT_GROUP",
     "Adapter",
     "Encoded",
     "EngineModel",
+    "EngineSettings",
     "Generated",
     "MediaError",
     "MediaInput",
+    "ModelFamily",
+    "SettingError",
     "UnknownModelError",
     "adapter_for",
+    "families",
+    "family_for",
+    "family_of",
     "model_type",
 ]

@@ -47,6 +47,8 @@ class Generated:
     token_ids: list[int]
     logits: np.ndarray | None = None
     hidden_states: Any = None  # transformers' per-step hidden states, when asked for
+    finish_reason: str = "stop"  # "length": cut by max_tokens or the context, not ended by the model
+    prompt_tokens: int = 0
 
 
 @dataclass
@@ -313,6 +315,14 @@ def as_numpy(tensor: Any) -> np.ndarray:
     return tensor.detach().float().cpu().numpy()
 
 
+def context_length(module: Any) -> int | None:
+    """How many tokens `module` attends to, prompt and reply together (its text config's
+    `max_position_embeddings`), or None if its config does not say."""
+    config = module.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "max_position_embeddings", None)
+
+
 class EngineModel:
     """What an `HFEngine` generates with: a module whose `generate` prefills, the ids that end a
     request, how a decoding step is fed and what a request streams. This default serves a family's
@@ -339,15 +349,22 @@ class EngineModel:
         deltas = getattr(getattr(self.module, "model", None), "rope_deltas", None)
         return 0 if deltas is None else int(deltas.reshape(-1)[0])
 
-    def generation_config(self, temperature: float) -> Any:
-        """The generation config a request's logits processors come from (the checkpoint's, with the
-        request's temperature)."""
+    def generation_config(self, sampling: Any) -> Any:
+        """The generation config a request's logits processors come from: the checkpoint's, under
+        what the request's `Sampling` sets (temperature 0: greedy; unset: as the checkpoint says)."""
         config = copy.deepcopy(self.module.generation_config)
-        if temperature > 0:
-            config.update(do_sample=True, temperature=temperature)
-        else:
-            config.update(do_sample=False)
+        if sampling.temperature is not None:
+            config.update(do_sample=sampling.temperature > 0)
+            if sampling.temperature > 0:
+                config.update(temperature=sampling.temperature)
+        for name in ("top_p", "top_k", "min_p", "repetition_penalty"):
+            if getattr(sampling, name) is not None:
+                config.update(**{name: getattr(sampling, name)})
         return config
+
+    def context_length(self) -> int | None:
+        """How many tokens the model attends to, prompt and reply together."""
+        return context_length(self.module)
 
     def step_inputs(self, rows: list[Any], ids: Any) -> dict[str, Any]:
         """The model inputs of one decoding step for `rows` (the engine's sequences), `ids` ([rows, 1])

@@ -591,9 +591,9 @@ class TalkerModel(EngineModel):
         deltas = self.module.rope_deltas
         return 0 if deltas is None else int(deltas.reshape(-1)[0])
 
-    def generation_config(self, temperature: float) -> Any:
-        config = super().generation_config(temperature)
-        config.update(**self.adapter.talker_sampling(temperature))
+    def generation_config(self, sampling: Any) -> Any:
+        config = super().generation_config(sampling)
+        config.update(**self.adapter.talker_sampling(sampling.temperature or 0.0))
         return config
 
     def step_inputs(self, rows: list[Any], ids: Any) -> dict[str, Any]:

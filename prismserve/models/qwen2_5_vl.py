@@ -5,9 +5,11 @@ embeddings (`[grid_t * grid_h * grid_w / merge^2, hidden]`) and the item's `grid
 also the seconds per temporal patch) cross to the LLM, which places them at the image- or
 video-pad tokens and derives its 3-D rotary positions from them.
 
-Video clips (animated GIF, WebP or PNG) are sampled to at most `max_video_frames` frames and
-patchified here, pairs of frames per temporal patch, as transformers' video processor lays them
-out (that processor needs torchvision, which does not import beside the CPU torch).
+Video clips (MP4, WebM … decoded by PyAV; animated GIF, WebP or PNG) are sampled as transformers'
+Qwen2-VL video processor samples them with `fps` (`video_fps` frames a second, at least
+`min_video_frames`, at most `max_video_frames`, an even count) and patchified here, pairs of frames
+per temporal patch, as that processor lays them out (it needs torchvision, which does not import
+beside the CPU torch).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class Qwen25VL(VisionLLM):
         return qwen_vllm_embeddings(items)
 
     encoder_modalities = ("image", "video")
-    max_video_frames = 16
+    max_video_frames = 16  # below the processor's 768: a CPU-sized cap
+    min_video_frames = 4
+    video_fps = 2.0
 
     def run_encoder(self, pixels: Any, modality: str = "image") -> list[Encoded]:
         import torch
@@ -58,7 +62,13 @@ class Qwen25VL(VisionLLM):
         values, grids, seconds = [], [], []
         processor = self.processor.image_processor
         for data in clips:
-            frames, interval = load_video_frames(data, self.max_video_frames)
+            frames, interval = load_video_frames(
+                data,
+                self.max_video_frames,
+                fps=self.video_fps,
+                min_frames=self.min_video_frames,
+                factor=processor.temporal_patch_size,
+            )
             if len({frame.size for frame in frames}) > 1:
                 raise MediaError("video frames of different sizes")
             out = self.pixels(frames)  # each frame as an image: its patch repeated over the temporal patch

@@ -396,9 +396,9 @@ class Qwen3TalkerModel(EngineModel):
         deltas = self.module.rope_deltas
         return 0 if deltas is None else int(deltas.reshape(-1)[0])
 
-    def generation_config(self, temperature: float) -> Any:
-        config = super().generation_config(temperature)
-        config.update(**self.adapter.talker_sampling(temperature))
+    def generation_config(self, sampling: Any) -> Any:
+        config = super().generation_config(sampling)
+        config.update(**self.adapter.talker_sampling(sampling.temperature or 0.0))
         return config
 
     def last_hidden(self, hidden_states: Any) -> Any:
@@ -433,7 +433,7 @@ class Qwen3TalkerModel(EngineModel):
         ids = torch.empty(len(rows), self.groups - 1, dtype=torch.long, device=first.device)
         embeds = first.new_empty(len(rows), self.groups - 1, first.shape[-1])
         for sampled in (False, True):
-            index = [i for i, row in enumerate(rows) if (row.temperature > 0) == sampled]
+            index = [i for i, row in enumerate(rows) if ((row.sampling.temperature or 0.0) > 0) == sampled]
             if index:
                 ids[index], embeds[index] = self._predict(prompt[index], sampled)
         return ids, embeds

@@ -7,6 +7,7 @@ can be called through `/v1/chat/completions`; the gateway translates the OpenAI 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,16 +77,38 @@ class ChatMessage(BaseModel):
         return " ".join(p.text for p in self.content if isinstance(p, TextPart))
 
 
-class ChatRequest(TaskInput):
-    """A multimodal chat request: messages with text, images, audio and video; text and/or audio out."""
+class Sampling(BaseModel):
+    """How an LLM samples a reply: what a chat request asks and an LLM's input carries. Unset
+    (None) fields take the checkpoint's generation config, as vLLM does: its temperature, top_p,
+    top_k, min_p and repetition penalty when it samples, greedy when it does not; `max_tokens`
+    unset: its `max_new_tokens`, else up to the context limit."""
+
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    stop: list[str] = Field(default_factory=list, max_length=16)
+    seed: int | None = None
+    # Log-probabilities of the chosen tokens, with this many alternatives each (None: none at all).
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def sampling(self) -> dict[str, Any]:
+        """These fields as keyword arguments (to pass them on to another `Sampling`)."""
+        return {name: getattr(self, name) for name in Sampling.model_fields}
+
+
+class ChatRequest(TaskInput, Sampling):
+    """A multimodal chat request: messages with text, images, audio and video; text and/or audio out;
+    sampled as `Sampling` says."""
 
     model_config = _BASE64
 
     messages: list[ChatMessage] = Field(min_length=1)
     modalities: list[Modality] = Field(default_factory=_text_only, min_length=1)
-    max_tokens: int = Field(default=256, ge=1, le=32768)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    seed: int | None = None
     # The speaker of audio answers (a name the model knows); None: the app's or the model's default.
     voice: str | None = Field(default=None, min_length=1, max_length=64)
 
@@ -141,21 +164,71 @@ class ChatRequest(TaskInput):
         return f"{name}->audio" if self.wants_audio else name
 
 
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A token's log-probability, with the most likely alternatives at its step (`top`, for a chosen
+    token only)."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of an LLM's streamed reply: its text, the tokens it covers and their log-probabilities
+    (when asked for). The last piece says why generation ended and how long the prompt was (tokens
+    the engine saw, media included)."""
+
+    text: str = ""
+    tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int | None = None
+
+
 class ChatChunk(BaseModel):
-    """A piece of a streamed answer: a text delta, or audio (16-bit mono PCM at `sample_rate`)."""
+    """A piece of a streamed answer: a text delta, or audio (16-bit mono PCM at `sample_rate`).
+
+    What an engine reports travels with it: `tokens` the text covers (None: not counted, one per
+    text chunk is assumed), their `logprobs`, and on the last text chunk `finish_reason` and
+    `prompt_tokens`."""
 
     model_config = _BASE64
 
     text: str | None = None
     audio: bytes | None = None
     sample_rate: int = 24000
+    tokens: int | None = None
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int | None = None
+
+    @classmethod
+    def of(cls, delta: TextDelta) -> ChatChunk:
+        """The chat chunk of an LLM's text delta."""
+        return cls(
+            text=delta.text or None,
+            tokens=delta.tokens,
+            logprobs=list(delta.logprobs) if delta.logprobs is not None else None,
+            finish_reason=delta.finish_reason,
+            prompt_tokens=delta.prompt_tokens,
+        )
 
 
 class ChatCompletion(BaseModel):
-    """A whole answer: text, and audio (16-bit mono PCM) when asked for."""
+    """A whole answer: text, and audio (16-bit mono PCM) when asked for; token counts and the finish
+    reason when the app knows them (as in `ChatChunk`)."""
 
     model_config = _BASE64
 
     text: str
     audio: bytes | None = None
     sample_rate: int = 24000
+    tokens: int | None = None
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int | None = None

@@ -1,4 +1,4 @@
-"""OpenAI's chat-completion and image-generation wire types, as far as prismserve reads and answers them.
+"""OpenAI's chat-completion, image-generation and audio wire types, as far as prismserve reads and answers them.
 
 The request models are what the gateway validates bodies with and what `/openapi.json` documents;
 the response models document the JSON the routes send (the routes build it, and the schemathesis
@@ -9,19 +9,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 _LENIENT = ConfigDict(extra="ignore")
 
 
 class ImageURL(BaseModel):
-    """An image or video as a base64 data URL (`data:image/png;base64,…`): the server fetches nothing."""
+    """An image, video or audio clip as an http(s) URL the gateway fetches (within its media policy:
+    allowed domains, size, timeout) or a base64 data URL (`data:image/png;base64,…`)."""
 
     url: str
 
 
 class InputAudio(BaseModel):
-    """A base64 audio clip (WAV)."""
+    """A base64 audio clip: `format` wav, mp3, flac or ogg (or another container PyAV decodes)."""
 
     data: str
     format: str = "wav"
@@ -36,7 +37,7 @@ class TextContent(BaseModel):
 
 
 class ImageContent(BaseModel):
-    """An image in a message, as a data URL."""
+    """An image in a message, as an http(s) or data URL."""
 
     model_config = _LENIENT
     type: Literal["image_url"]
@@ -44,7 +45,8 @@ class ImageContent(BaseModel):
 
 
 class VideoContent(BaseModel):
-    """A video (or animated GIF) in a message, as a data URL of a video/* or image/gif type."""
+    """A video (MP4, WebM, animated GIF or WebP) in a message, as an http(s) URL or a data URL of a
+    video/* or image/gif type."""
 
     model_config = _LENIENT
     type: Literal["video_url"]
@@ -59,7 +61,17 @@ class AudioContent(BaseModel):
     input_audio: InputAudio
 
 
-ContentPart = Annotated[TextContent | ImageContent | VideoContent | AudioContent, Field(discriminator="type")]
+class AudioURLContent(BaseModel):
+    """An audio clip in a message as an http(s) or data URL (vLLM's `audio_url` part)."""
+
+    model_config = _LENIENT
+    type: Literal["audio_url"]
+    audio_url: ImageURL
+
+
+ContentPart = Annotated[
+    TextContent | ImageContent | VideoContent | AudioContent | AudioURLContent, Field(discriminator="type")
+]
 """One part of a message: text, an image, a video or an audio clip, told apart by `type`."""
 
 
@@ -82,12 +94,13 @@ class Message(BaseModel):
 
 
 class AudioOptions(BaseModel):
-    """How speech comes back: WAV or raw 16-bit PCM, in `voice` (one of the model's speakers; its
-    first when unset)."""
+    """How speech comes back: its file format (a stream's audio deltas are always raw 16-bit PCM,
+    so `stream: true` takes `pcm16` only, as OpenAI's does), in `voice` (one of the model's
+    speakers; its first when unset)."""
 
     model_config = _LENIENT
     voice: str | None = None
-    format: Literal["wav", "pcm16"] = "wav"
+    format: Literal["wav", "pcm16", "mp3", "flac", "opus", "aac"] = "wav"
 
 
 class StreamOptions(BaseModel):
@@ -97,11 +110,21 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+def _stop_list(stop: Any) -> Any:
+    # `"stop": "x"` is shorthand for one stop string.
+    return [stop] if isinstance(stop, str) else stop
+
+
 class OpenAIChatRequest(BaseModel):
-    """The subset of OpenAI's chat completion request prismserve understands; `model` names the app."""
+    """OpenAI's chat completion request as prismserve serves it; `model` names the app.
+
+    Every field is honoured: a field prismserve does not know (tools, response_format, logit_bias …)
+    is a 400 naming it, never accepted and ignored. Sampling fields left out follow the checkpoint's
+    generation config; `top_k`, `min_p` and `repetition_penalty` are vLLM's extensions.
+    """
 
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={"examples": [{"model": "omni", "messages": [{"role": "user", "content": "hi"}]}]},
     )
     model: str
@@ -111,10 +134,29 @@ class OpenAIChatRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=2)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    stop: Annotated[
+        list[Annotated[str, Field(min_length=1)]] | None,
+        BeforeValidator(_stop_list, json_schema_input_type=str | list[str] | None),
+    ] = Field(default=None, max_length=4)
     seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    user: str | None = None  # the caller's end user, for their own records: nothing to do with it
+
+    @model_validator(mode="after")
+    def _logprobs_asked(self) -> OpenAIChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
 
 
 class OpenAIImageRequest(BaseModel):
@@ -137,6 +179,38 @@ class OpenAIImageRequest(BaseModel):
     guidance_scale: float | None = None
 
 
+class OpenAISpeechRequest(BaseModel):
+    """OpenAI's text-to-speech request (POST /v1/audio/speech); `model` names an app that speaks."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={"examples": [{"model": "omni", "input": "Hello there.", "voice": "Chelsie"}]},
+    )
+
+    model: str
+    input: str = Field(min_length=1, max_length=4096)
+    voice: str = Field(min_length=1, max_length=64)
+    instructions: str | None = Field(default=None, max_length=4096)
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio", "sse"] = "audio"
+
+
+class OpenAITranscriptionForm(BaseModel):
+    """OpenAI's transcription request (POST /v1/audio/transcriptions), a multipart form; `model`
+    names an app that takes audio. `file` is the audio file (WAV, MP3, FLAC, Ogg/Opus, M4A, WebM)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    file: bytes = Field(json_schema_extra={"format": "binary"})
+    model: str
+    language: str = Field(default="", max_length=32, description="ISO-639-1 code (`en`); empty: unknown")
+    prompt: str = Field(default="", max_length=4096, description="Text whose spelling and style to follow")
+    response_format: Literal["json", "text", "verbose_json", "srt", "vtt"] = "json"
+    temperature: float = Field(default=0.0, ge=0, le=1)
+    stream: bool = False
+
+
 # --- answers --------------------------------------------------------------------------------------------
 
 
@@ -157,17 +231,38 @@ class AssistantMessage(BaseModel):
     audio: AudioAnswer | None = None
 
 
+class TopLogprob(BaseModel):
+    """An alternative token at a step, with its log-probability."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobAnswer(TopLogprob):
+    """A chosen token's log-probability and the most likely tokens at its step."""
+
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    """The log-probabilities of the answer's tokens (with `logprobs: true`)."""
+
+    content: list[TokenLogprobAnswer] | None
+
+
 class Choice(BaseModel):
     """The one choice of an answer (prismserve takes n = 1 only)."""
 
     index: int
     message: AssistantMessage
-    finish_reason: Literal["stop"]
-    logprobs: None
+    finish_reason: Literal["stop", "length"]
+    logprobs: ChoiceLogprobs | None
 
 
 class Usage(BaseModel):
-    """Tokens: text chunks the app produced; prompt tokens are not known to the gateway (0)."""
+    """Tokens the engine saw in the prompt (media included) and generated. An app that does not report
+    them (a custom app streaming bare text chunks) counts a token per text chunk and 0 for the prompt."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -197,3 +292,9 @@ class ImagesAnswer(BaseModel):
 
     created: int
     data: list[GeneratedImage]
+
+
+class TranscriptionAnswer(BaseModel):
+    """The answer of a transcription with `response_format: json` (`text` answers the text as text/plain)."""
+
+    text: str

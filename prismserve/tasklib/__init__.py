@@ -1,6 +1,6 @@
 """Built-in tasks: unit tasks of real models and the composites every app can use."""
 
-from prismserve.tasklib.mllm import MLLMTask, TextOutput, conversation
+from prismserve.tasklib.mllm import MLLMTask, TextOutput, conversation, reply_text
 from prismserve.tasklib.omni import OmniOutput, OmniTask, chat_chunks
 from prismserve.tasklib.router import Router
 from prismserve.tasklib.units import EncodedMedia, EncoderOutput, EncoderTask, LLMInput, LLMTask, MediaItem
@@ -19,4 +19,5 @@ __all__ = [
     "TextOutput",
     "chat_chunks",
     "conversation",
+    "reply_text",
 ]

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart, TextPart, VideoPart
+from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart, TextDelta, TextPart, VideoPart
 from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
 from prismserve.tasklib.layout import component_gpus
 from prismserve.tasklib.units import (
@@ -25,7 +25,12 @@ _MODALITY: dict[type, MediaModality] = {ImagePart: "image", AudioPart: "audio", 
 class TextOutput(TaskOutput):
     """Streamed text."""
 
-    text: Stream[str]
+    text: Stream[TextDelta]
+
+
+async def reply_text(text: Stream[TextDelta]) -> str:
+    """The whole text of an LLM's streamed reply."""
+    return "".join(delta.text for delta in await text.collect())
 
 
 def conversation(request: ChatRequest) -> tuple[list[dict[str, Any]], list[MediaItem]]:
@@ -57,12 +62,7 @@ def llm_input(
     unsupported = sorted({m.modality for m in media} - set(modalities))
     if unsupported:
         raise InvalidInputError(f"{model} takes {', '.join(modalities)} input, not {', '.join(unsupported)}")
-    sampling = {
-        "max_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "seed": request.seed,
-        **extra,
-    }
+    sampling = {**request.sampling(), **extra}
     if encoders is None:
         return LLMInput(conversation=messages, media=media, **sampling)
     encoded, raw = [], []

@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from prismserve.protocol.chat import ChatChunk, ChatRequest
+from prismserve.protocol.chat import ChatChunk, ChatRequest, TextDelta
 from prismserve.task import Stream, Task, TaskDefinitionError, TaskOutput, UnitTask
 from prismserve.tasklib.layout import component_gpus
-from prismserve.tasklib.mllm import llm_input
+from prismserve.tasklib.mllm import TextOutput, llm_input
 from prismserve.tasklib.units import (
     EncoderTask,
     MediaModality,
@@ -27,7 +27,7 @@ from prismserve.tasklib.units import (
 class OmniOutput(TaskOutput):
     """Streamed text, and streamed 16-bit mono PCM audio (24 kHz) when speech was asked for."""
 
-    text: Stream[str]
+    text: Stream[TextDelta]
     audio: Stream[bytes] | None = None
 
 
@@ -97,7 +97,9 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         thought = self.thinker.invoke(llm_input(request, self.model, self.modalities, encoders, **speech))
         if not request.wants_audio:
             return OmniOutput(text=thought.text)
-        talk = TalkerInput(thinker=thought.talker, max_codes=self.max_codes, temperature=request.temperature)
+        talk = TalkerInput(
+            thinker=thought.talker, max_codes=self.max_codes, temperature=request.temperature or 0.0
+        )
         codes = self.talker.invoke(talk)
         seed = request.seed or 0
         return OmniOutput(
@@ -106,10 +108,12 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         )
 
 
-async def chat_chunks(output: OmniOutput) -> AsyncIterator[ChatChunk]:
-    """An Omni output as the chat API streams it: text deltas, then audio chunks (24 kHz PCM)."""
-    async for text in output.text:
-        yield ChatChunk(text=text)
-    if output.audio is not None:
-        async for chunk in output.audio:
+async def chat_chunks(output: OmniOutput | TextOutput) -> AsyncIterator[ChatChunk]:
+    """An LLM's or Omni model's output as the chat API streams it: text deltas (with their token
+    counts, log-probabilities and finish reason), then audio chunks (24 kHz PCM) if any."""
+    async for delta in output.text:
+        yield ChatChunk.of(delta)
+    audio = getattr(output, "audio", None)
+    if audio is not None:
+        async for chunk in audio:
             yield ChatChunk(audio=chunk)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prismserve.protocol.chat import Sampling, TextDelta
 from prismserve.task import DataHandle, InvalidInputError, Stream, TaskInput, TaskOutput, UnitTask
 
 MediaModality = Literal["image", "audio", "video"]
@@ -51,16 +52,14 @@ class EncodedMedia(TaskInput):
     meta: DataHandle[dict[str, Any]]
 
 
-class LLMInput(TaskInput):
+class LLMInput(TaskInput, Sampling):
     """A conversation in chat-template form, its media parts as `{"type": modality}` placeholders,
-    with the media either precomputed by encoders (`encoded`) or raw (`media`), in order."""
+    with the media either precomputed by encoders (`encoded`) or raw (`media`), in order; sampled
+    as `Sampling` says (unset fields: the checkpoint's generation config)."""
 
     conversation: list[dict[str, Any]] = Field(min_length=1)
     encoded: list[EncodedMedia] = Field(default_factory=list)
     media: list[MediaItem] = Field(default_factory=list)
-    max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0)
-    seed: int | None = None
     # Speech asked for: a thinker also hands the talker its conditioning, a monolith also speaks.
     speech: bool = False
     speaker: str | None = None
@@ -73,7 +72,7 @@ class LLMInput(TaskInput):
             )
 
 
-class LLMTask(UnitTask[LLMInput, Stream[str]]):
+class LLMTask(UnitTask[LLMInput, Stream[TextDelta]]):
     """The LLM of `model`, streaming text. With `with_encoders` it also holds the encoders and takes
     raw media: the whole model in one deployment (the monolith)."""
 
@@ -101,7 +100,7 @@ class VLLMEngineSettings(BaseModel):
     engine_args: dict[str, Any] = Field(default_factory=dict)
 
 
-class VLLMTask(UnitTask[LLMInput, Stream[str]], VLLMEngineSettings):
+class VLLMTask(UnitTask[LLMInput, Stream[TextDelta]], VLLMEngineSettings):
     """The LLM of `model` on vLLM's async engine (continuous batching), streaming text; with
     `with_encoders` vLLM runs the model's own encoders on raw media (the monolith)."""
 
@@ -113,7 +112,7 @@ class VLLMTask(UnitTask[LLMInput, Stream[str]], VLLMEngineSettings):
 class ThinkerOutput(TaskOutput):
     """A thinker's streamed text and, when speech is asked for, one item: the talker's conditioning."""
 
-    text: Stream[str]
+    text: Stream[TextDelta]
     talker: Stream[Any]
 
 
@@ -181,7 +180,7 @@ class VocoderTask(UnitTask[VocoderInput, Stream[bytes]]):
 class SpeechOutput(TaskOutput):
     """Streamed text and 16-bit mono PCM audio (empty when speech was not asked for)."""
 
-    text: Stream[str]
+    text: Stream[TextDelta]
     audio: Stream[bytes]
 
 

@@ -196,5 +196,14 @@ def test_bad_app_file_is_reported_in_one_line(tmp_path, name):
 def test_missing_file_and_bad_name_are_reported(tmp_path):
     with pytest.raises(AppLoadError, match="cannot read app file"):
         load_app(tmp_path / "absent.py")
-    with pytest.raises(AppLoadError, match="app name '9lives' is invalid"):
-        load_app_source(ANSWER_APP, "9lives")
+    for junk in ("../etc", "a//b", "/abs", "a/", "has space", ".hidden", "x" * 129):
+        with pytest.raises(AppLoadError, match=f"app name {junk!r} is invalid"):
+            load_app_source(ANSWER_APP, junk)
+
+
+def test_hub_ids_are_app_names():
+    """`prismserve serve Qwen/Qwen2.5-Omni-7B` registers the app under the hub id."""
+    names = ("Qwen/Qwen2.5-Omni-7B", "01-ai/Yi-1.5", "a/b", "a_b", "a.b")
+    apps = [load_app_source(ANSWER_APP, name) for name in names]
+    assert [app.name for app in apps] == list(names)
+    assert len({app.module.__name__ for app in apps}) == len(names)  # a/b, a_b, a.b stay apart

@@ -152,3 +152,45 @@ def sse_events(lines) -> list[tuple[str | None, str]]:
             events.append((event, line[6:]))
             event = None
     return events
+
+
+VOICE = """
+import io
+import math
+import struct
+import wave
+
+from prismserve.app import AppConfig
+from prismserve.errors import InvalidInputError
+from prismserve.protocol.chat import ChatCompletion, ChatRequest
+from toy.tasks import MLLMTask
+
+SAMPLES_PER_WORD = 2400  # 0.1 s at 24 kHz
+VOICES = ("alloy", "verse")
+
+class Config(AppConfig):
+    tasks = {"mllm": MLLMTask(model_id="m")}  # declared (an app needs one), never called
+    input_modalities = frozenset({"text", "audio"})
+    output_modalities = frozenset({"text", "audio"})
+
+async def serve(request: ChatRequest) -> ChatCompletion:
+    if request.voice is not None and request.voice not in VOICES:
+        raise InvalidInputError(f"unknown voice {request.voice!r}: this app has {', '.join(VOICES)}")
+    if request.audios:
+        with wave.open(io.BytesIO(request.audios[-1].data)) as clip:
+            text = f"heard {clip.getnframes()} samples at {clip.getframerate()} Hz"
+    else:
+        text = request.messages[-1].text
+    system = " ".join(m.text for m in request.messages if m.role == "system")
+    if "language 'fr'" in system:
+        text = "fr: " + text
+    audio = b""
+    if request.wants_audio:
+        count = SAMPLES_PER_WORD * len(text.split())
+        audio = b"".join(struct.pack("<h", int(8000 * math.sin(i / 10))) for i in range(count))
+    return ChatCompletion(text=text, audio=audio or None)
+"""
+"""A fake speaking, listening app (computed in serve(), no task called): it "transcribes" a clip as its sample count and rate,
+echoes text otherwise, and speaks 2400 samples (0.1 s at 24 kHz) of a tone per word of its answer."""
+
+VOICE_SAMPLES_PER_WORD = 2400

@@ -13,7 +13,7 @@ from prismserve.models import MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
-from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation
+from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation, reply_text
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -45,8 +45,8 @@ def test_mllm_task_fissioned_and_monolithic_stream_the_same_text(tiny_gemma3, ca
 
     async def text(fission: bool) -> str:
         with use_dispatcher(LocalDispatcher(InProcessExecutors().callables({EncoderTask, LLMTask}))):
-            return "".join(
-                await (await MLLMTask(model=tiny_gemma3, encoder_fission=fission)(request)).text.collect()
+            return await reply_text(
+                (await MLLMTask(model=tiny_gemma3, encoder_fission=fission)(request)).text
             )
 
     assert asyncio.run(text(True)) == asyncio.run(text(False))

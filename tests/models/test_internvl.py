@@ -15,7 +15,7 @@ from prismserve.models import MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
-from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation
+from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation, reply_text
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shared_encoder.py"
@@ -84,7 +84,7 @@ def test_two_llms_share_one_encoder_call_per_image(tiny_internvl, cars_jpg, monk
     async def alone(model: str) -> str:
         executors = InProcessExecutors()
         with use_dispatcher(LocalDispatcher(executors.callables({EncoderTask, LLMTask}))):
-            return "".join(await (await MLLMTask(model=model, encoder_fission=False)(request)).text.collect())
+            return await reply_text((await MLLMTask(model=model, encoder_fission=False)(request)).text)
 
     assert answers == {"base": asyncio.run(alone(tiny_internvl)), "tuned": asyncio.run(alone(tuned))}
     assert answers["base"] != answers["tuned"]  # two different LLMs

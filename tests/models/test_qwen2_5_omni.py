@@ -17,7 +17,7 @@ from prismserve.models import MediaError, MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import InvalidInputError, use_dispatcher
-from prismserve.tasklib import conversation
+from prismserve.tasklib import conversation, reply_text
 from prismserve.tasklib.omni import OmniTask
 from prismserve.tasklib.units import (
     EncoderTask,
@@ -196,7 +196,7 @@ def test_audio_batches_equal_single_clips(parts, query_wav, cars_jpg):
     np.testing.assert_allclose(batched[1].embeddings, alone.embeddings, atol=1e-5)
     with pytest.raises(MediaError, match="no video encoder"):
         encoder.encode("video", [cars_jpg])
-    with pytest.raises(MediaError, match="not a decodable WAV"):
+    with pytest.raises(MediaError, match="not a decodable audio clip"):
         encoder.encode("audio", [b"RIFF nonsense"])
 
 
@@ -206,7 +206,7 @@ def _serve(executors: InProcessExecutors, task: OmniTask, request: ChatRequest) 
     async def go() -> tuple[str, bytes]:
         with use_dispatcher(LocalDispatcher(executors.callables(CLASSES), on_graph=graphs.append)):
             out = await task(request)
-            text = "".join(await out.text.collect())
+            text = await reply_text(out.text)
             audio = b"".join(await out.audio.collect()) if out.audio is not None else b""
             return text, audio
 
@@ -239,7 +239,7 @@ def test_bad_audio_is_rejected_by_the_encoder(tiny_omni):
     executors = InProcessExecutors()
     # The request's fault, named as on the Ray runtime (the gateway answers 400).
     with pytest.raises(
-        InvalidInputError, match=r"call #0 \(EncoderTask\) rejected its input: not a decodable WAV"
+        InvalidInputError, match=r"call #0 \(EncoderTask\) rejected its input: not a decodable audio clip"
     ):
         _serve(
             executors, OmniTask(model=tiny_omni), ChatRequest.of("hear", audios=[b"RIFF....WAVEfmt broken"])

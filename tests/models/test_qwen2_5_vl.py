@@ -13,7 +13,7 @@ from prismserve.models import MediaError, MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import InvalidInputError, use_dispatcher
-from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation
+from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation, reply_text
 from prismserve.tasklib.units import VLLMTask
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -73,7 +73,7 @@ def _serve(executors: InProcessExecutors, task, request: ChatRequest) -> tuple[s
     async def go() -> str:
         classes = {EncoderTask, LLMTask}
         with use_dispatcher(LocalDispatcher(executors.callables(classes), on_graph=graphs.append)):
-            return "".join(await (await task(request)).text.collect())
+            return await reply_text((await task(request)).text)
 
     return asyncio.run(go()), graphs
 
@@ -147,9 +147,9 @@ def test_video_clip_fissioned_equals_the_monolith(parts, cars_jpg):
     assert [m.modality for m in media] == ["image", "video"]
     encoded = [encoder.encode(m.modality, [m.data])[0] for m in media]
     video = encoded[1]
-    assert video.meta["grid_thw"][0] == 3 and video.meta["second_per_grid"] == pytest.approx(
-        0.2
-    )  # 6 frames, 0.1 s apart
+    # 6 frames 0.1 s apart, sampled as Qwen2-VL's processor does at 2 fps: its 4-frame minimum
+    # (indices 0, 1, 3, 4), so 2 temporal patches of 2 * 0.6 s / 4.
+    assert video.meta["grid_thw"][0] == 2 and video.meta["second_per_grid"] == pytest.approx(0.3)
     fissioned = llm.generate(llm.llm_inputs(messages, encoded=encoded), 8, with_logits=True)
     whole = monolith.generate(
         monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media]),

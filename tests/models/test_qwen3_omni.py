@@ -13,7 +13,7 @@ from prismserve.models import MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
-from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation
+from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, conversation, reply_text
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -53,7 +53,7 @@ def test_mllm_task_serves_qwen3_omni_text(tiny_qwen3, cars_jpg, query_wav):
     async def text(fission: bool) -> str:
         with use_dispatcher(LocalDispatcher(InProcessExecutors().callables({EncoderTask, LLMTask}))):
             task = MLLMTask(model=tiny_qwen3, modalities=("image", "audio"), encoder_fission=fission)
-            return "".join(await (await task(request)).text.collect())
+            return await reply_text((await task(request)).text)
 
     assert asyncio.run(text(True)) == asyncio.run(text(False))
 

@@ -32,7 +32,7 @@ from prismserve.protocol.images import ImageRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
-from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, OmniTask
+from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, OmniTask, reply_text
 from prismserve.tasklib.imagegen import ImageGenTask
 from prismserve.tasklib.units import ImageGeneratorTask, OmniMonolithTask
 
@@ -87,7 +87,7 @@ def monolith_text(model: str, request: ChatRequest, modalities: tuple[str, ...] 
         executors = InProcessExecutors()
         with use_dispatcher(LocalDispatcher(executors.callables({EncoderTask, LLMTask}))):
             task = MLLMTask(model=model, modalities=modalities, encoder_fission=False)
-            return "".join(await (await task(request)).text.collect())
+            return await reply_text((await task(request)).text)
 
     return asyncio.run(go())
 
@@ -239,7 +239,7 @@ def omni_monolith(model: str, request: ChatRequest) -> tuple[str, bytes]:
         executors = InProcessExecutors()
         with use_dispatcher(LocalDispatcher(executors.callables({OmniMonolithTask}))):
             out = await OmniTask(model=model, monolith=True)(request)
-            return "".join(await out.text.collect()), b"".join(await out.audio.collect())
+            return await reply_text(out.text), b"".join(await out.audio.collect())
 
     return asyncio.run(go())
 

@@ -31,7 +31,7 @@ async def main(source: str, target: str) -> None:
         out = await executor.run(request)
         text, items, ahead = [], [], None
         async for delta in out.text:
-            text.append(delta)
+            text.append(delta.text)
             if ahead is None and out.talker.snapshot(0)[0]:
                 ahead = len(text)
         items = await out.talker.collect()

@@ -35,7 +35,7 @@ class LLMInput(TaskInput):
     prompt: str
     embeddings: list[DataHandle[list[float]]] = Field(default_factory=list)
     media: list[MediaInput] = Field(default_factory=list)
-    max_tokens: int = 16
+    max_tokens: int | None = None  # None: the whole answer
 
 
 class LLMTask(UnitTask[LLMInput, Stream[str]]):

@@ -1,0 +1,333 @@
+"""`prismserve serve MODEL`: family detection and plugins, the default apps, settings from flags and a
+config file, hub downloads (a local fake hub), and a tiny Qwen2.5-Omni served with no app file."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fake_hub import FakeHub, fake_hub
+
+from prismserve.app import load_app_source
+from prismserve.cli import _build_parser
+from prismserve.gateway.launch import ServeOptions, StartupError, app_source, prepare_server
+from prismserve.models import EngineSettings, SettingError, families, family_for, family_of
+from prismserve.models.builtin import BUILTIN, QWEN2_5_OMNI, QWEN2_5_VL, QWEN_IMAGE
+from prismserve.serve_cli import ConfigError, settings
+
+REPO = Path(__file__).resolve().parents[2]
+TOY_APP = REPO / "tests" / "toy" / "omni_app.py"
+
+
+def _checkpoint(root: Path, name: str, model_type: str) -> Path:
+    """A directory holding only the config that names the family (all detection reads)."""
+    path = root / name
+    path.mkdir()
+    if model_type.endswith("Pipeline"):
+        (path / "model_index.json").write_text(json.dumps({"_class_name": model_type}))
+    else:
+        (path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    return path
+
+
+def test_each_family_is_detected_from_its_checkpoint_config(tmp_path):
+    for family in BUILTIN:
+        path = _checkpoint(tmp_path, family.name, family.model_types[0])
+        assert family_for(str(path)) is family
+    with pytest.raises(Exception, match="no model family takes model_type 'bert'; supported: "):
+        family_of("bert")
+
+
+def test_default_apps_load_with_the_settings_in_place():
+    for family in BUILTIN:
+        app = load_app_source(family.app_source("/ckpt/x"), f"Org/{family.name}")
+        assert app.module.MODEL == "/ckpt/x" and len(app.unit_tasks()) >= 2  # encoders fissioned
+    omni = load_app_source(QWEN2_5_OMNI.app_source("/ckpt/o"), "omni")
+    assert set(omni.named_unit_tasks()) == {
+        "model.encoders.image", "model.encoders.audio", "model.thinker", "model.talker", "model.vocoder",
+    }  # fmt: skip
+    assert omni.config.output_modalities == {"text", "audio"}
+    vllm = EngineSettings(engine="vllm", dtype="bfloat16", max_model_len=8192, tensor_parallel_size=2)
+    vl = load_app_source(QWEN2_5_VL.app_source("/ckpt/vl", vllm), "vl").named_unit_tasks()["model.llm"]
+    assert (type(vl).__name__, vl.gpus, vl.dtype, vl.max_model_len) == ("VLLMTask", 2.0, "bfloat16", 8192)
+    shared = QWEN2_5_OMNI.app_source("/ckpt/o", EngineSettings(gpu_memory_utilization=0.4))
+    assert load_app_source(shared, "o").named_unit_tasks()["model.thinker"].gpus == 0.4
+    image = load_app_source(QWEN_IMAGE.app_source("/ckpt/i"), "i").named_unit_tasks()
+    assert set(image) == {"model.text_encoder", "model.generator"}
+
+
+@pytest.mark.parametrize(
+    "family, given, message",
+    [
+        (QWEN2_5_OMNI, {"dtype": "float16"}, "--dtype only applies to the vLLM engine, not transformers (add --engine vllm)"),
+        (QWEN2_5_VL, {"max_model_len": 64, "tensor_parallel_size": 2}, "--max-model-len, --tensor-parallel-size only apply"),
+        (QWEN_IMAGE, {"engine": "vllm"}, "qwen-image does not run on --engine vllm; engines: transformers"),
+    ],
+)  # fmt: skip
+def test_settings_that_do_not_apply_are_errors(family, given, message):
+    with pytest.raises(SettingError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        family.app_source("/ckpt/x", EngineSettings(**given))
+
+
+def test_an_app_file_refuses_model_settings():
+    with pytest.raises(StartupError, match="--engine configures the default app of a model"):
+        app_source(ServeOptions(str(TOY_APP), engine=EngineSettings(engine="vllm")))
+
+
+PLUGIN = """
+from prismserve.models import ModelFamily
+from prismserve.models.family import chat_app
+
+FAMILY = ModelFamily(
+    name="fake-vl",
+    model_types=("fake_vl",),
+    adapter="fake_family:Adapter",
+    app=chat_app("MLLMTask", "A third-party vision-language family.", frozenset({"text", "image"})),
+    input_modalities=frozenset({"text", "image"}),
+)
+"""
+
+
+def test_a_plugin_family_is_found_through_its_entry_point(tmp_path, monkeypatch):
+    """A third-party package declares its family in the `prismserve.models` entry point group."""
+    site = tmp_path / "site"
+    dist = site / "fake_family-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-family\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[prismserve.models]\nfake-vl = fake_family:FAMILY\n")
+    (site / "fake_family.py").write_text(PLUGIN)
+    checkpoint = _checkpoint(tmp_path, "fake-ckpt", "fake_vl")
+    with pytest.raises(Exception, match="no model family takes model_type 'fake_vl'"):
+        family_for(str(checkpoint))
+    monkeypatch.syspath_prepend(str(site))
+    assert "fake-vl" in [family.name for family in families()]
+    assert family_for(str(checkpoint)).name == "fake-vl"
+    source, name, _ = app_source(ServeOptions(str(checkpoint)))
+    assert name == "fake-ckpt" and str(checkpoint) == load_app_source(source, name).module.MODEL
+
+
+def _serve_args(*argv: str) -> dict[str, object]:
+    return settings(_build_parser().parse_args(["serve", *argv]))
+
+
+def test_a_config_file_holds_every_flag_and_the_command_line_wins(tmp_path, monkeypatch):
+    monkeypatch.delenv("PRISMSERVE_API_KEY", raising=False)
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        textwrap.dedent("""\
+            model: Qwen/Qwen2.5-Omni-7B
+            served-model-name: omni
+            engine: vllm
+            dtype: bfloat16
+            max_model_len: 8192
+            gpu-memory-utilization: 0.5
+            tensor-parallel-size: 1
+            port: 9000
+            host: 0.0.0.0
+            log-level: info
+            access-log: false
+            offline: true
+            api-key: from-file
+            allowed-media-domains: [example.com, cdn.example.com]
+            fake-gpus: 4
+        """)
+    )
+    merged = _serve_args("--config", str(config), "--port", "9001", "--access-log", "/ckpt/other")
+    assert merged["model"] == "/ckpt/other" and merged["port"] == 9001 and merged["access_log"] is True
+    assert (merged["name"], merged["engine"], merged["dtype"], merged["max_model_len"]) == (
+        "omni", "vllm", "bfloat16", 8192,
+    )  # fmt: skip
+    assert (merged["gpu_memory_utilization"], merged["host"], merged["log_level"], merged["offline"]) == (
+        0.5, "0.0.0.0", "info", True,
+    )  # fmt: skip
+    assert merged["api_key"] == "from-file" and merged["fake_gpus"] == 4
+    assert merged["allowed_media_domains"] == ("example.com", "cdn.example.com")
+    defaults = _serve_args("Qwen/Qwen2.5-Omni-7B")
+    assert (defaults["port"], defaults["host"], defaults["access_log"], defaults["api_key"]) == (
+        8000, "127.0.0.1", True, None,
+    )  # fmt: skip
+    monkeypatch.setenv("PRISMSERVE_API_KEY", "from-env")
+    assert _serve_args("m")["api_key"] == "from-env" and _serve_args("m", "--api-key", "k")["api_key"] == "k"
+
+
+def test_config_file_mistakes_name_the_file(tmp_path):
+    config = tmp_path / "serve.yaml"
+    for text, message in (
+        ("prot: 8000\n", "unknown setting 'prot'; settings: model, "),
+        ("port: eighty\n", "setting port: invalid int value: 'eighty'"),
+        ("gpu-memory-utilization: 2\n", "a share of one GPU is 0 < x <= 1, not 2"),
+        ("- port\n", "must be a mapping of settings, not list"),
+    ):
+        config.write_text(text)
+        with pytest.raises(ConfigError, match=f"^{config}: .*{message}"):
+            _serve_args("--config", str(config))
+
+
+def test_api_key_and_media_domains_reach_the_gateway():
+    from toy.executors import EXECUTORS
+
+    from prismserve.runtime import LocalRuntime
+
+    options = ServeOptions(
+        str(TOY_APP), port=0, api_key="sk-test", allowed_media_domains=("example.com",), access_log=False
+    )
+    server = prepare_server(options, runtime=LocalRuntime(EXECUTORS))
+    try:
+        gateway = server.server.config.app.state.gateway
+        assert gateway.api_key == "sk-test" and gateway.media.allowed_domains == ("example.com",)
+        assert server.server.config.access_log is False
+    finally:
+        server.listener.close()
+
+
+def _env(hub_url: str, home: Path, **more: str) -> dict[str, str]:
+    env = {**os.environ, "HF_ENDPOINT": hub_url, "HF_HOME": str(home), "PYTHONPATH": str(REPO), **more}
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN"):
+        if name not in more:
+            env.pop(name, None)
+    return env
+
+
+def test_hub_ids_download_from_the_hub_and_failures_are_one_line(tmp_path, tiny_omni_dir):
+    """Downloads, the cache when offline, and a gated, a missing and an uncached model (exit 2)."""
+    hub = FakeHub({"tiny/omni": tiny_omni_dir}, gated={"tiny/gated"})
+    resolve = (
+        "from prismserve.models.hub import resolve_checkpoint; from prismserve.models import family_for; "
+        "path = resolve_checkpoint('tiny/omni'); print(path, family_for(str(path)).name)"
+    )
+    with fake_hub(hub) as url:
+        online = subprocess.run(
+            [sys.executable, "-c", resolve], env=_env(url, tmp_path), capture_output=True, text=True
+        )
+        assert online.returncode == 0, online.stderr
+        snapshot, family = online.stdout.split()
+        assert family == "qwen2.5-omni" and Path(snapshot).is_relative_to(tmp_path)
+        assert (Path(snapshot) / "config.json").read_bytes() == (tiny_omni_dir / "config.json").read_bytes()
+        assert "Fetching" in online.stderr  # huggingface_hub's progress bars
+        served = len(hub.requests)
+        offline = _env(url, tmp_path, HF_HUB_OFFLINE="1")
+        cached = subprocess.run([sys.executable, "-c", resolve], env=offline, capture_output=True, text=True)
+        assert cached.returncode == 0 and cached.stdout.split()[0] == snapshot, cached.stderr
+        assert len(hub.requests) == served  # offline: the cache only
+        for model, env, message in (
+            ("tiny/gated", _env(url, tmp_path), "error: tiny/gated is gated: accept its licence"),
+            ("tiny/missing", _env(url, tmp_path), "error: tiny/missing: no such model on the hub"),
+            ("tiny/other", offline, "error: tiny/other is not in the hub cache"),
+            ("./no/such/dir", _env(url, tmp_path), "error: ./no/such/dir: no checkpoint directory there"),
+        ):
+            failed = subprocess.run(
+                [sys.executable, "-m", "prismserve", "serve", model, "--port", "0"],
+                env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+            )  # fmt: skip
+            assert failed.returncode == 2 and failed.stderr.startswith(message), failed.stderr
+            assert failed.stderr.count("\n") == 1 and failed.stdout == ""
+        ran_offline = subprocess.run(
+            [sys.executable, "-m", "prismserve", "serve", "tiny/omni", "--offline", "--dtype", "x"],
+            env=_env(url, tmp_path), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        # --offline found the snapshot in the cache, detected its family, then refused the setting.
+        assert ran_offline.returncode == 2 and ran_offline.stderr.startswith("error: --dtype only applies")
+
+
+@pytest.fixture(scope="module")
+def tiny_omni_dir() -> Path:
+    from prismserve.testing import tiny
+
+    return tiny.build("qwen2.5-omni")
+
+
+def test_serve_a_tiny_omni_checkpoint_with_no_app_file(tiny_omni_dir):
+    """The on-ramp: `prismserve serve DIR --fake-gpus 8` answers the official `openai` client — image and
+    text in, text out; speech in, text and speech out — and stops cleanly on SIGTERM."""
+    import openai
+    from PIL import Image
+
+    from prismserve.bench.workloads import workloads_dir
+
+    wav = (workloads_dir() / "media" / "query_to_cars.wav").read_bytes()
+    png = io.BytesIO()
+    Image.new("RGB", (56, 56), (200, 30, 30)).save(png, format="PNG")
+    image = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    with _serving(str(tiny_omni_dir), "--fake-gpus", "8") as (process, url):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=240)
+        (model,) = client.models.list().data
+        assert model.id == tiny_omni_dir.name and model.owned_by == "prismserve"
+        assert model.model_extra["root"] == str(tiny_omni_dir.resolve())
+        seen = client.chat.completions.create(
+            model=model.id,
+            max_tokens=8,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": image}},
+                        {"type": "text", "text": "What is in the picture?"},
+                    ],
+                }
+            ],
+        )
+        assert seen.choices[0].message.content  # random weights: some text
+        heard = client.chat.completions.create(
+            model=model.id,
+            max_tokens=8,
+            modalities=["text", "audio"],
+            audio={"format": "wav"},  # type: ignore[typeddict-item]  # the model's default voice
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "input_audio",
+                            "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"},
+                        }
+                    ],
+                }
+            ],
+        )
+        message = heard.choices[0].message
+        assert message.content and base64.b64decode(message.audio.data)[:4] == b"RIFF"
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert out == "prismserve: stopped\n" and "Traceback" not in err
+
+
+@contextlib.contextmanager
+def _serving(*args: str, deadline: float = 280) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`python -m prismserve serve ARGS… --port 0`: (the process, its URL) once /health answers; killed
+    if it has not announced itself within `deadline` seconds or is still running at the end."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}", "PRISMSERVE_ADMIN_TOKEN": "t"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prismserve", "serve", *args, "--port", "0"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    watchdog = threading.Timer(deadline, process.kill)
+    watchdog.start()
+    try:
+        first = process.stdout.readline() if process.stdout else ""  # printed once the app is registered
+        watchdog.cancel()
+        assert first.startswith("prismserve: serving app "), process.stderr.read() if process.stderr else ""
+        url = first.rsplit(" ", 1)[1].strip()
+        until = time.monotonic() + 30
+        while httpx.get(f"{url}/health", timeout=5).status_code != 200:
+            assert time.monotonic() < until, "the gateway never answered /health"
+            time.sleep(0.1)
+        yield process, url
+    finally:
+        watchdog.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
