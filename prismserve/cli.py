@@ -76,13 +76,14 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     vllm_env.set_defaults(func=_vllm_env)
 
-    from prismserve.bench.cli import add_bench_command
+    from prismserve.bench.cli import add_bench_command, add_workloads_command
     from prismserve.planner.cli import add_plan_command
     from prismserve.serve_cli import add_serve_command
 
     add_serve_command(sub)
     add_plan_command(sub)
     add_bench_command(sub)
+    add_workloads_command(sub)
     return parser
 
 

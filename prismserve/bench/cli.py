@@ -71,6 +71,55 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
     bench.set_defaults(func=_bench)
 
 
+def add_workloads_command(sub: argparse._SubParsersAction) -> None:
+    """Register `prismserve workloads fetch` on the CLI's subparsers."""
+    workloads = sub.add_parser(
+        "workloads", help="fetch the public traces and media `prismserve bench` and the demo use"
+    )
+    actions = workloads.add_subparsers(dest="action", metavar="ACTION", required=True)
+    fetch = actions.add_parser(
+        "fetch",
+        help="download the workloads (about 8 MB) and check each file's sha256",
+        description="Download every file of the workloads manifest from its upstream repository (or a "
+        "mirror), check its sha256 and print the folder. Files already there with the right hash "
+        "are kept.",
+    )
+    fetch.add_argument(
+        "--from",
+        dest="source",
+        metavar="BASE",
+        help="a mirror with the same layout: an http(s) base URL or a local folder (default: the upstreams)",
+    )
+    fetch.add_argument(
+        "--dir",
+        help="where to put them (default: $PRISMSERVE_WORKLOADS or ~/.cache/prismserve/workloads)",
+    )
+    fetch.add_argument(
+        "--only",
+        metavar="GROUPS",
+        help="comma-separated groups: servegen, azure, mooncake, media (default: all)",
+    )
+    fetch.add_argument("--quiet", action="store_true", help="no line per file")
+    fetch.set_defaults(func=_workloads_fetch)
+
+
+def _workloads_fetch(args: argparse.Namespace) -> int:
+    from prismserve.bench.fetch import fetch_workloads
+    from prismserve.bench.workloads import WorkloadError, fetched_dir
+
+    dest = Path(args.dir or os.environ.get("PRISMSERVE_WORKLOADS") or fetched_dir())
+    only = {g.strip() for g in args.only.split(",") if g.strip()} if args.only else None
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        count = fetch_workloads(dest, args.source, only, progress)
+    except (WorkloadError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{count.fetched} fetched, {count.present} already present", file=sys.stderr)
+    print(dest)
+    return 0
+
+
 def build_workload(args: argparse.Namespace):
     """The RequestSpecs the arguments describe."""
     from prismserve.bench import workloads as w

@@ -1,4 +1,4 @@
-"""Workloads: what requests to send and when, from the public traces in ../shared/workloads.
+"""Workloads: what requests to send and when, from the public traces of the workloads folder.
 
 A workload is a list of `RequestSpec`s (arrival time, text and output lengths, media). Sources:
 ServeGen mm-image (per-client field distributions and arrival patterns), the any-to-any recipe of
@@ -65,14 +65,21 @@ class Arrivals:
             raise WorkloadError(f"rate must be > 0 requests/s, got {self.rate}")
 
 
+def fetched_dir() -> Path:
+    """Where `prismserve workloads fetch` puts the workloads by default: ~/.cache/prismserve/workloads."""
+    return Path.home() / ".cache" / "prismserve" / "workloads"
+
+
 def workloads_dir() -> Path:
-    """The shared workloads folder: $PRISMSERVE_WORKLOADS, else `shared/workloads` beside the working
-    directory or the package, or beside one of their parents (a checkout next to ../shared)."""
+    """The workloads folder: $PRISMSERVE_WORKLOADS, else `shared/workloads` beside the working
+    directory or the package, or beside one of their parents (a checkout next to ../shared), else
+    the one `prismserve workloads fetch` made (`fetched_dir()`)."""
     override = os.environ.get("PRISMSERVE_WORKLOADS")
     if override:
         if not (Path(override) / "README.md").exists():
             raise WorkloadError(
-                f"PRISMSERVE_WORKLOADS={override} is not the shared workloads folder (no README.md there)"
+                f"PRISMSERVE_WORKLOADS={override} is not a workloads folder (no README.md there); "
+                "fill it with `prismserve workloads fetch`"
             )
         return Path(override)
     starts = [Path.cwd().resolve(), Path(__file__).resolve().parent]
@@ -81,9 +88,21 @@ def workloads_dir() -> Path:
             candidate = folder / "shared" / "workloads"
             if (candidate / "README.md").exists():
                 return candidate
+    if (fetched_dir() / "README.md").exists():
+        return fetched_dir()
     raise WorkloadError(
-        f"no shared/workloads folder beside {[str(s) for s in starts]} or their parents; set PRISMSERVE_WORKLOADS"
+        f"no workloads folder: none in {fetched_dir()} nor a shared/workloads beside "
+        f"{[str(s) for s in starts]} or their parents; run `prismserve workloads fetch` "
+        "(or set PRISMSERVE_WORKLOADS to a copy)"
     )
+
+
+def data_file(root: Path | str, path: str) -> Path:
+    """`root / path`, or a WorkloadError saying how to fetch it (a fetch with --only can leave groups out)."""
+    full = Path(root) / path
+    if not full.exists():
+        raise WorkloadError(f"{full} is missing; run `prismserve workloads fetch` to fetch it")
+    return full
 
 
 # --- arrival processes -------------------------------------------------------------------------
@@ -143,7 +162,7 @@ class _Client:
 
 @cache
 def _servegen_clients(root: str) -> tuple[_Client, ...]:
-    folder = Path(root) / "servegen" / "mm-image"
+    folder = data_file(root, "servegen/mm-image")
     clients = []
     for trace in sorted(folder.glob("chunk-*-trace.csv")):
         dataset = trace.with_name(trace.name.replace("-trace.csv", "-dataset.json"))
@@ -274,7 +293,7 @@ def azure(
 
 @cache
 def _azure_rows(root: str, trace: str) -> tuple[tuple[float, int, int], ...]:
-    path = Path(root) / "azure_llm_2023" / f"AzureLLMInferenceTrace_{trace}.csv"
+    path = data_file(root, f"azure_llm_2023/AzureLLMInferenceTrace_{trace}.csv")
     rows = []
     with path.open() as f:
         for row in csv.DictReader(f):
@@ -300,7 +319,7 @@ def mooncake(
 
 @cache
 def _mooncake_rows(root: str, trace: str) -> tuple[tuple[float, int, int], ...]:
-    path = Path(root) / "mooncake" / f"{trace}_trace.jsonl"
+    path = data_file(root, f"mooncake/{trace}_trace.jsonl")
     with path.open() as f:
         records = [json.loads(line) for line in f if line.strip()]
     return tuple((r["timestamp"] / 1000, int(r["input_length"]), int(r["output_length"])) for r in records)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -21,7 +20,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from prismserve.app import App
 from prismserve.errors import AppResponseError, InvalidRequestError, UnsupportedMediaTypeError
-from prismserve.gateway.chat import check_chat_request, speaks_chat
+from prismserve.gateway.chat import chat_request, speaks_chat
 from prismserve.gateway.errors import invalid
 from prismserve.gateway.http import read_bytes, read_model, state
 from prismserve.gateway.media import (
@@ -34,7 +33,7 @@ from prismserve.gateway.media import (
 from prismserve.gateway.openai_api import collect_chat
 from prismserve.gateway.openapi import errors, form_body, json_body
 from prismserve.gateway.serving import find_app, serving
-from prismserve.protocol.chat import AudioPart, ChatMessage, ChatRequest, TextPart
+from prismserve.protocol.chat import AudioPart, ChatMessage, TextPart
 from prismserve.protocol.openai import OpenAISpeechRequest, OpenAITranscriptionForm, TranscriptionAnswer
 
 router = APIRouter()
@@ -86,7 +85,7 @@ async def speech(request: Request) -> Response:
     system = SPEAK + (f" {body.instructions}" if body.instructions else "")
     messages = [ChatMessage(role="system", content=[TextPart(text=system)])]
     messages.append(ChatMessage(role="user", content=[TextPart(text=body.input)]))
-    chat = _chat_request(app, {"messages": messages, "modalities": ["text", "audio"], "voice": body.voice})
+    chat = chat_request(app, {"messages": messages, "modalities": ["text", "audio"], "voice": body.voice})
     answer = await collect_chat(serving(request, app, chat))
     pcm, sample_rate = answer.audio, answer.sample_rate
     if not pcm:
@@ -146,7 +145,7 @@ async def transcriptions(request: Request) -> Response:
         ChatMessage(role="user", content=[AudioPart(data=wav_bytes(pcm, sample_rate), format="wav")]),
     ]
     fields = {"messages": messages, "modalities": ["text"], "temperature": body.temperature}
-    text = (await collect_chat(serving(request, app, _chat_request(app, fields)))).text
+    text = (await collect_chat(serving(request, app, chat_request(app, fields)))).text
     if body.response_format == "text":
         return PlainTextResponse(text)
     return JSONResponse(TranscriptionAnswer(text=text).model_dump())
@@ -158,16 +157,6 @@ def _check_chat_app(app: App, route: str) -> None:
             f"app {app.name!r} does not take chat requests (its serve() takes {app.request_type.__name__}), "
             f"which {route} sends; use POST /v1/apps/{app.name}/invoke"
         )
-
-
-def _chat_request(app: App, fields: dict[str, Any]) -> ChatRequest:
-    """The app's ChatRequest of `fields`, checked as chat completions check theirs."""
-    try:
-        request: ChatRequest = app.request_type.model_validate(fields)  # type: ignore[assignment]
-    except ValidationError as exc:
-        raise invalid(exc) from None
-    check_chat_request(app, request)
-    return request
 
 
 async def _read_form(request: Request) -> dict[str, str | bytes]:

@@ -37,12 +37,18 @@ def parse_chat_json(app: App, body: bytes) -> ChatRequest:
                         part["data"], f"{kind} #{kinds[kind]} (messages.{i}.content.{j}.data)"
                     )
                     kinds[kind] += 1
+    return chat_request(app, payload, f"invalid request for app {app.name!r}: ")
+
+
+def chat_request(app: App, fields: object, prefix: str = "") -> ChatRequest:
+    """The app's ChatRequest of `fields`, checked (`check_chat_request`); a 400 whose message starts
+    with `prefix` if it does not validate."""
     try:
-        request = app.request_type.model_validate(payload)
+        request: ChatRequest = app.request_type.model_validate(fields)  # type: ignore[assignment]
     except ValidationError as exc:
-        raise invalid(exc, f"invalid request for app {app.name!r}: ") from None
-    check_chat_request(app, request)  # type: ignore[arg-type]
-    return request  # type: ignore[return-value]
+        raise invalid(exc, prefix) from None
+    check_chat_request(app, request)
+    return request
 
 
 def check_chat_request(app: App, request: ChatRequest) -> None:

@@ -19,12 +19,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from prismserve.app import App
 from prismserve.errors import AppResponseError, InvalidRequestError
-from prismserve.gateway.chat import check_chat_request, speaks_chat
-from prismserve.gateway.errors import invalid
+from prismserve.gateway.chat import chat_request, speaks_chat
 from prismserve.gateway.http import error_event, read_model, sse_event, state
 from prismserve.gateway.media import (
     MediaPolicy,
@@ -78,12 +77,7 @@ async def to_chat_request(body: OpenAIChatRequest, app: App, media: MediaPolicy 
     fields: dict[str, Any] = {"messages": messages, "modalities": modalities, **_sampling(body)}
     if body.audio is not None and body.audio.voice is not None:
         fields["voice"] = body.audio.voice
-    try:
-        request: ChatRequest = app.request_type.model_validate(fields)  # type: ignore[assignment]
-    except ValidationError as exc:
-        raise invalid(exc) from None
-    check_chat_request(app, request)
-    return request
+    return chat_request(app, fields)
 
 
 @router.post(

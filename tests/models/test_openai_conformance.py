@@ -10,6 +10,7 @@ import base64
 import httpx
 import openai
 import pytest
+from openai_checks import check_sampling
 
 from prismserve.gateway import create_gateway
 from prismserve.models import adapter_for, family_for
@@ -64,14 +65,12 @@ def test_models_lists_the_served_name(client):
     assert [m.id for m in client.models.list().data] == [NAME]
 
 
-def test_usage_and_length_are_the_engines(client, tiny_vl, small_png):
-    """`max_tokens` cuts the reply ("length"); usage counts the prompt the engine saw (image tokens
-    included) and the tokens it generated."""
-    answer = ask(client, max_tokens=5, temperature=0)
-    assert answer.choices[0].finish_reason == "length"
-    assert answer.usage.completion_tokens == 5
-    assert answer.usage.prompt_tokens == prompt_tokens(tiny_vl, ChatRequest.of(PROMPT))
-    assert answer.usage.total_tokens == answer.usage.prompt_tokens + 5
+def test_the_sampling_contract_every_engine_keeps(client, tiny_vl):
+    check_sampling(client, NAME, prompt_tokens(tiny_vl, ChatRequest.of(PROMPT)))
+
+
+def test_usage_counts_the_image_tokens(client, tiny_vl, small_png):
+    """Usage counts the prompt the engine saw, image tokens included."""
     image = f"data:image/png;base64,{base64.b64encode(small_png).decode()}"
     content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": "What is it?"}]
     seen = client.chat.completions.create(
@@ -123,12 +122,18 @@ def test_temperature_seed_and_top_p(client):
     assert first == again and first != other and first != greedy
     nucleus = ask(client, max_tokens=8, temperature=1.5, top_p=1e-6, seed=4).choices[0].message.content
     assert nucleus == greedy
+    # vLLM's extensions: top_k 1 and min_p 1 leave the likeliest token alone too.
+    for extra in ({"top_k": 1}, {"min_p": 1.0}):
+        hot = ask(client, max_tokens=8, temperature=1.5, seed=4, extra_body=extra)
+        assert hot.choices[0].message.content == greedy, extra
 
 
 def test_penalties_are_honoured(client):
     greedy = ask(client, max_tokens=24, temperature=0).choices[0].message.content
     assert ask(client, max_tokens=24, temperature=0, frequency_penalty=2).choices[0].message.content != greedy
     assert ask(client, max_tokens=24, temperature=0, presence_penalty=2).choices[0].message.content != greedy
+    repeated = ask(client, max_tokens=24, temperature=0, extra_body={"repetition_penalty": 1.9})
+    assert repeated.choices[0].message.content != greedy
 
 
 def test_logprobs(client):

@@ -35,7 +35,7 @@ def test_checkpoint_of_an_unsupported_family_is_named(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "bert"}')
     from prismserve.models import UnknownModelError
 
-    with pytest.raises(UnknownModelError, match="no adapter for model_type 'bert'"):
+    with pytest.raises(UnknownModelError, match="no model family takes model_type 'bert'"):
         adapter_for(str(tmp_path))
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import openai
 import psutil
 import pytest
+from openai_checks import check_sampling
 from PIL import Image
 from runtime_apps import started_with_gateway
 
@@ -296,6 +297,14 @@ def hf_cars_answer(model: str) -> str:
 VLLM = {"PRISMSERVE_ENGINE": "vllm", "PRISMSERVE_VLLM_DTYPE": "float32"}
 
 
+def prompt_tokens(model: str, text: str) -> int:
+    """How many tokens an LLM of `model` is fed for one user message `text`."""
+    from prismserve.models import adapter_for
+    from prismserve.tasklib import conversation
+
+    return adapter_for(model).llm_inputs(conversation(ChatRequest.of(text))[0])["input_ids"].shape[1]
+
+
 class TestVLLM:
     """Qwen2.5-VL's LLM on vLLM's engine, in the vLLM environment: fissioned (embeddings from the
     transformers encoder deployment) and monolithic (vLLM runs the vision tower on raw images)."""
@@ -323,6 +332,7 @@ class TestVLLM:
                 client.chat.completions.create(
                     model="qwen2_5_vl", messages=[{"role": "user", "content": clip}], max_tokens=4
                 )
+            check_sampling(client, "qwen2_5_vl", prompt_tokens(model, "Tell me a story about a robot."))
             # vLLM's engine processes die: the health check restarts the replica, and serving goes on.
             for process in psutil.Process(llm["pid"]).children(recursive=True):
                 process.kill()
