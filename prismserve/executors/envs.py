@@ -168,22 +168,26 @@ def vllm_recipe(device: Device) -> list[list[str]]:
 def build_vllm_env(
     *, force: bool = False, device: Device | None = None, run: Callable[..., Any] = subprocess.run
 ) -> Path:
-    """Build the vLLM environment in `default_dir()` (unless it is there, for this Ray and device);
-    returns its Python. `device` picks the vLLM build (default: `detect_device()`); `run` runs
+    """Build the vLLM environment in `default_dir()` (unless it is there, for this Ray and device:
+    then only prismserve's requirements are installed into it if they changed); returns its Python. `device` picks the vLLM build (default: `detect_device()`); `run` runs
     each command (`subprocess.run`'s signature)."""
     device = device or detect_device()
     target = default_dir()
     python = target / "bin" / "python"
     marker = target / MARKER
+    env = {**TELEMETRY_OFF, **os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    requirements = _base_requirements()
     if marker.is_file() and not force:
         built = json.loads(marker.read_text())
         if built.get("ray") == _ray_version() and built.get("device", "cpu") == device:
+            if built.get("requirements") != requirements:  # prismserve's own grew: add them, no rebuild
+                run([str(python), "-m", "pip", "install", *requirements, "-q"], check=True, env=env)
+                marker.write_text(json.dumps({**built, "requirements": requirements}))
             return python
     if target.exists():
         import shutil
 
         shutil.rmtree(target)
-    env = {**TELEMETRY_OFF, **os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     run([sys.executable, "-m", "venv", str(target)], check=True)
     for args in vllm_recipe(device):
         run([str(python), "-m", "pip", *args, "-q"], check=True, env=env)
@@ -197,5 +201,7 @@ def build_vllm_env(
     )
     target.mkdir(parents=True, exist_ok=True)
     version = check.stdout.strip().splitlines()[-1]
-    marker.write_text(json.dumps({"ray": _ray_version(), "vllm": version, "device": device}))
+    marker.write_text(
+        json.dumps({"ray": _ray_version(), "vllm": version, "device": device, "requirements": requirements})
+    )
     return python

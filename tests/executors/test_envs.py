@@ -136,7 +136,14 @@ def test_the_command_builds_for_its_device_flag_and_keeps_an_environment_built_f
     target = tmp_path / "env"
     monkeypatch.setenv("PRISMSERVE_VLLM_ENV", str(target))
     target.mkdir()
-    built = json.dumps({"ray": envs._ray_version(), "vllm": "0.32.0", "device": "cpu"})
+    built = json.dumps(
+        {
+            "ray": envs._ray_version(),
+            "vllm": "0.32.0",
+            "device": "cpu",
+            "requirements": envs._base_requirements(),
+        }
+    )
     (target / envs.MARKER).write_text(built)
     # Detection says cuda; the flag asks for the CPU build, which is there: nothing is rebuilt.
     assert main(["vllm-env", "--device", "cpu"]) == 0
@@ -152,3 +159,22 @@ def test_an_environment_built_for_the_other_device_is_rebuilt(gpu_machine, monke
     commands, target = _build(monkeypatch, tmp_path)
     assert any("vllm==0.33.0" in c for c in commands)
     assert json.loads((target / envs.MARKER).read_text())["device"] == "cuda"
+
+
+def test_an_environment_built_before_prismserve_needed_more_gets_the_new_requirements_only(
+    cpu_machine, monkeypatch, tmp_path
+):
+    """A vLLM environment built for this Ray and device but an older prismserve (its replicas now
+    import PyAV and soxr) is not rebuilt: prismserve's requirements are installed into it, once."""
+    target = tmp_path / "env"
+    target.mkdir()
+    older = {"ray": envs._ray_version(), "vllm": "0.32.0", "device": "cpu", "requirements": ["numpy"]}
+    (target / envs.MARKER).write_text(json.dumps(older))
+    commands, _ = _build(monkeypatch, tmp_path)
+    assert commands == [_pip(target, "install", *envs._base_requirements())]
+    assert json.loads((target / envs.MARKER).read_text()) == {
+        **older,
+        "requirements": envs._base_requirements(),
+    }
+    again, _ = _build(monkeypatch, tmp_path)
+    assert again == []
