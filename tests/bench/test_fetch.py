@@ -18,10 +18,7 @@ from prismserve.bench.manifest import describe, load_manifest
 from prismserve.bench.workloads import WorkloadError, azure, workloads_dir
 from prismserve.cli import main
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "workloads"  # beside the checkout
-needs_shared = pytest.mark.skipif(
-    not (SHARED / "README.md").exists(), reason="needs the shared workloads folder"
-)
+SHARED = workloads_dir()  # the project's copy (tests/conftest.py finds it wherever the checkout is)
 SMALL = "azure,media"  # ~2 MB of the 8: enough to exercise every path, fast
 
 
@@ -64,7 +61,6 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@needs_shared
 def test_manifest_describes_every_file_of_the_shared_folder():
     assert describe(SHARED) == list(load_manifest())
     notes = [f.path for f in load_manifest() if f.url is None]
@@ -72,7 +68,6 @@ def test_manifest_describes_every_file_of_the_shared_folder():
     assert all(f.url.startswith("https://raw.githubusercontent.com/") for f in load_manifest() if f.url)
 
 
-@needs_shared
 def test_fetch_over_http_is_found_by_workloads_dir_and_a_second_fetch_skips(mirror, no_shared_folder, capsys):
     with pytest.raises(WorkloadError, match="prismserve workloads fetch"):
         workloads_dir()
@@ -95,7 +90,6 @@ def test_fetch_over_http_is_found_by_workloads_dir_and_a_second_fetch_skips(mirr
     assert f"0 fetched, {len(fetched)} already present" in capsys.readouterr().err
 
 
-@needs_shared
 def test_a_file_with_the_wrong_hash_is_refused_and_not_kept(tmp_path, capsys):
     bad = tmp_path / "mirror"
     for entry in load_manifest():
@@ -115,7 +109,6 @@ def test_a_file_with_the_wrong_hash_is_refused_and_not_kept(tmp_path, capsys):
     assert not (dest / "media" / "cough.wav.part").exists()
 
 
-@needs_shared
 def test_fetch_from_a_local_folder_replaces_a_wrong_file(tmp_path, capsys):
     dest = tmp_path / "dest"
     (dest / "media").mkdir(parents=True)
