@@ -42,6 +42,7 @@ from prismserve.protocol.chat import (
     ChatMessage,
     ChatRequest,
     ImagePart,
+    Sampling,
     TextPart,
     TokenLogprob,
     VideoPart,
@@ -163,16 +164,11 @@ def _sampling(body: OpenAIChatRequest) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-_SAMPLING = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop",
-    "seed",
+# The sampling fields the API and `ChatRequest` share by name (`max_tokens` and `top_logprobs` differ).
+_SAMPLING = tuple(
+    name
+    for name in Sampling.model_fields
+    if name in OpenAIChatRequest.model_fields and name not in ("max_tokens", "top_logprobs")
 )
 
 

@@ -21,7 +21,6 @@ QWEN2_5_VL = ModelFamily(
         _VISION | {"video"},
         modalities=("image", "video"),
     ),
-    input_modalities=_VISION | {"video"},
     engines=("transformers", "vllm"),
     tiny=_TINY + "_qwen2_5_vl",
 )
@@ -33,7 +32,6 @@ INTERNVL3 = ModelFamily(
     app=chat_app(
         "MLLMTask", "InternVL3: the vision encoder fissioned from the LLM, streaming text.", _VISION
     ),
-    input_modalities=_VISION,
     engines=("transformers", "vllm"),
     tiny=_TINY + "_internvl3",
 )
@@ -43,45 +41,30 @@ GEMMA3 = ModelFamily(
     model_types=("gemma3",),
     adapter="prismserve.models.gemma3:Gemma3",
     app=chat_app("MLLMTask", "Gemma 3: the vision encoder fissioned from the LLM, streaming text.", _VISION),
-    input_modalities=_VISION,
     engines=("transformers", "vllm"),
     tiny=_TINY + "_gemma3",
 )
 
-QWEN2_5_OMNI = ModelFamily(
-    name="qwen2.5-omni",
-    model_types=("qwen2_5_omni",),
-    adapter="prismserve.models.qwen2_5_omni:Qwen25Omni",
-    app=chat_app(
-        "OmniTask",
-        "Qwen2.5-Omni: image and audio encoders, thinker, talker and vocoder as separate deployments; "
-        "text and speech out.",
-        _OMNI_IN,
-        _SPEECH,
-    ),
-    input_modalities=_OMNI_IN,
-    output_modalities=_SPEECH,
-    engines=("transformers", "vllm"),
-    main="thinker",
-    tiny=_TINY + "_qwen2_5_omni",
-)
 
-QWEN3_OMNI = ModelFamily(
-    name="qwen3-omni",
-    model_types=("qwen3_omni_moe",),
-    adapter="prismserve.models.qwen3_omni:Qwen3Omni",
-    app=chat_app(
-        "OmniTask",
-        "Qwen3-Omni: image and audio encoders, thinker, talker and code2wav as separate deployments; "
-        "text and speech out.",
-        _OMNI_IN,
-        _SPEECH,
-    ),
-    input_modalities=_OMNI_IN,
-    output_modalities=_SPEECH,
-    engines=("transformers", "vllm"),
-    main="thinker",
-    tiny=_TINY + "_qwen3_omni",
+def _omni(name: str, model_type: str, adapter: str, vocoder: str, tiny: str) -> ModelFamily:
+    """An Omni family: its default app splits encoders, thinker, talker and `vocoder`; speech out."""
+    doc = f"{name}: image and audio encoders, thinker, talker and {vocoder} as separate deployments; text and speech out."
+    return ModelFamily(
+        name=name.lower(),
+        model_types=(model_type,),
+        adapter=adapter,
+        app=chat_app("OmniTask", doc, _OMNI_IN, _SPEECH),
+        engines=("transformers", "vllm"),
+        main="thinker",
+        tiny=_TINY + tiny,
+    )
+
+
+QWEN2_5_OMNI = _omni(
+    "Qwen2.5-Omni", "qwen2_5_omni", "prismserve.models.qwen2_5_omni:Qwen25Omni", "vocoder", "_qwen2_5_omni"
+)
+QWEN3_OMNI = _omni(
+    "Qwen3-Omni", "qwen3_omni_moe", "prismserve.models.qwen3_omni:Qwen3Omni", "code2wav", "_qwen3_omni"
 )
 
 QWEN_IMAGE = ModelFamily(
@@ -89,7 +72,6 @@ QWEN_IMAGE = ModelFamily(
     model_types=("QwenImagePipeline",),
     adapter="prismserve.models.qwen_image:QwenImage",
     app=image_app("Qwen-Image: the text encoder fissioned from the DiT + VAE generator."),
-    output_modalities=frozenset({"image"}),
     main="generator",
     tiny=_TINY + "_qwen_image",
 )

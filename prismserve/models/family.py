@@ -59,8 +59,6 @@ class ModelFamily:
     model_types: tuple[str, ...]
     adapter: str
     app: Callable[[str, EngineSettings], str]
-    input_modalities: frozenset[str] = frozenset({"text"})
-    output_modalities: frozenset[str] = frozenset({"text"})
     engines: tuple[Engine, ...] = ("transformers",)
     main: str = "llm"
     tiny: str | None = None

@@ -96,7 +96,6 @@ FAMILY = ModelFamily(
     model_types=("fake_vl",),
     adapter="fake_family:Adapter",
     app=chat_app("MLLMTask", "A third-party vision-language family.", frozenset({"text", "image"})),
-    input_modalities=frozenset({"text", "image"}),
 )
 """
 
