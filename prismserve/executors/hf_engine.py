@@ -257,20 +257,24 @@ class HFEngine:
             return False
 
     def _room(self, sequence: Sequence) -> int:
-        """How many tokens the request may generate: its `max_tokens` (None: as many as fit), at most
-        what the model's context leaves after the prompt (an InvalidInputError if that is nothing)."""
+        """How many tokens the request may generate: its `max_tokens` (None: the generation config's
+        `max_new_tokens`, else as many as fit), at most what the model's context leaves after the
+        prompt (an InvalidInputError if that is nothing)."""
+        wanted = sequence.max_tokens
+        if wanted is None:
+            wanted = getattr(self.llm.generation_config, "max_new_tokens", None)
         context = self.model.context_length()
         if context is None:
-            if sequence.max_tokens is None:
+            if wanted is None:
                 raise InvalidInputError("this model's config gives no context length: set max_tokens")
-            return sequence.max_tokens
+            return wanted
         room = context - sequence.length
         if room < 1:
             raise InvalidInputError(
                 f"this model's context is {context} tokens and the prompt has {sequence.length}: "
                 "send a shorter prompt"
             )
-        return room if sequence.max_tokens is None else min(sequence.max_tokens, room)
+        return room if wanted is None else min(wanted, room)
 
     def _processors(self, sequence: Sequence, config: Any) -> Any:
         """The logits processors `generate` would use for this request under `config`, and OpenAI's

@@ -2,7 +2,7 @@
 
 The request models are what the gateway validates bodies with and what `/openapi.json` documents;
 the response models document the JSON the routes send (the routes build it, and the schemathesis
-test checks that the two agree). Fields prismserve does not read are ignored, as OpenAI's are optional.
+test checks that the two agree). A field prismserve does not know is refused (a 400 naming it), not ignored.
 """
 
 from __future__ import annotations
@@ -11,19 +11,25 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-_LENIENT = ConfigDict(extra="ignore")
+# Every request model refuses fields it does not know (a 400 naming them): nothing a client sends is
+# accepted and ignored.
+_STRICT = ConfigDict(extra="forbid")
 
 
 class ImageURL(BaseModel):
     """An image, video or audio clip as an http(s) URL the gateway fetches (within its media policy:
-    allowed domains, size, timeout) or a base64 data URL (`data:image/png;base64,…`)."""
+    allowed domains, size, timeout) or a base64 data URL (`data:image/png;base64,…`). `detail` may
+    only be `auto`: the model's processor decides the resolution."""
 
+    model_config = _STRICT
     url: str
+    detail: Literal["auto"] | None = None
 
 
 class InputAudio(BaseModel):
     """A base64 audio clip: `format` wav, mp3, flac or ogg (or another container PyAV decodes)."""
 
+    model_config = _STRICT
     data: str
     format: str = "wav"
 
@@ -31,7 +37,7 @@ class InputAudio(BaseModel):
 class TextContent(BaseModel):
     """Text in a message."""
 
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["text"]
     text: str
 
@@ -39,7 +45,7 @@ class TextContent(BaseModel):
 class ImageContent(BaseModel):
     """An image in a message, as an http(s) or data URL."""
 
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["image_url"]
     image_url: ImageURL
 
@@ -48,7 +54,7 @@ class VideoContent(BaseModel):
     """A video (MP4, WebM, animated GIF or WebP) in a message, as an http(s) URL or a data URL of a
     video/* or image/gif type."""
 
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["video_url"]
     video_url: ImageURL
 
@@ -56,7 +62,7 @@ class VideoContent(BaseModel):
 class AudioContent(BaseModel):
     """An audio clip in a message."""
 
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["input_audio"]
     input_audio: InputAudio
 
@@ -64,7 +70,7 @@ class AudioContent(BaseModel):
 class AudioURLContent(BaseModel):
     """An audio clip in a message as an http(s) or data URL (vLLM's `audio_url` part)."""
 
-    model_config = _LENIENT
+    model_config = _STRICT
     type: Literal["audio_url"]
     audio_url: ImageURL
 
@@ -85,7 +91,7 @@ def _text_as_a_part(content: Any) -> Any:
 class Message(BaseModel):
     """A chat message: a role and its content, a string or a list of parts."""
 
-    model_config = _LENIENT
+    model_config = _STRICT
     role: Literal["system", "developer", "user", "assistant"]
     content: Annotated[
         list[ContentPart],
@@ -98,7 +104,7 @@ class AudioOptions(BaseModel):
     so `stream: true` takes `pcm16` only, as OpenAI's does), in `voice` (one of the model's
     speakers; its first when unset)."""
 
-    model_config = _LENIENT
+    model_config = _STRICT
     voice: str | None = None
     format: Literal["wav", "pcm16", "mp3", "flac", "opus", "aac"] = "wav"
 
@@ -106,7 +112,7 @@ class AudioOptions(BaseModel):
 class StreamOptions(BaseModel):
     """Options of a streamed answer."""
 
-    model_config = _LENIENT
+    model_config = _STRICT
     include_usage: bool = False
 
 
@@ -160,11 +166,11 @@ class OpenAIChatRequest(BaseModel):
 
 
 class OpenAIImageRequest(BaseModel):
-    """The fields of OpenAI's image-generation request that prismserve reads (others are ignored);
+    """OpenAI's image-generation request as prismserve serves it (other fields are a 400 naming them);
     `model` names the app, `size` is `WIDTHxHEIGHT` or `auto`."""
 
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={"examples": [{"model": "image", "prompt": "a red square", "size": "64x64"}]},
     )
 
@@ -177,13 +183,14 @@ class OpenAIImageRequest(BaseModel):
     seed: int | None = None
     num_inference_steps: int | None = None
     guidance_scale: float | None = None
+    user: str | None = None  # the caller's end user, for their own records: nothing to do with it
 
 
 class OpenAISpeechRequest(BaseModel):
     """OpenAI's text-to-speech request (POST /v1/audio/speech); `model` names an app that speaks."""
 
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={"examples": [{"model": "omni", "input": "Hello there.", "voice": "Chelsie"}]},
     )
 
@@ -200,7 +207,7 @@ class OpenAITranscriptionForm(BaseModel):
     """OpenAI's transcription request (POST /v1/audio/transcriptions), a multipart form; `model`
     names an app that takes audio. `file` is the audio file (WAV, MP3, FLAC, Ogg/Opus, M4A, WebM)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _STRICT
 
     file: bytes = Field(json_schema_extra={"format": "binary"})
     model: str

@@ -281,3 +281,41 @@ def test_every_error_carries_the_request_id_in_its_body_and_header(gateway):
     ):
         assert response.json()["error"]["request_id"] == response.headers["x-request-id"]
     assert response.headers["x-request-id"] == "mine-7"
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi", "name": "ann"}]},
+            "messages.0.name",
+        ),
+        (
+            "/v1/chat/completions",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "x", "detail": "high"}}],
+                    }
+                ]
+            },
+            "detail",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "audio": {"speed": 2}},
+            "audio.speed",
+        ),
+        ("/v1/images/generations", {"prompt": "a cat", "quality": "hd"}, "quality"),
+        ("/v1/audio/speech", {"input": "hi", "voice": "Chelsie", "language": "fr"}, "language"),
+    ],
+    ids=["message-name", "image-detail", "audio-option", "image-quality", "speech-field"],
+)
+def test_a_field_the_api_does_not_honour_is_a_400_naming_it_on_every_route(gateway, route, body, field):
+    """Nothing a client sends is accepted and ignored: an unknown field, at any depth, is refused."""
+    response = gateway.post(route, json={"model": "omni", **body})
+    assert response.status_code == 400, response.text
+    assert field in response.json()["error"]["message"]
+    assert gateway.get("/health").status_code == 200

@@ -125,6 +125,18 @@ def test_max_tokens_unset_runs_to_the_context_limit(vl):
         generate(Limited(adapter, prompt), inputs, 5)
 
 
+def test_max_tokens_unset_takes_the_generation_configs_max_new_tokens(vl):
+    """As vLLM does: a checkpoint whose generation config sets `max_new_tokens` stops there."""
+    adapter, inputs = vl
+    config = adapter.llm().generation_config
+    config.max_new_tokens = 3
+    try:
+        cut = generate(adapter, inputs, None, temperature=0.0)
+    finally:
+        config.max_new_tokens = None
+    assert len(cut.token_ids) == 3 and cut.finish_reason == "length"
+
+
 class Tokens:
     """A tokenizer stand-in for ReplyText's log-probability texts: id i is the letter chr(97 + i)."""
 
