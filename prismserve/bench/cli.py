@@ -36,7 +36,10 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
         help="bearer token, if the gateway needs one",
     )
     bench.add_argument(
-        "--workload", choices=WORKLOADS, default="any2any", help="default: any2any (000 §7.2 footnote 6)"
+        "--workload",
+        choices=WORKLOADS,
+        default="any2any",
+        help="default: any2any (the Cornserve paper's any-to-any recipe, §7.2 footnote 6)",
     )
     size = bench.add_mutually_exclusive_group(required=True)
     size.add_argument("--requests", type=int, help="send this many requests")
