@@ -78,10 +78,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     from prismserve.bench.cli import add_bench_command, add_workloads_command
     from prismserve.planner.cli import add_plan_command
+    from prismserve.profile.cli import add_profile_command
     from prismserve.serve_cli import add_serve_command
 
     add_serve_command(sub)
     add_plan_command(sub)
+    add_profile_command(sub)
     add_bench_command(sub)
     add_workloads_command(sub)
     return parser
@@ -111,10 +113,10 @@ def _check(args: argparse.Namespace) -> int:
         f"streams {app.response_type.__name__}" if app.streaming else f"returns {app.response_type.__name__}"
     )
     print(f"app {app.name!r}: serve({app.request_type.__name__}) {kind}; tasks: {', '.join(app.tasks)}")
-    units = app.unit_tasks()
-    print(f"{len(units)} unit-task deployments (equivalent unit tasks shared):")
-    for key, task in units.items():
-        print(f"  {key}  executor={task.executor_kind}  gpus/replica={task.gpus:g}")
+    units = app.named_unit_tasks()
+    print(f"{len(units)} unit-task deployments (equivalent unit tasks shared; plans name them by path):")
+    for path, task in units.items():
+        print(f"  {path}  {type(task).__name__}  executor={task.executor_kind}  gpus/replica={task.gpus:g}")
     return 0
 
 

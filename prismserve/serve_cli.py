@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 DEFAULTS: dict[str, Any] = {
     "name": None,
     "plan": None,
+    "gpus": None,
+    "profile_workload": "any2any",
     "fake_gpus": None,
     "address": None,
     "routing": "static",
@@ -68,6 +70,18 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="the name clients use as `model` (default: the hub id, the directory's name, or the file's stem)",
     )
     parser.add_argument("--plan", metavar="PLAN.json", help="deployment plan to apply at start")
+    parser.add_argument(
+        "--gpus",
+        type=_gpus,
+        metavar="N|all",
+        help="plan for N GPUs (all: every GPU of the cluster) at start: profile the app on this hardware "
+        "(cached, see `prismserve profile`), plan, deploy; without it each deployment gets one replica",
+    )
+    parser.add_argument(
+        "--profile-workload",
+        metavar="NAME|FILE",
+        help="with --gpus: the workload whose request mix the profile and plan are for: a name of `prismserve bench --workload` or a workload file of JSON lines (default: any2any)",
+    )
     parser.add_argument(
         "--fake-gpus", type=int, help="declare this many GPUs on a local Ray (CPU-only machines)"
     )
@@ -193,6 +207,18 @@ def _share(text: str) -> float:
     return value
 
 
+def _gpus(text: str) -> int | str:
+    if text == "all":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GPUs or 'all', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"plan for at least 1 GPU, got {value}")
+    return value
+
+
 def _domains(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -227,6 +253,8 @@ def run_serve(args: argparse.Namespace) -> int:
             target=options["model"],
             name=options["name"],
             plan_path=options["plan"],
+            gpus=options["gpus"],
+            profile_workload=options["profile_workload"],
             fake_gpus=options["fake_gpus"],
             address=options["address"],
             routing=options["routing"],

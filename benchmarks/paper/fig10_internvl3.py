@@ -2,8 +2,10 @@
 
 Deployments: Monolith (EPD on 2 GPUs), E/PD, EP/D, E/P/D — each with replica counts the planner
 picks when limited to those executors ("chosen to maximize throughput given the planner output",
-000 §7.3) — and the planner's own plan over every executor. Poisson arrivals at `--load` x the
-plan's predicted throughput, the same requests for every deployment of a workload.
+000 §7.3) — and the planner's own plan over every executor, which the server makes for itself at
+start (`prismserve serve --gpus 16 --profile-workload`: profile -> plan -> serve, no plan posted; an
+emulated app's costs are its profile). Poisson arrivals at `--load` x the plan's predicted
+throughput, the same requests for every deployment of a workload.
 Run: python benchmarks/paper/fig10_internvl3.py [--requests 400] [--speedup 4]
 """
 
@@ -52,30 +54,30 @@ def main() -> None:
         "speedup": args.speedup,
         "workloads": {},
     }
-    with Server(model, GPUS) as server:
-        for name in args.workloads:
-            resolution, images, text_in, text_out = TABLE3[name]
-            requests = controlled(
-                1.0, resolution, images, text_in, text_out, count=args.requests, seed=args.seed
-            )
-            spec = model.planner_spec(
-                requests
-            )  # the run's own requests: the planner's representative dataset
-            plans = {
-                label: plan_for(model.restricted(spec, executors), GPUS)
-                for label, executors in INTERNVL3_BASELINES.items()
-            }
-            plans["prismserve"] = plan_for(spec, GPUS)
-            rate = args.load * plans["prismserve"].throughput * args.speedup
+    for name in args.workloads:
+        resolution, images, text_in, text_out = TABLE3[name]
+        requests = controlled(1.0, resolution, images, text_in, text_out, count=args.requests, seed=args.seed)
+        spec = model.planner_spec(requests)  # the run's own requests: the planner's representative dataset
+        baselines = {
+            label: plan_for(model.restricted(spec, executors), GPUS)
+            for label, executors in INTERNVL3_BASELINES.items()
+        }
+        # The server plans itself for this workload at start (profile -> plan -> serve).
+        with Server(model, GPUS, plan_for=requests, speedup=args.speedup) as server:
+            planned = server.planned()
+            rate = args.load * planned.throughput * args.speedup
             specs = retime(requests, rate)
             print(
                 f"{name}: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})",
                 flush=True,
             )
+            warmup = args.requests // 10
+            ours = measure(server, "prismserve", planned, specs, args.speedup, warmup, deployed=True)
             runs = {
-                label: measure(server, label, plan, specs, args.speedup, args.requests // 10)
-                for label, plan in plans.items()
+                label: measure(server, label, plan, specs, args.speedup, warmup)
+                for label, plan in baselines.items()
             }
+            runs["prismserve"] = ours
             best = max(
                 (r for label, r in runs.items() if label != "prismserve"), key=lambda r: r.measured_rps
             )

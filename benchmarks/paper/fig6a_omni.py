@@ -5,7 +5,8 @@ Workload: ServeGen mm-image with the any-to-any recipe (000 §7.2 fn 6), Poisson
 needs). The planner is given the run's own requests as its representative dataset (000 §4.1):
 output lengths are heavy-tailed (p99 602 tokens, mean 129), so another sample of a few hundred
 requests has a mean work up to ~10 % off. Table 2 (latency per request type) comes from the
-16-GPU runs.
+16-GPU runs. The planner's plan is the one the server makes for itself at start (`prismserve serve
+--gpus N --profile-workload`: profile -> plan -> serve, no plan posted); the monolith is posted.
 Run: python benchmarks/paper/fig6a_omni.py [--requests 2000] [--speedup 4]
 """
 
@@ -72,20 +73,20 @@ def main() -> None:
         "cells": {},
     }
     for gpus in args.gpus:
-        plans = {
-            "Monolith": plan_for(model.restricted(spec, OMNI_BASELINES["Monolith"]), gpus),
-            "prismserve": plan_for(spec, gpus),
-        }
-        rate = args.load * plans["prismserve"].throughput * args.speedup
-        specs = retime(requests, rate)
-        print(
-            f"{gpus} GPUs: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})",
-            flush=True,
-        )
-        with Server(model, gpus) as server:
+        monolith = plan_for(model.restricted(spec, OMNI_BASELINES["Monolith"]), gpus)
+        # The server plans itself at start (profile -> plan -> serve): no plan is posted for it.
+        with Server(model, gpus, plan_for=requests, speedup=args.speedup) as server:
+            planned = server.planned()
+            rate = args.load * planned.throughput * args.speedup
+            specs = retime(requests, rate)
+            print(
+                f"{gpus} GPUs: {len(specs)} requests at {rate:.1f} req/s (sim, speedup {args.speedup:g})",
+                flush=True,
+            )
+            ours = measure(server, "prismserve", planned, specs, args.speedup, warmup, deployed=True)
             runs = {
-                label: measure(server, label, plan, specs, args.speedup, warmup)
-                for label, plan in plans.items()
+                "Monolith": measure(server, "Monolith", monolith, specs, args.speedup, warmup),
+                "prismserve": ours,
             }
         ratio = runs["prismserve"].measured_rps / runs["Monolith"].measured_rps
         predicted_ratio = runs["prismserve"].predicted_rps / runs["Monolith"].predicted_rps

@@ -26,7 +26,7 @@ import httpx
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.bench.loadgen import RequestResult, run_load
 from prismserve.bench.metrics import summarize
-from prismserve.bench.workloads import RequestSpec, type_mix
+from prismserve.bench.workloads import RequestSpec, type_mix, write_requests
 from prismserve.emulate.app import app_source
 from prismserve.emulate.model import EmulatedModel
 from prismserve.planner import Plan, plan_for_budget
@@ -35,10 +35,22 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 class Server:
-    """A `prismserve serve` process serving one emulated model on `gpus` declared GPUs."""
+    """A `prismserve serve` process serving one emulated model on `gpus` declared GPUs.
 
-    def __init__(self, model: EmulatedModel, gpus: int, routing: str = "static") -> None:
+    With `plan_for` (a workload), the server plans itself at start (`--gpus`, `--profile-workload`):
+    the emulated app's costs are its profile, its sim times divided by `speedup`.
+    """
+
+    def __init__(
+        self,
+        model: EmulatedModel,
+        gpus: int,
+        routing: str = "static",
+        plan_for: list[RequestSpec] | None = None,
+        speedup: float = 1.0,
+    ) -> None:
         self.model, self.gpus, self.routing = model, gpus, routing
+        self.plan_for, self.speedup = plan_for, speedup
         self.token = secrets.token_hex(8)
         self.url = ""
         self._dir = tempfile.TemporaryDirectory(prefix="prismserve-bench-")
@@ -64,6 +76,11 @@ class Server:
             self.routing,
         ]
         env = {**os.environ, "PRISMSERVE_ADMIN_TOKEN": self.token}
+        if self.plan_for is not None:
+            workload = Path(self._dir.name) / "workload.jsonl"
+            write_requests(self.plan_for, workload)
+            command += ["--gpus", str(self.gpus), "--profile-workload", str(workload)]
+            env |= {"PRISMSERVE_SIM_SPEEDUP": str(self.speedup), "PRISMSERVE_PROFILE_CACHE": self._dir.name}
         self._process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
@@ -90,6 +107,17 @@ class Server:
             except subprocess.TimeoutExpired:
                 self._process.kill()
         self._dir.cleanup()
+
+    def planned(self) -> Plan:
+        """The plan the server made for itself at start, in the planner's terms (A100 scale)."""
+        response = httpx.get(
+            f"{self.url}/admin/apps/{self.model.name}/plan",
+            headers={"authorization": f"Bearer {self.token}"},
+            timeout=60,
+        )
+        if response.status_code != 200:
+            raise RuntimeError(f"no plan deployed: {response.status_code} {response.text}")
+        return self.model.planner_plan(Plan.model_validate(response.json()), self.speedup)
 
     def deploy(self, plan: Plan, speedup: float) -> None:
         """Apply a planner result (cells, routing, sim profiles); returns when its replicas are up."""
@@ -162,10 +190,17 @@ def plan_for(spec, gpus: int) -> Plan:
 
 
 def measure(
-    server: Server, label: str, plan: Plan, specs: list[RequestSpec], speedup: float, warmup: int
+    server: Server,
+    label: str,
+    plan: Plan,
+    specs: list[RequestSpec],
+    speedup: float,
+    warmup: int,
+    deployed: bool = False,
 ) -> Run:
-    """Deploy `plan`, send `specs` (open loop), and summarise."""
-    server.deploy(plan, speedup)
+    """Deploy `plan` (unless the server `deployed` it itself), send `specs` (open loop), and summarise."""
+    if not deployed:
+        server.deploy(plan, speedup)
     print(
         f"  {label}: {plan.gpus} GPUs, cells {[(c.gpus, c.count, c.replicas) for c in plan.cells]}",
         flush=True,

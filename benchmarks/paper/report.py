@@ -17,7 +17,18 @@ def load(folder: Path, name: str) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", type=Path, default=RESULTS)
-    folder = parser.parse_args().results
+    parser.add_argument(
+        "--fig10",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="print only the Figure 10 table, one column group per folder's fig10_internvl3.json (runs side by side)",
+    )
+    args = parser.parse_args()
+    if args.fig10:
+        fig10_table([load(folder, "fig10_internvl3") or {} for folder in args.fig10])
+        return
+    folder = args.results
     rows = []  # (experiment, paper, ours, ours / paper)
     accuracy = []  # (experiment, deployment, predicted, measured, ratio)
     omni = load(folder, "fig6a_table2_omni")
@@ -92,6 +103,26 @@ def main() -> None:
             cells = [f"{mono[p]:.1f} ({paper['mono_' + p]})" for p in ("p50", "p90", "p99")]
             cells += [f"{ours[p]:.1f} ({paper['ours_' + p]})" for p in ("p50", "p90", "p99")]
             print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def fig10_table(runs: list[dict]) -> None:
+    """Figure 10 per workload and deployment: measured, predicted and their ratio in each run, and
+    the planner's plan over the best baseline."""
+    head = " | ".join(f"run {i + 1}: measured | predicted | measured / predicted" for i in range(len(runs)))
+    print(f"| workload | deployment | {head} |\n|---|---|" + "---|---|---|" * len(runs))
+    for name in runs[0].get("workloads", {}):
+        labels = list(runs[0]["workloads"][name]["runs"])
+        for label in labels:
+            cells = []
+            for run in runs:
+                r = run["workloads"][name]["runs"][label]
+                cells.append(f"{r['measured_rps']:.3f} | {r['predicted_rps']:.3f} | {r['accuracy']:.2f}")
+            print(f"| {name} | {label} | " + " | ".join(cells) + " |")
+        ratios = " | ".join(
+            f"{run['workloads'][name]['plan_over_best_baseline']:.3f}x ({run['workloads'][name]['best_baseline']}) | |"
+            for run in runs
+        )
+        print(f"| {name} | **plan / best baseline** | {ratios} |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 
@@ -21,3 +22,10 @@ class AppConfig:
     input_modalities: ClassVar[frozenset[str]] = frozenset({"text"})
     output_modalities: ClassVar[frozenset[str]] = frozenset({"text"})
     sim_values: ClassVar[dict[type, Any]] = {}
+    # Apps whose executors' costs are known rather than measured (emulated models on `sim`
+    # executors): `planner_spec(requests)` gives the planner's spec for a workload's requests
+    # (`bench.workloads.RequestSpec`s) and `deployment_plan(plan)` the runtime plan for a planner
+    # plan (deployment names, sim profiles). `prismserve profile` and `serve --gpus` use them
+    # instead of measuring the app; as staticmethods. None: measured.
+    planner_spec: ClassVar[Callable[[list[Any]], Any] | None] = None
+    deployment_plan: ClassVar[Callable[[Any], Any] | None] = None

@@ -41,6 +41,12 @@ class AppRegistry:
             deployment.apps.add(app.name)
         return new
 
+    def share(self, app_name: str, task: UnitTask[Any, Any]) -> None:
+        """Let app `app_name` use `task`'s deployment too (a plan runs it at another GPU shape), so that
+        it stays up while the app is registered and is released with it."""
+        key = task.deployment_key()
+        self._deployments.setdefault(key, Deployment(key, task)).apps.add(app_name)
+
     def unregister(self, name: str) -> list[Deployment]:
         """Remove an app; returns the deployments no remaining app uses."""
         if name not in self._apps:

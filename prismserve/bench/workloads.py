@@ -381,3 +381,35 @@ def type_mix(specs: list[RequestSpec]) -> dict[str, float]:
     for spec in specs:
         counts[spec.request_type] = counts.get(spec.request_type, 0) + 1
     return {t: n / len(specs) for t, n in sorted(counts.items())}
+
+
+# --- workload files --------------------------------------------------------------------------------
+
+
+def read_requests(path: Path | str) -> list[RequestSpec]:
+    """A workload written as JSON lines, one request each: `text_tokens`, `output_tokens`, and optionally
+    `arrival_s`, `images` ([[width, height], ...]), `audios`, `videos`, `audio_out`."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    specs = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            row["images"] = tuple(tuple(size) for size in row.get("images", ()))
+            specs.append(RequestSpec(**{"arrival_s": 0.0, **row}))
+        except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+            raise WorkloadError(f"{path}:{number}: not a request ({exc})") from None
+    if not specs:
+        raise WorkloadError(f"{path}: holds no request")
+    return specs
+
+
+def write_requests(specs: list[RequestSpec], path: Path | str) -> None:
+    """`specs` as a workload file (`read_requests`)."""
+    rows = [json.dumps({**vars(s), "images": [list(size) for size in s.images]}) for s in specs]
+    Path(path).write_text("\n".join(rows) + "\n")

@@ -151,6 +151,42 @@ class EmulatedModel(BaseModel):
             ],
         )
 
+    def served_spec(self, workload: list[RequestSpec], speedup: float) -> PlanSpec:
+        """`planner_spec` at the speed the `sim` replicas run with (times divided by `speedup`): what
+        a profiler measures on them, in the server's units (requests/s as served)."""
+        spec = self.planner_spec(workload)
+        return spec.model_copy(
+            update={
+                "executors": [
+                    e.model_copy(
+                        update={
+                            "throughput": e.throughput * speedup,
+                            "role_seconds": {
+                                t: {role: s / speedup for role, s in roles.items()}
+                                for t, roles in e.role_seconds.items()
+                            },
+                        }
+                    )
+                    for e in spec.executors
+                ]
+            }
+        )
+
+    def served_deployment(self, plan: Plan, speedup: float) -> Plan:
+        """The runtime plan for a plan of `served_spec` (its rates already in served units)."""
+        return self.deployment_plan(_rates_scaled(plan, 1 / speedup), speedup)
+
+    def planner_plan(self, deployed: Plan, speedup: float) -> Plan:
+        """A deployed plan (`served_deployment`) back in the planner's terms: executor names, A100-scale rates."""
+        cells = [
+            cell.model_copy(
+                update={"replicas": {n.removeprefix(DEPLOYMENT_PREFIX): r for n, r in cell.replicas.items()}}
+            )
+            for cell in deployed.cells
+        ]
+        plan = deployed.model_copy(update={"cells": cells, "profiles": {}})
+        return _rates_scaled(plan, 1 / speedup)
+
     def capacity(
         self, replicas: dict[str, int], routing: dict[str, dict[str, float]], workload: list[RequestSpec]
     ) -> float:
@@ -205,6 +241,20 @@ class EmulatedModel(BaseModel):
             gpus=plan.gpus,
             throughput=None if plan.throughput is None else plan.throughput * speedup,
         )
+
+
+def _rates_scaled(plan: Plan, factor: float) -> Plan:
+    """`plan` with its predicted rates (the plan's and each cell's) multiplied by `factor`."""
+
+    def scaled(rate: float | None) -> float | None:
+        return None if rate is None else rate * factor
+
+    return plan.model_copy(
+        update={
+            "throughput": scaled(plan.throughput),
+            "cells": [cell.model_copy(update={"throughput": scaled(cell.throughput)}) for cell in plan.cells],
+        }
+    )
 
 
 def _roles(needs: tuple[str, ...], components: tuple[str, ...]) -> list[tuple[str, ...]]:

@@ -1,8 +1,9 @@
 """The tasks of an emulated model: one unit task per executor, and the composite that routes requests.
 
 `EmulatedTask.invoke` works out a chat request's components and their work (its cost model), picks
-a path with the plan's probabilities (request-static routing, 000 §5.3) and invokes each executor
-on it with the work of its role; the `sim` executor waits that long (scaled by its profile).
+a path with the plan's probabilities (request-static routing, 000 §5.3; `planned_choice`) and
+invokes each executor on it with the work of its role; the `sim` executor waits that long (scaled
+by its profile), serving later hops of a path first.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.model import EmulatedModel
 from prismserve.protocol.chat import ChatCompletion, ChatRequest
 from prismserve.task import DataHandle, Task, TaskInput, TaskOutput, UnitTask, replayable_choice
-from prismserve.task.routing import current_routing
+from prismserve.task.routing import current_routing, planned_choice
 
 
 class StageInput(TaskInput):
@@ -24,6 +25,9 @@ class StageInput(TaskInput):
 
     sim_work: float = Field(ge=0)
     previous: DataHandle[Any] | None = None
+    # The hop's place on its path: a replica serves requests further along first (work in progress
+    # first), so that a request that has used an upstream executor is not queued behind new ones.
+    sim_priority: int = Field(default=0, ge=0)
 
 
 class StageOutput(TaskOutput):
@@ -103,11 +107,17 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
         weights = (
             [planned.get(n, 0.0) for n in names] if planned and any(planned.get(n) for n in names) else None
         )
+        # The plan's split realised evenly (smooth weighted round-robin), not by independent draws.
+        index = (
+            replayable_choice(len(names))
+            if weights is None
+            else planned_choice((self.spec.name, request.request_type, needs), weights)
+        )
         output: StageOutput | None = None
-        for name, role in paths[names[replayable_choice(len(names), weights)]]:
+        for hop, (name, role) in enumerate(paths[names[index]]):
             seconds = self.spec.executor(name).seconds(work, role)
             output = self.executors[name].invoke(
-                StageInput(sim_work=seconds, previous=output.payload if output else None)
+                StageInput(sim_work=seconds, previous=output.payload if output else None, sim_priority=hop)
             )
         assert output is not None  # every path has a hop
         return output

@@ -74,12 +74,19 @@ class Executor:
 class Batcher(Generic[ItemT, ResultT]):
     """Groups concurrent calls into batches of at most `max_batch`, one batch at a time.
 
-    `handler(items)` returns one result per item, in order.
+    `handler(items)` returns one result per item, in order. Calls wait in arrival order, or with
+    `priority` (item -> number), higher first and arrival order among equals.
     """
 
-    def __init__(self, handler: Callable[[list[ItemT]], Awaitable[list[ResultT]]], max_batch: int) -> None:
+    def __init__(
+        self,
+        handler: Callable[[list[ItemT]], Awaitable[list[ResultT]]],
+        max_batch: int,
+        priority: Callable[[ItemT], float] | None = None,
+    ) -> None:
         self._handler = handler
         self._max_batch = max(1, max_batch)
+        self._priority = priority
         self._queue: list[tuple[ItemT, asyncio.Future[ResultT]]] = []
         self._worker: asyncio.Task[None] | None = None
 
@@ -91,7 +98,12 @@ class Batcher(Generic[ItemT, ResultT]):
     async def submit(self, item: ItemT) -> ResultT:
         """The result for `item`, computed in some batch."""
         future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
-        self._queue.append((item, future))
+        at = len(self._queue)
+        if self._priority is not None:  # ahead of every waiting call of lower priority
+            rank = self._priority(item)
+            while at > 0 and self._priority(self._queue[at - 1][0]) < rank:
+                at -= 1
+        self._queue.insert(at, (item, future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._drain())
         return await future

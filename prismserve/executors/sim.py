@@ -35,6 +35,10 @@ class SimProfile(BaseModel):
     for a batch to finish: up to `max_batch` run at once and, while n run, each advances through
     its `latency_s * w` at the rate 1 / (1 + batch_growth * (n - 1)) (processor sharing); the
     rest wait in arrival order. A full engine serves the same requests/s either way.
+
+    Waiting requests are taken by their input's `sim_priority` (0 without that field), higher
+    first, then in arrival order: an engine that schedules requests continuing a path (a later
+    hop) before new ones (work in progress first), as a path's tasks can ask with it.
     """
 
     latency_s: float = Field(default=0.0, ge=0)
@@ -62,7 +66,7 @@ class SimExecutor(Executor):
         super().__init__(task)
         self.profile = profile
         self._values = values
-        self._batcher: Batcher[Any, None] = Batcher(self._serve_batch, profile.max_batch)
+        self._batcher: Batcher[Any, None] = Batcher(self._serve_batch, profile.max_batch, _priority)
         self._sharing = SharedEngine(profile) if profile.continuous else None
         self._decoding = 0
 
@@ -73,7 +77,9 @@ class SimExecutor(Executor):
 
     async def _service(self, task_input: Any) -> None:
         if self.profile.latency_s > 0 and self._sharing is not None:
-            await self._sharing.run(self.profile.latency_s * getattr(task_input, "sim_work", 1.0))
+            await self._sharing.run(
+                self.profile.latency_s * getattr(task_input, "sim_work", 1.0), _priority(task_input)
+            )
         elif self.profile.latency_s > 0:
             await self._batcher.submit(task_input)
         elif self._values is None:
@@ -123,17 +129,21 @@ class SharedEngine:
     def __init__(self, profile: SimProfile) -> None:
         self.profile = profile
         self._running: dict[asyncio.Future[None], float] = {}  # request -> batch-1 seconds left
-        self._waiting: list[tuple[asyncio.Future[None], float]] = []
+        self._waiting: list[tuple[asyncio.Future[None], float, float]] = []  # (request, seconds, priority)
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
     def _rate(self) -> float:
         return 1.0 / (1 + self.profile.batch_growth * (len(self._running) - 1)) if self._running else 1.0
 
-    async def run(self, seconds: float) -> None:
-        """Returns when a request of `seconds` (at batch 1) has been served."""
+    async def run(self, seconds: float, priority: float = 0.0) -> None:
+        """Returns when a request of `seconds` (at batch 1) has been served; waiting requests are
+        admitted by `priority` (higher first), then in arrival order."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((done, seconds))
+        at = len(self._waiting)
+        while at > 0 and self._waiting[at - 1][2] < priority:
+            at -= 1
+        self._waiting.insert(at, (done, seconds, priority))
         self._wake.set()
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._serve())
@@ -144,7 +154,7 @@ class SharedEngine:
         last = loop.time()
         while self._running or self._waiting:
             while self._waiting and len(self._running) < self.profile.max_batch:
-                future, seconds = self._waiting.pop(0)
+                future, seconds, _ = self._waiting.pop(0)
                 self._running[future] = seconds
             rate = self._rate()
             self._wake.clear()
@@ -160,6 +170,11 @@ class SharedEngine:
                     del self._running[future]
                     if not future.done():
                         future.set_result(None)
+
+
+def _priority(task_input: Any) -> float:
+    """A request's place among those waiting: its input's `sim_priority`, higher first."""
+    return float(getattr(task_input, "sim_priority", 0))
 
 
 async def _sleep(seconds: float) -> None:

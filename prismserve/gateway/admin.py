@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from prismserve.app import App
-from prismserve.errors import AuthError, PlacementError
+from prismserve.errors import AuthError, NotFoundError, PlacementError
 from prismserve.gateway.http import read_model, state
 from prismserve.gateway.openapi import errors, json_body
 from prismserve.gateway.serving import find_app
@@ -32,6 +33,8 @@ def require_admin(
     if not (token and hmac.compare_digest(token.encode(), state(request).admin_token.encode())):
         raise AuthError("admin API: missing or wrong bearer token (Authorization: Bearer <token>)")
 
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)], responses=errors(401))
 
@@ -86,12 +89,28 @@ async def list_apps(request: Request) -> AppList:
     responses=errors(400, 404, 409, 413, 415, 500, 502),
 )
 async def deploy(name: str, request: Request) -> Deployed:
-    """Deploy or scale a plan for an app: cells, routing probabilities, sim profiles."""
+    """Deploy or scale a plan for an app: cells, routing probabilities, sim profiles. A plan posted
+    here takes over from re-planning: the app's watcher (`serve --gpus`) stops."""
+    gateway = state(request)
+    find_app(gateway.runtime, name)
+    plan = await read_model(request, Plan, "invalid plan: ")
+    watcher = gateway.replanners.pop(name, None)
+    if watcher is not None:
+        await watcher.close()
+        log.warning("a plan was posted for %s: re-planning it stops", name)
+    await gateway.runtime.deploy(name, plan)
+    return Deployed(app=name, gpus=plan.total_gpus, replicas=plan.replicas())
+
+
+@router.get("/apps/{name:path}/plan", response_model=Plan, responses=errors(404, 500))
+async def deployed_plan(name: str, request: Request) -> Plan:
+    """The plan deployed for an app (posted, or planned at start by `serve --gpus`); 404 when none is."""
     runtime = state(request).runtime
     find_app(runtime, name)
-    plan = await read_model(request, Plan, "invalid plan: ")
-    await runtime.deploy(name, plan)
-    return Deployed(app=name, gpus=plan.total_gpus, replicas=plan.replicas())
+    plan = runtime.plans.get(name)
+    if plan is None:
+        raise NotFoundError(f"app {name!r} has no plan deployed: each of its deployments runs one replica")
+    return plan
 
 
 @router.get("/status", response_model=RuntimeStatus, responses=errors(500))

@@ -18,6 +18,7 @@ from prismserve.errors import InvalidRequestError, PayloadTooLargeError, Unsuppo
 from prismserve.gateway.errors import HTTPError, invalid
 from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.metrics import GatewayMetrics
+from prismserve.gateway.replan import Replanner
 from prismserve.runtime import Runtime
 
 
@@ -32,6 +33,8 @@ class GatewayState:
     max_request_bytes: int
     api_key: str | None = None  # the /v1 routes' bearer key; None: they are open
     media: MediaPolicy = field(default_factory=MediaPolicy)  # how chat requests' media URLs are fetched
+    # Per app, the watcher its requests feed (`attach_replanner`); the metrics read the same dict.
+    replanners: dict[str, Replanner] = field(default_factory=dict)
 
 
 _CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from prismserve.app import App, AppLoadError, AppRegistryError, load_app_source
-from prismserve.errors import UnknownModelError
+from prismserve.errors import UnknownModelError, WorkloadError
 from prismserve.gateway.errors import validation_message
 from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.server import create_gateway
@@ -34,6 +34,8 @@ from prismserve.runtime.resources import PlacementError
 if TYPE_CHECKING:
     import uvicorn
     from opentelemetry.sdk.trace import TracerProvider
+
+    from prismserve.gateway.replan import Replanner
 
 TOKEN_VARIABLE = "PRISMSERVE_ADMIN_TOKEN"
 API_KEY_VARIABLE = "PRISMSERVE_API_KEY"
@@ -48,6 +50,8 @@ class ServeOptions:
     target: str
     name: str | None = None
     plan_path: str | None = None
+    gpus: int | str | None = None  # plan for this many GPUs ("all": the cluster's) at start
+    profile_workload: str = "any2any"
     fake_gpus: int | None = None
     address: str | None = None
     routing: str = "static"
@@ -107,6 +111,17 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         app = load_app_source(source, name, filename=filename)  # report a bad app before anything starts
     except AppLoadError as exc:
         raise StartupError(str(exc)) from None
+    if options.gpus is not None and options.plan_path is not None:
+        raise StartupError("--plan deploys a plan given; --gpus plans one: give one of them")
+    if options.gpus is not None and options.in_process:
+        raise StartupError("--in-process runs one replica per deployment: it cannot deploy a plan for --gpus")
+    if options.gpus is not None:
+        from prismserve.profile import check_workload
+
+        try:
+            check_workload(options.profile_workload)
+        except WorkloadError as exc:
+            raise StartupError(f"--profile-workload: {exc}") from None
     plan = _load_plan(options.plan_path)
     runtime = runtime or _runtime(options)
     chosen = os.environ.get(TOKEN_VARIABLE, "")
@@ -129,6 +144,8 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         filename=filename,
         app=app,
         plan=plan,
+        plan_gpus=options.gpus,
+        profile_workload=options.profile_workload,
         token=token,
         token_generated=not chosen,
         server=uvicorn.Server(config),
@@ -152,6 +169,9 @@ class GatewayServer:
     server: uvicorn.Server
     listener: socket.socket
     tracer_provider: TracerProvider | None = None
+    plan_gpus: int | str | None = None  # plan for this many GPUs at start ("all": the cluster's)
+    profile_workload: str = "any2any"
+    replanner: Replanner | None = None  # watching the traffic of a plan made at start
 
     @property
     def url(self) -> str:
@@ -176,6 +196,8 @@ class GatewayServer:
             self.listener.close()
             # Ctrl-C: uvicorn hands the signal back once it has stopped, and asyncio's runner then
             # cancels this task; the runtime must still close (replicas, models) before we exit.
+            if self.replanner is not None:
+                await self.replanner.close()
             cancelled = await _to_the_end(self.runtime.close())
             if self.tracer_provider is not None:
                 self.tracer_provider.shutdown()  # flush spans still queued for the OTLP exporter
@@ -185,9 +207,29 @@ class GatewayServer:
                 raise asyncio.CancelledError
 
     async def _register(self) -> None:
-        await self.runtime.register_app(self.source, self.app_name, filename=self.filename)
+        app = await self.runtime.register_app(self.source, self.app_name, filename=self.filename)
         if self.plan is not None:
             await self.runtime.deploy(self.app_name, self.plan)
+        if self.plan_gpus is not None:
+            await self._plan(app)
+
+    async def _plan(self, app: App) -> None:
+        """Profile, plan for the GPUs asked for and deploy; then re-plan as the traffic drifts."""
+        from prismserve.gateway.replan import Replanner, attach_replanner
+        from prismserve.profile import deployable, plan_at_start
+
+        gpus = None if self.plan_gpus == "all" else int(self.plan_gpus)  # type: ignore[arg-type]
+        spec, plan, budget = await plan_at_start(self.runtime, app, self.source, gpus, self.profile_workload)
+        self.replanner = Replanner(
+            self.runtime,
+            app.name,
+            spec,
+            gpus=budget,
+            plan=plan,
+            plan_to_deployment=lambda p: deployable(p, spec, app),
+        )
+        attach_replanner(self.server.config.app, self.replanner)
+        self.replanner.start()
 
     def _announce(self) -> None:
         model = getattr(self.app.module, "MODEL", None)

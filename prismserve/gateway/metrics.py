@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from prismserve.runtime import Runtime
+
+if TYPE_CHECKING:
+    from prismserve.gateway.replan import Replanner
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class GatewayMetrics:
-    """Requests, latencies per app and request type, and per-deployment queue depth."""
+    """Requests, latencies per app and request type, per-deployment queue depth, and the state of
+    the apps' re-planning watchers (`replanners`, by app)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.replanners: dict[str, Replanner] = {}
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "prismserve_requests",
@@ -42,6 +49,42 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.apps = Gauge("prismserve_apps_registered", "Registered apps", registry=self.registry)
+        self.replan_rate = Gauge(
+            "prismserve_replan_observed_rps",
+            "Requests/s arriving over the re-planning window",
+            ["app"],
+            registry=self.registry,
+        )
+        self.replan_share = Gauge(
+            "prismserve_replan_observed_share",
+            "Share of each request type over the re-planning window",
+            ["app", "request_type"],
+            registry=self.registry,
+        )
+        self.replan_capacity = Gauge(
+            "prismserve_replan_capacity_rps",
+            "Requests/s the deployed plan sustains at the observed mix (last check)",
+            ["app"],
+            registry=self.registry,
+        )
+        self.replan_drift = Gauge(
+            "prismserve_replan_mix_drift",
+            "Total variation distance between the observed mix and the deployed plan's (last check)",
+            ["app"],
+            registry=self.registry,
+        )
+        self.replans = Gauge(
+            "prismserve_replans",
+            "Re-plans deployed since the gateway started",
+            ["app"],
+            registry=self.registry,
+        )
+        self.last_replan = Gauge(
+            "prismserve_replan_last_timestamp_seconds",
+            "Unix time of the last re-plan (0: none yet)",
+            ["app"],
+            registry=self.registry,
+        )
 
     def exposition(self) -> bytes:
         """The text format, with the gauges read from the runtime now."""
@@ -49,4 +92,21 @@ class GatewayMetrics:
         self.queue_depth.clear()
         for key, depth in self.runtime.queue_depths().items():
             self.queue_depth.labels(deployment=key).set(depth)
+        self._replanning()
         return generate_latest(self.registry)
+
+    def _replanning(self) -> None:
+        """The re-planning watchers' gauges, read now."""
+        for gauge in (self.replan_rate, self.replan_share, self.replan_capacity, self.replan_drift):
+            gauge.clear()
+        for app, replanner in self.replanners.items():
+            status = replanner.status()
+            self.replan_rate.labels(app).set(status.rate)
+            for request_type, share in status.shares.items():
+                self.replan_share.labels(app, request_type).set(share)
+            if status.capacity is not None:
+                self.replan_capacity.labels(app).set(status.capacity)
+            if status.drift is not None:
+                self.replan_drift.labels(app).set(status.drift)
+            self.replans.labels(app).set(status.replans)
+            self.last_replan.labels(app).set(status.last_replan_wall_time or 0.0)

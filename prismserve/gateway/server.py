@@ -52,14 +52,16 @@ def create_gateway(
         raise ValueError(f"max_request_bytes must be positive, not {max_request_bytes}")
     app = FastAPI(title="prismserve", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     tracer = get_tracer("prismserve.gateway", tracer_provider)
+    gateway_metrics = GatewayMetrics(runtime)
     app.state.gateway = GatewayState(
         runtime,
-        GatewayMetrics(runtime),
+        gateway_metrics,
         tracer,
         admin_token,
         max_request_bytes,
         api_key,
         media or MediaPolicy(),
+        replanners=gateway_metrics.replanners,
     )
     app.include_router(admin.router)
     keyed: dict[str, Any] = (

@@ -55,7 +55,11 @@ def request_type(request: BaseModel) -> str:
 def serving(request: Request, app: App, body: BaseModel) -> Served:
     """Start serving `body` through `app` for the HTTP `request` (its gateway, its request id)."""
     gateway = state(request)
-    return Served(gateway.runtime, gateway.metrics, gateway.tracer, app, body, request_id(request))
+    served = Served(gateway.runtime, gateway.metrics, gateway.tracer, app, body, request_id(request))
+    replanner = gateway.replanners.get(app.name)
+    if replanner is not None:  # the app's traffic is watched for re-planning (gateway/replan.py)
+        replanner.observe(served.kind)
+    return served
 
 
 class Served:
@@ -83,7 +87,7 @@ class Served:
         """The whole (non-streaming) response; the span records the error itself, the client gets `failure`'s."""
         try:
             with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
-                async with self.runtime.request_scope(self.app.name):
+                async with self.runtime.request_scope(self.app.name, self.kind):
                     with use_dispatcher(self.runtime.dispatcher):
                         result = await self.app.serve(self.request)
                         if self.app.streaming:
@@ -123,7 +127,7 @@ class Served:
         status = "error"
         try:
             with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
-                async with self.runtime.request_scope(self.app.name):
+                async with self.runtime.request_scope(self.app.name, self.kind):
                     with use_dispatcher(self.runtime.dispatcher):
                         first = True
                         async for chunk in _as_stream(await self.app.serve(self.request)):

@@ -5,6 +5,9 @@
 - `mixture_for_target`: the fewest GPUs reaching a target rate. Exact, unlike the paper's greedy
   Algorithm 2 (`greedy_mixture`, kept as a baseline; papers/NOTES.md has a counterexample).
 - `mixture_for_budget`: the most throughput for N GPUs, by binary decomposition of N.
+- `budget_mixture`: that, or copies of the largest cell plus one cell solved on exactly the
+  leftover GPUs when it does better (budgets a power-of-two cell cannot use, e.g. 5–7 GPUs for a
+  model whose smallest instance needs 5).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from prismserve.planner.throughput import Model
 class Cell:
     """A cell size with its best deployment."""
 
-    gpus: int  # the cell's size, a power of two
+    gpus: int  # the cell's size: a power of two, except the leftover cell of a budget (`budget_mixture`)
     solution: Solution
 
     @property
@@ -117,6 +120,11 @@ def mixture_for_budget(cells: list[Cell], budget: int) -> Counter[int]:
         raise InfeasibleError(
             f"a budget of {budget} GPUs is below the smallest cell ({smallest} GPUs); give at least {smallest}"
         )
+    return _binary_decomposition(cells, budget)
+
+
+def _binary_decomposition(cells: list[Cell], budget: int) -> Counter[int]:
+    """`mixture_for_budget` without the check: empty when the budget holds no cell."""
     by_size = {c.gpus: c for c in cells}
     largest = cells[-1].gpus
     mix: Counter[int] = Counter()
@@ -132,6 +140,65 @@ def mixture_for_budget(cells: list[Cell], budget: int) -> Counter[int]:
                 mix[size] += bit // size
         bit //= 2
     return +mix
+
+
+def budget_mixture(model: Model, cells: list[Cell], budget: int) -> tuple[list[Cell], Counter[int]]:
+    """Most throughput within `budget` GPUs: the binary decomposition, or copies of the largest cell
+    plus one cell solved on exactly the leftover GPUs (`budget` mod the largest cell) when that does
+    better. Returns the cells (with the leftover cell when taken) and the mixture.
+
+    Only a leftover that is not a power of two can gain: a power-of-two leftover is already its own
+    kept cell, holds no instance, or was dropped for copies of a smaller kept cell that beat it.
+    """
+    largest = cells[-1]
+    leftover = budget % largest.gpus
+    mix = _binary_decomposition(cells, budget)
+    if leftover & (leftover - 1):  # neither 0 nor a power of two
+        spare = max_throughput(model, leftover)
+        decomposed = mixture_throughput(cells, _binary_decomposition(cells, leftover))
+        if spare.throughput > decomposed * (1 + 1e-9):
+            cells = [*cells, Cell(leftover, spare)]
+            mix = +Counter({largest.gpus: budget // largest.gpus, leftover: 1})
+    if not mix:
+        fewest = fewest_instance_gpus(model, budget, cells[0].gpus)
+        raise InfeasibleError(
+            f"a budget of {budget} GPUs holds no complete instance of the model, which needs at least "
+            f"{fewest} GPUs; give at least {fewest}"
+        )
+    return cells, mix
+
+
+def fewest_instance_gpus(model: Model, too_few: int, enough: int) -> int:
+    """The fewest GPUs holding a complete instance, by bisection between a count that holds none and one that does."""
+    while enough - too_few > 1:
+        middle = (too_few + enough) // 2
+        if max_throughput(model, middle).throughput > 0:
+            enough = middle
+        else:
+            too_few = middle
+    return enough
+
+
+MAX_PLAN_GPUS = 1_000_000  # a plan beyond this is a mistyped target or profile, not a deployment
+
+
+def target_gpus_bound(cells: list[Cell], target: float) -> float:
+    """A lower bound on the GPUs reaching `target`, with no mixture: kept cells grow more efficient
+    per GPU with size, so no mixture beats the largest cell's rate per GPU."""
+    largest = cells[-1]
+    return target / largest.throughput * largest.gpus * (1 - 1e-9)  # less float noise
+
+
+def check_plan_size(cells: list[Cell], target: float, gpus: float) -> None:
+    """InfeasibleError when reaching `target` takes more than MAX_PLAN_GPUS GPUs (`gpus`, or a lower bound)."""
+    if gpus > MAX_PLAN_GPUS:
+        largest = cells[-1]
+        count = f"{math.ceil(gpus):,}" if gpus < 1e15 else f"{gpus:.3g}"
+        raise InfeasibleError(
+            f"a target of {target:g} req/s needs at least {count} GPUs (one {largest.gpus}-GPU cell gives "
+            f"{largest.throughput:.4g} req/s), more than the planner's limit of {MAX_PLAN_GPUS:,}; "
+            "check the target and the profiled throughputs"
+        )
 
 
 def mixture_throughput(cells: list[Cell], mix: Counter[int]) -> float:

@@ -7,6 +7,8 @@ import json
 import math
 import sys
 
+WARN_GPUS = 10_000  # plans larger than this get a warning: more often a typo than a deployment
+
 
 def add_plan_command(sub: argparse._SubParsersAction) -> None:
     """Register the `plan` subcommand on the `prismserve` subparsers."""
@@ -25,9 +27,9 @@ def add_plan_command(sub: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--max-cell-exponent",
         type=int,
-        default=6,
+        default=None,
         metavar="K",
-        help="the largest cell is 2^K GPUs (default 6: 64 GPUs)",
+        help="the largest cell is 2^K GPUs (default: the spec's max_cell_gpus, else 6: 64 GPUs)",
     )
     plan.add_argument(
         "--topology",
@@ -76,6 +78,12 @@ def run_plan(args: argparse.Namespace) -> int:
     except PlannerError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    if plan.gpus is not None and plan.gpus > WARN_GPUS:
+        print(
+            f"warning: this plan needs {plan.gpus:,} GPUs (over {WARN_GPUS:,}); check the target and the "
+            "spec's throughputs",
+            file=sys.stderr,
+        )
     if args.json:
         data = plan.to_json_dict()
         if change is not None:
@@ -99,7 +107,8 @@ def _cells(cells) -> list[str]:
 
 
 def _table(plan, change=None) -> str:
-    lines = [f"plan: {plan.gpus} GPUs, {plan.throughput:.3f} req/s predicted", ""]
+    largest = f" (cells of up to {plan.max_cell_gpus} GPUs)" if plan.max_cell_gpus else ""
+    lines = [f"plan: {plan.gpus} GPUs, {plan.throughput:.3f} req/s predicted{largest}", ""]
     lines += ["nodes:" if any(c.node for c in plan.cells) else "cells:", *_cells(plan.cells)]
     lines += ["", "routing (probability of each path per request type):"]
     for request_type, paths in plan.routing.items():

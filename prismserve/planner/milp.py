@@ -190,7 +190,7 @@ class _Routes:
     def __init__(self, model: Model, budget: int | None, target: float | None) -> None:
         self.model = model
         self.program = p = _Program()
-        self.executors = list(model.gpus)
+        self.executors = [e.name for e in model.spec.deployable_executors()]  # solo profiles get no replicas
         self.r = {
             s: p.column(integer=True, upper=budget // model.gpus[s] if budget is not None else _INF)
             for s in self.executors

@@ -124,7 +124,7 @@ def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
     candidates = []
     for i in range(k):
         remaining = frozenset(ordered[i:])
-        for executor in spec.executors:
+        for executor in spec.deployable_executors():
             role = frozenset(executor.components) & remaining
             # The role must be the next contiguous block: a component it skips could never run.
             if role and role == frozenset(ordered[i : i + len(role)]):

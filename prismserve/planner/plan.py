@@ -49,17 +49,21 @@ class Plan(BaseModel):
 
     `routing[type][path]` is the probability of each whole path (000 §5.3). `profiles` holds, by
     deployment name, the service-time profiles of emulated (`sim`) executors, as the runtime's
-    `SimProfile` fields; a plan for real executors has none. `gpus` and `throughput` are the
-    planner's figures (absent from hand-written plans).
+    `SimProfile` fields; a plan for real executors has none. `gpus`, `throughput` and
+    `max_cell_gpus` are the planner's figures (absent from hand-written plans).
     """
 
     model_config = ConfigDict(extra="ignore")
 
     gpus: int | None = None
     throughput: float | None = None
+    max_cell_gpus: int | None = None  # the largest cell size the planner considered (cell plans only)
     cells: list[CellPlan]
     routing: dict[str, dict[str, float]] = Field(default_factory=dict)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Executor options by name -> {deployment name: GPUs of its replica}. When given, cells and paths
+    # name these options, and the runtime runs each as one replica of every listed deployment.
+    executors: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _routing_sums_to_one(self) -> Plan:
@@ -88,8 +92,11 @@ class Plan(BaseModel):
         for cell in data["cells"]:
             if cell["node"] is None:
                 del cell["node"]
-        if not data["profiles"]:
-            del data["profiles"]
+        if data["max_cell_gpus"] is None:
+            del data["max_cell_gpus"]
+        for empty in ("profiles", "executors"):
+            if not data[empty]:
+                del data[empty]
         return data
 
 
@@ -125,14 +132,15 @@ def path_probabilities(
     return routing
 
 
-def make_plan(model: Model, cells: list[Cell], mix: Counter[int]) -> Plan:
-    """The plan for a mixture of cells (size -> count), largest cells first."""
+def make_plan(model: Model, cells: list[Cell], mix: Counter[int], max_cell_gpus: int | None = None) -> Plan:
+    """The plan for a mixture of cells (size -> count), largest cells first; `max_cell_gpus` is recorded."""
     by_size = {c.gpus: c for c in cells}
     chosen = [(by_size[size], count) for size, count in sorted(mix.items(), reverse=True) if count]
     return Plan(
-        # A cell occupies its whole power-of-two allocation, even when its replicas need fewer GPUs.
+        # A cell occupies its whole allocation, even when its replicas need fewer GPUs.
         gpus=sum(cell.gpus * count for cell, count in chosen),
         throughput=mixture_throughput(cells, mix),
+        max_cell_gpus=max_cell_gpus,
         cells=[
             CellPlan(
                 gpus=cell.gpus, throughput=cell.throughput, count=count, replicas=dict(cell.solution.replicas)

@@ -27,6 +27,9 @@ class ExecutorOption(BaseModel):
     # by "+" in model order). Algorithm 3's one colocation factor per executor cannot tell that a
     # colocated executor running only part of its components may be slower per component.
     role_seconds: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # False: a solo profile of one component, there only to give Algorithm 3 its time τ_c; the
+    # planner never deploys it nor routes through it (e.g. an encoder too small to run alone).
+    deployable: bool = True
 
     @model_validator(mode="after")
     def _positive(self) -> ExecutorOption:
@@ -39,6 +42,11 @@ class ExecutorOption(BaseModel):
                 f"executor {self.name!r}: names may not contain '->', which joins executors in path names"
             )
         _unique(f"executor {self.name!r}: component", self.components)
+        if not self.deployable and len(self.components) > 1:
+            raise ValueError(
+                f"executor {self.name!r}: `deployable: false` marks a solo profile of one component, "
+                f"but it runs {self.components}; make it deployable or remove it"
+            )
         for request_type, roles in self.role_seconds.items():
             for role, seconds in roles.items():
                 unknown = sorted(set(role.split("+")) - set(self.components))
@@ -130,6 +138,26 @@ class Topology(BaseModel):
         return self.bandwidth
 
 
+class Host(BaseModel):
+    """The CPUs every replica shares, when all of them run on one machine's CPU (GPUs declared on a
+    CPU-only machine): whatever the replicas, the machine serves at most `cpus` CPU-seconds a second.
+
+    `seconds[type]`: CPU-seconds the machine spends on one request of that type (every process:
+    replicas, gateway), measured by the profiler."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float = Field(gt=0)
+    seconds: dict[str, float] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _positive(self) -> Host:
+        for request_type, seconds in self.seconds.items():
+            if not (seconds > 0 and math.isfinite(seconds)):
+                raise ValueError(f"host.seconds[{request_type!r}] must be a finite number > 0, got {seconds}")
+        return self
+
+
 class PlanSpec(BaseModel):
     """Everything the planner needs about a model and its workload (000 §4.1, Appendix B)."""
 
@@ -139,6 +167,21 @@ class PlanSpec(BaseModel):
     executors: list[ExecutorOption] = Field(min_length=1)
     request_types: list[RequestType] = Field(min_length=1)
     topology: Topology | None = None
+    # GPUs of the largest cell (a power of two); the planner's default when none is given.
+    max_cell_gpus: int | None = Field(default=None, ge=1, le=4096)
+    host: Host | None = None  # replicas sharing one machine's CPUs cap the rate
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lists_from_mappings(cls, data: Any) -> Any:
+        """`executors` and `request_types` may be written `{name: fields}`: the planner sees lists."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("executors", "request_types"):
+            if isinstance(data.get(key), dict):
+                data[key] = [_named(key, name, fields) for name, fields in data[key].items()]
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanSpec:
@@ -151,6 +194,7 @@ class PlanSpec(BaseModel):
             if unknown:
                 raise ValueError(f"executor {executor.name!r} names unknown components {unknown}")
         executors = {e.name for e in self.executors}
+        solo_only = {e.name for e in self.executors if not e.deployable}
         for request_type in self.request_types:
             unknown = sorted(set(request_type.components) - known)
             if unknown:
@@ -165,9 +209,19 @@ class PlanSpec(BaseModel):
                     raise ValueError(
                         f"request type {request_type.name!r}: path names unknown executors {unknown}"
                     )
-        total = sum(t.share for t in self.request_types)
-        if abs(total - 1.0) > 1e-6:
-            raise ValueError(f"request type shares must sum to 1, they sum to {total:g}")
+                named = sorted(set(path) & solo_only)
+                if named:
+                    raise ValueError(
+                        f"request type {request_type.name!r}: path {'->'.join(path)} runs {named}, marked "
+                        "`deployable: false` (a solo profile only); remove the path or make them deployable"
+                    )
+        self._normalise_shares()
+        if self.max_cell_gpus is not None and self.max_cell_gpus & (self.max_cell_gpus - 1):
+            below = 1 << (self.max_cell_gpus.bit_length() - 1)
+            raise ValueError(
+                f"max_cell_gpus must be a power of two (the largest cell's GPUs), got {self.max_cell_gpus}; "
+                f"use {below} or {2 * below}"
+            )
         # Algorithm 3 derives τ_c from the executor that runs c alone; without it there is nothing
         # to measure a colocated executor's factor α_s against (papers/NOTES.md).
         for component in sorted({c for e in self.executors for c in e.components}, key=self.components.index):
@@ -181,7 +235,33 @@ class PlanSpec(BaseModel):
                 unknown = sorted(set(edge.split("->")) - executors)
                 if unknown:
                     raise ValueError(f"topology.edge_bytes key {edge!r} names unknown executors {unknown}")
+        if self.host is not None:
+            names = {t.name for t in self.request_types}
+            unknown, missing = sorted(set(self.host.seconds) - names), sorted(names - set(self.host.seconds))
+            if unknown or missing:
+                raise ValueError(
+                    "host.seconds must give every request type's CPU-seconds: "
+                    + (f"unknown {unknown}" if unknown else f"missing {missing}")
+                )
         return self
+
+    def _normalise_shares(self) -> None:
+        """Shares may be raw counts (30 and 70): π_t is each one's fraction of their sum."""
+        total = sum(t.share for t in self.request_types)
+        if not math.isfinite(total):
+            raise ValueError("request type shares overflow when added; give them as fractions or counts")
+        if total != 1.0:
+            self.request_types = [t.model_copy(update={"share": t.share / total}) for t in self.request_types]
+
+    def deployable_executors(self) -> list[ExecutorOption]:
+        """The executors a plan may run; `deployable: false` ones only give Algorithm 3 a solo time."""
+        return [e for e in self.executors if e.deployable]
+
+    def host_capacity(self) -> float | None:
+        """Requests/s of the mix the shared CPUs sustain (`host`), or None when replicas share none."""
+        if self.host is None:
+            return None
+        return self.host.cpus / sum(t.share * self.host.seconds.get(t.name, 0.0) for t in self.request_types)
 
     def executor(self, name: str) -> ExecutorOption:
         """The executor called `name`."""
@@ -189,6 +269,19 @@ class PlanSpec(BaseModel):
             if executor.name == name:
                 return executor
         raise SpecError(f"unknown executor {name!r}")
+
+
+def _named(key: str, name: Any, fields: Any) -> Any:
+    """One entry of a `{name: fields}` mapping as a list entry; a `name` field must agree with the key."""
+    if not isinstance(fields, dict):
+        raise ValueError(
+            f"{key}.{name}: give its fields as a mapping (components, ...), got {type(fields).__name__}"
+        )
+    if "name" in fields and fields["name"] != name:
+        raise ValueError(
+            f"{key}.{name}: `name: {fields['name']}` disagrees with its key; drop `name` or make them equal"
+        )
+    return {**fields, "name": name}
 
 
 def _unique(kind: str, names: list[str]) -> None:

@@ -43,7 +43,7 @@ class _Placed:
         self.nodes = [n.name for n in topology.nodes]
         capacity = {n.name: n.gpus for n in topology.nodes}
         p = self.program = _Program()
-        executors = list(model.gpus)
+        executors = [e.name for e in model.spec.deployable_executors()]  # solo profiles get no replicas
         self.y = {
             (s, h): p.column(integer=True, upper=capacity[h] // model.gpus[s])
             for s in executors

@@ -13,6 +13,7 @@ from prismserve.app import App, AppLoadError, AppRegistry, load_app_source
 from prismserve.errors import InvalidRequestError
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import Plan
+from prismserve.runtime.layout import Layout, check_layout, use_targets
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
 from prismserve.task import Dispatcher
 from prismserve.task.routing import Routing, use_routing
@@ -28,6 +29,8 @@ class Runtime(ABC):
     def __init__(self) -> None:
         self.registry = AppRegistry()
         self.plans: dict[str, Plan] = {}
+        # Per app, its plan's executor options as deployed (runtimes that place cells set it).
+        self.layouts: dict[str, Layout] = {}
         # Per app, its names of its tasks by id: what divergence errors name a request's root by.
         self._task_names: dict[str, dict[int, str]] = {}
 
@@ -43,13 +46,19 @@ class Runtime(ABC):
         """Stop every executor the runtime started."""
 
     @contextlib.asynccontextmanager
-    async def request_scope(self, app_name: str | None = None) -> AsyncIterator[None]:
+    async def request_scope(
+        self, app_name: str | None = None, request_type: str | None = None
+    ) -> AsyncIterator[None]:
         """Wrap the handling of one request of `app_name` (until its response is fully sent): its
-        routers follow the plan deployed for that app, errors name unit tasks by their paths in the
-        app, and what its task graphs left behind (payloads, streams) is released when the block ends."""
+        routers follow the plan deployed for that app, its calls go along a path of `request_type`
+        sampled from the plan when the plan names executor options, errors name unit tasks by their
+        paths in the app, and what its task graphs left behind (payloads, streams) is released when
+        the block ends."""
         plan = self.plans.get(app_name) if app_name is not None else None
+        placed = self.layouts.get(app_name) if app_name is not None else None
         with (
             use_routing(plan.routing if plan is not None else None),
+            use_targets(placed.targets(request_type) if placed is not None else None),
             use_app_task_names(self._task_names.get(app_name) if app_name is not None else None),
             self._graph_scope(),
         ):
@@ -78,6 +87,7 @@ class Runtime(ABC):
         """Unregister an app and stop the deployments no other app uses."""
         released = self.registry.unregister(name)
         self.plans.pop(name, None)
+        self.layouts.pop(name, None)
         self._task_names.pop(name, None)
         await self._on_unregister(name, [d.key for d in released])
 
@@ -85,7 +95,9 @@ class Runtime(ABC):
         """Apply a plan to an app's deployments (only what differs changes)."""
         app = self.registry.get(app_name)
         names = app.named_unit_tasks()
-        unknown = sorted((set(plan.replicas()) | set(plan.profiles)) - set(names))
+        check_layout(plan)
+        deployments = {d for o in plan.executors.values() for d in o} if plan.executors else plan.replicas()
+        unknown = sorted((set(deployments) | set(plan.profiles)) - set(names))
         if unknown:
             raise InvalidRequestError(
                 f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}"
@@ -96,7 +108,8 @@ class Runtime(ABC):
                 f"plan pins cells to nodes {pinned} (a topology-aware plan): the runtime places every cell "
                 "on a node with room itself; drop `node` from the plan's cells to deploy it"
             )
-        _check_routing(app, plan.routing)
+        if not plan.executors:  # paths of executor options are routed by the runtime, not the app's routers
+            _check_routing(app, plan.routing)
         for name, profile in plan.profiles.items():
             try:
                 SimProfile.model_validate(profile)

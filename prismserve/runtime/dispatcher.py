@@ -23,6 +23,7 @@ from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 
 from prismserve.errors import InputLost, ReplicaDied
+from prismserve.runtime.layout import current_targets
 from prismserve.runtime.replica import Call, localize
 from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, TaskManager
 from prismserve.task import DispatchError, InvalidInputError, Stream, TaskError, TaskGraph
@@ -133,8 +134,10 @@ class ReplicaDispatcher:
         return sent
 
     async def _manager(self, node: Invocation) -> TaskManager:
-        """The task manager of an invocation's deployment."""
-        manager = self.managers.get(node.task_key)
+        """The task manager of an invocation's deployment (for a plan with executor options: the
+        deployment of the option the request's path sends it to)."""
+        targets = current_targets.get()
+        manager = self.managers.get(targets.get(node.task_key, node.task_key) if targets else node.task_key)
         if manager is None:
             raise DispatchError.at(
                 node.index, type(node.task).__name__, "has no deployment: register the app that uses it"
@@ -241,6 +244,8 @@ class ReplicaDispatcher:
         scope = _scope.get()
         if scope is not None:
             scope.append((request, replicas, self))
+            for _, replica in replicas:  # a draining replica stays up until the request ends
+                replica.users += 1
         else:
             asyncio.get_running_loop().call_later(self.release_after_s, self.release, request, replicas)
 
@@ -294,3 +299,5 @@ def request_scope() -> Iterator[None]:
         _scope.reset(token)
         for request, replicas, dispatcher in graphs:
             dispatcher.release(request, replicas)
+            for _, replica in replicas:
+                replica.users -= 1

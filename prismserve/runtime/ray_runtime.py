@@ -18,6 +18,7 @@ from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
 from prismserve.runtime.dispatcher import ReplicaDispatcher, RoutingPolicy, request_scope
+from prismserve.runtime.layout import Layout, layout, variant
 from prismserve.runtime.pool import RayActorPool, ReplicaPool, WirePool
 from prismserve.runtime.resources import ResourceManager, first_fit_decreasing
 from prismserve.runtime.task_manager import TaskManager
@@ -49,6 +50,7 @@ class RayRuntime(Runtime):
     `InProcessPool` with declared GPUs runs the same control plane in this process, without Ray).
     `fake_gpus` declares GPUs (on a local Ray it starts) and runs model replicas on the CPU
     (`PRISMSERVE_DEVICE=cpu`); `replica_env` sets more environment variables of model replicas.
+    A new plan's dropped cells are drained for at most `drain_timeout_s` before they are removed.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class RayRuntime(Runtime):
         restart_wait_s: float = 60.0,
         pool: ReplicaPool | None = None,
         replica_env: Mapping[str, str] | None = None,
+        drain_timeout_s: float = 120.0,
     ) -> None:
         super().__init__()
         self.pool = pool or WirePool()
@@ -80,7 +83,7 @@ class RayRuntime(Runtime):
         self.health_interval_s = health_interval_s
         self.restart_wait_s = restart_wait_s
         self.managers: dict[str, TaskManager] = {}
-        self.resources = ResourceManager(pool=self.pool)
+        self.resources = ResourceManager(pool=self.pool, drain_timeout_s=drain_timeout_s)
         self._dispatcher = ReplicaDispatcher(self.managers, policy)
         self._health: asyncio.Task[None] | None = None
 
@@ -169,23 +172,62 @@ class RayRuntime(Runtime):
 
     async def _on_deploy(self, app: App, plan: Plan) -> None:
         names = app.named_unit_tasks()
+        placed = layout(names, plan) if plan.executors else None
+        if placed is not None:
+            self._add_variants(app, placed)
         respecced = []
         for name, profile in plan.profiles.items():
-            manager = self.managers[names[name].deployment_key()]
-            manager.spec = self._spec(manager.task, SimProfile.model_validate(profile))
-            respecced.append(manager)
-        desired = [
-            CellPlan(
-                gpus=cell.gpus,
-                count=cell.count,
-                replicas={names[n].deployment_key(): r for n, r in cell.replicas.items() if r},
-            )
-            for cell in plan.cells
-        ]
-        added, removed = await self.resources.apply(app.name, desired, self.managers)
+            # A deployment's profile holds for its variants at other GPU shapes too.
+            for manager in self._variants_of(names[name]):
+                manager.spec = self._spec(manager.task, SimProfile.model_validate(profile))
+                respecced.append(manager)
+        desired = (
+            placed.cells
+            if placed is not None
+            else [
+                CellPlan(
+                    gpus=cell.gpus,
+                    count=cell.count,
+                    replicas={names[n].deployment_key(): r for n, r in cell.replicas.items() if r},
+                )
+                for cell in plan.cells
+            ]
+        )
+
+        def switch() -> None:  # new requests follow the new plan once its cells are up, before old ones drain
+            self.plans[app.name] = plan
+            if placed is not None:
+                self.layouts[app.name] = placed
+            else:
+                self.layouts.pop(app.name, None)
+
+        added, removed = await self.resources.apply(app.name, desired, self.managers, switch)
         # Cells kept from before run replicas with the old profile: replace those.
         await asyncio.gather(*(manager.respec(manager.spec) for manager in respecced))
         log.info("plan for %s applied: %d cells added, %d removed", app.name, added, removed)
+
+    def _add_variants(self, app: App, placed: Layout) -> None:
+        """Task managers for the deployments a plan's executor options add (another GPU shape)."""
+        for key, task in placed.tasks.items():
+            self.registry.share(app.name, task)
+            if key not in self.managers:
+                self.managers[key] = TaskManager(
+                    key,
+                    task,
+                    self._spec(task, None),
+                    self.slab_bytes,
+                    pool=self.pool,
+                    restart_wait_s=self.restart_wait_s,
+                )
+
+    def _variants_of(self, task: UnitTask[Any, Any]) -> list[TaskManager]:
+        """The managers of `task`'s deployment and of its variants at other GPU shapes."""
+        key = task.deployment_key()
+        return [
+            m
+            for m in self.managers.values()
+            if type(m.task) is type(task) and variant(m.task, task.gpus).deployment_key() == key
+        ]
 
     def _spec(self, task: UnitTask[Any, Any], profile: SimProfile | None) -> ExecutorSpec:
         # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
@@ -218,6 +260,7 @@ class RayRuntime(Runtime):
                 {
                     "id": r.id,
                     "healthy": r.healthy,
+                    "draining": r.draining,
                     "in_flight": r.in_flight,
                     "restarts": r.restarts,
                     "gpus": r.placement.gpus,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -18,6 +20,8 @@ from prismserve.errors import PlacementError
 from prismserve.planner import CellPlan, Plan, plan_changes
 from prismserve.runtime.pool import ReplicaPool, WirePool
 from prismserve.runtime.task_manager import Placement, Replica, TaskManager
+
+log = logging.getLogger(__name__)
 
 _cell_ids = itertools.count()
 
@@ -83,13 +87,20 @@ class PlacedCell:
 class ResourceManager:
     """Places cells on the cluster's GPUs and applies new plans by changing only what differs.
 
-    Reservations go through the replica pool (Ray placement groups by default).
+    Reservations go through the replica pool (Ray placement groups by default). A cell a new plan
+    drops is drained before it is removed, at most `drain_timeout_s` (requests on it finish first).
     """
 
-    def __init__(self, place_timeout_s: float = 60.0, pool: ReplicaPool | None = None) -> None:
+    DRAIN_POLL_S = 0.05  # how often a draining cell is looked at: a request takes far longer
+
+    def __init__(
+        self, place_timeout_s: float = 60.0, pool: ReplicaPool | None = None, drain_timeout_s: float = 120.0
+    ) -> None:
         self.cells: list[PlacedCell] = []
         self.place_timeout_s = place_timeout_s
         self.pool = pool or WirePool()
+        self.drain_timeout_s = drain_timeout_s
+        self._applying = asyncio.Lock()  # one plan change at a time
 
     def inventory(self) -> dict[str, float]:
         """GPUs of each alive node (real or declared)."""
@@ -157,28 +168,87 @@ class ResourceManager:
             self.cells.remove(cell)
 
     async def apply(
-        self, owner: str, desired: list[CellPlan], managers: dict[str, TaskManager]
+        self,
+        owner: str,
+        desired: list[CellPlan],
+        managers: dict[str, TaskManager],
+        switch: Callable[[], None] | None = None,
     ) -> tuple[int, int]:
         """Make `owner`'s cells match `desired` (replicas by deployment key) with the planner's plan diff
-        (`plan_changes`): identical cells stay up, the rest are added and removed.
+        (`plan_changes`) without failing a request: identical cells stay up; the cells to add that fit
+        in free GPUs start first; then `switch` sends new requests along the new plan; then the cells
+        to remove are drained (`drain_cell`) and removed; then the cells that did not fit before start
+        on the GPUs freed. Until those are up, their deployments' leases wait for them
+        (`TaskManager.expect`) rather than fail.
 
         Returns (cells added, cells removed).
         """
-        owned = [c for c in self.cells if c.owner == owner]
-        change = plan_changes(Plan(cells=[_as_plan(c) for c in owned]), Plan(cells=desired))
-        for new in change.add:  # a cell its replicas cannot fit in is refused before anything changes
-            shapes = [managers[k].task.gpus for k, n in sorted(new.replicas.items()) for _ in range(n)]
-            check_fits(new.gpus, new.replicas, shapes, cell_bundles(shapes)[0])
-        removed: list[PlacedCell] = []
-        for gone in change.remove:
-            matching = [c for c in owned if c not in removed and _as_plan(c).same_cell(gone)]
-            removed += matching[: gone.count]
-        for cell in removed:
-            await self.remove_cell(cell)
-        added = [new for new in change.add for _ in range(new.count)]
-        for new in added:
-            await self.create_cell(owner, new.gpus, {k: n for k, n in new.replicas.items() if n}, managers)
-        return len(added), len(removed)
+        async with self._applying:
+            owned = [c for c in self.cells if c.owner == owner]
+            change = plan_changes(Plan(cells=[_as_plan(c) for c in owned]), Plan(cells=desired))
+            for new in change.add:  # a cell its replicas cannot fit in is refused before anything changes
+                check_fits(
+                    new.gpus, new.replicas, _shapes(new.replicas, managers), _bundles(new.replicas, managers)
+                )
+            removed: list[PlacedCell] = []
+            for gone in change.remove:
+                matching = [c for c in owned if c not in removed and _as_plan(c).same_cell(gone)]
+                removed += matching[: gone.count]
+            added = [
+                {k: n for k, n in new.replicas.items() if n} for new in change.add for _ in range(new.count)
+            ]
+            sizes = [new.gpus for new in change.add for _ in range(new.count)]
+            later = []
+            for gpus, replicas in zip(sizes, added, strict=True):
+                if self._fits_now(_bundles(replicas, managers)):
+                    await self.create_cell(owner, gpus, replicas, managers)
+                else:
+                    later.append((gpus, replicas))
+            for _, replicas in later:
+                _expect(managers, replicas, 1)
+            try:
+                if switch is not None:
+                    switch()
+                await asyncio.gather(*(self.drain_cell(cell) for cell in removed))
+                while later:
+                    gpus, replicas = later.pop(0)
+                    try:
+                        await self.create_cell(owner, gpus, replicas, managers)
+                    finally:
+                        _expect(managers, replicas, -1)
+            finally:
+                for _, replicas in later:  # not started (an earlier one failed): leases stop waiting
+                    _expect(managers, replicas, -1)
+            return len(added), len(removed)
+
+    def _fits_now(self, bundles: list[dict[str, float]]) -> bool:
+        """Whether some node has the free GPUs for a cell of `bundles` now."""
+        needed = _bundle_gpus(bundles)
+        return not needed or max(self.free_gpus().values(), default=0) >= needed
+
+    async def drain_cell(self, cell: PlacedCell, timeout_s: float | None = None) -> bool:
+        """Remove a cell without failing the requests on it: its replicas take no new leases (while
+        others can), and it is removed once no request in flight uses them (no lease held, no open
+        request whose payloads or streams are there) or after `timeout_s` (`drain_timeout_s`), when
+        it is removed anyway (logged). Returns whether it drained in time."""
+        for _, replica in cell.members:
+            replica.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.drain_timeout_s if timeout_s is None else timeout_s)
+        while _busy(cell) and loop.time() < deadline:
+            await asyncio.sleep(self.DRAIN_POLL_S)
+        left = _busy(cell)
+        if left:
+            log.warning(
+                "cell %d of %s did not drain within %.0f s: removing it with %d calls and %d requests on it",
+                cell.id,
+                cell.owner,
+                self.drain_timeout_s if timeout_s is None else timeout_s,
+                sum(r.in_flight for r in left),
+                sum(r.users for r in left),
+            )
+        await self.remove_cell(cell)
+        return not left
 
     async def close(self) -> None:
         """Remove every cell."""
@@ -210,3 +280,23 @@ def check_fits(
 
 def _as_plan(cell: PlacedCell) -> CellPlan:
     return CellPlan(gpus=cell.gpus, replicas=cell.replicas)
+
+
+def _shapes(replicas: dict[str, int], managers: dict[str, TaskManager]) -> list[float]:
+    """GPUs of each replica of a cell holding `replicas` (by deployment key)."""
+    return [managers[k].task.gpus for k, n in sorted(replicas.items()) for _ in range(n)]
+
+
+def _bundles(replicas: dict[str, int], managers: dict[str, TaskManager]) -> list[dict[str, float]]:
+    return cell_bundles(_shapes(replicas, managers))[0]
+
+
+def _expect(managers: dict[str, TaskManager], replicas: dict[str, int], sign: int) -> None:
+    """Announce (1) or withdraw (-1) a cell's replicas to their task managers."""
+    for key, n in replicas.items():
+        managers[key].expect(sign * n)
+
+
+def _busy(cell: PlacedCell) -> list[Replica]:
+    """The cell's replicas that a request in flight still uses."""
+    return [r for _, r in cell.members if r.in_flight or r.users]

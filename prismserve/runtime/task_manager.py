@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,12 @@ class Replica:
     actor_id: str = ""  # tells this replica's death from its producers' in a failed call
     address: ReplicaAddress | None = None  # its socket (runtime/wire.py)
     late: int = 0  # health checks in a row it did not answer in time
+    draining: bool = False  # its cell is being removed: no new leases while another replica can take them
+    users: int = 0  # open request scopes whose graphs ran on it (their payloads and streams are here)
+    # What the profiler reads: leases taken, and seconds with at least one lease held (busy).
+    calls: int = 0
+    busy_s: float = 0.0
+    busy_since: float = 0.0
 
 
 class Lease:
@@ -61,13 +68,19 @@ class Lease:
     def __init__(self, replica: Replica) -> None:
         self.replica = replica
         self._held = True
+        replica.calls += 1
+        if not replica.in_flight:
+            replica.busy_since = time.perf_counter()
         replica.in_flight += 1
 
     def release(self) -> None:
         """Give the lease back; later calls do nothing."""
         if self._held:
             self._held = False
-            self.replica.in_flight -= 1
+            replica = self.replica
+            replica.in_flight -= 1
+            if not replica.in_flight:
+                replica.busy_s += time.perf_counter() - replica.busy_since
 
 
 class TaskManager:
@@ -95,6 +108,10 @@ class TaskManager:
         # How long an invocation waits for a restarting replica when no other one is healthy.
         self.restart_wait_s = restart_wait_s
         self._next = 0
+        # Replicas a plan change is about to start (set by the resource manager) or starting now:
+        # while none is leasable but some are expected, a lease waits for them instead of failing.
+        self.expected = 0
+        self._changed = asyncio.Event()  # set (and replaced) when a replica comes up or `expected` drops
 
     # Health checks in a row a replica may leave unanswered before it is restarted: a replica busy on
     # an overloaded machine answers late, and a restart would lose the work it has in hand. A replica
@@ -115,14 +132,30 @@ class TaskManager:
         """Start a replica on `placement` and wait until it is ready."""
         replica = Replica(next(_replica_ids), placement)
         self.replicas.append(replica)
-        await self._start(replica)
+        self.expected += 1
+        try:
+            await self._start(replica)
+        finally:
+            self.expect(-1)
         return replica
+
+    def expect(self, replicas: int) -> None:
+        """Announce `replicas` more replicas about to start (negative: fewer); leases wait for them
+        while no replica is leasable."""
+        self.expected += replicas
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake the leases waiting for a replica."""
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def remove_replica(self, replica: Replica) -> None:
         """Stop a replica and forget it."""
         if replica in self.replicas:
             self.replicas.remove(replica)
         await self.pool.stop(replica)
+        replica.address = None  # a late release (a request that ended after) finds nothing to send to
 
     async def _start(self, replica: Replica) -> None:
         replica.spec = self.spec
@@ -143,8 +176,12 @@ class TaskManager:
         return replica.starting
 
     async def _restart(self, replica: Replica, reason: str) -> None:
+        if replica not in self.replicas:  # removed (its cell is gone): a call that failed on it says so
+            return
         log.warning("restarting replica %d of %s: %s", replica.id, self.name, reason)
         await self.pool.stop(replica)
+        if replica not in self.replicas:  # removed while it stopped: starting it would leak an actor
+            return
         replica.restarts += 1
         replica.late = 0
         try:
@@ -190,15 +227,18 @@ class TaskManager:
         """A lease on the replica the next invocation goes to; it counts at once, so the next pick
         (of the same request, too) sees it.
 
-        While every replica is restarting, waits for one (at most `restart_wait_s`) instead of failing.
+        While every replica is restarting, or a plan change is starting the replicas that will take
+        the place of draining ones, waits for one (at most `restart_wait_s`) instead of failing; a
+        draining replica is taken only when no other can be.
         `dynamic` asks the replicas for their queue depths; otherwise no replica is asked anything.
         """
-        if not any(r.healthy for r in self.replicas):
+        if not any(r.healthy and not r.draining for r in self.replicas):
             await self.wait_healthy(self.restart_wait_s)
         return Lease(await self._least_loaded() if dynamic else self._pick_static())
 
     def _pick_static(self) -> Replica:
-        """The healthy replica with the fewest leases, round-robin among ties (request-static routing).
+        """The healthy replica with the fewest leases, round-robin among ties (request-static routing);
+        draining replicas only when no other is healthy.
 
         Plain round-robin left replicas of static-batching executors unevenly loaded under
         heavy-tailed requests (benchmarks/README.md); the counts are free, kept as calls go out.
@@ -207,7 +247,11 @@ class TaskManager:
         best: Replica | None = None
         for step in range(len(replicas)):
             replica = replicas[(self._next + step) % len(replicas)]
-            if replica.healthy and (best is None or replica.in_flight < best.in_flight):
+            if replica.healthy and (
+                best is None
+                or (best.draining and not replica.draining)
+                or (best.draining == replica.draining and replica.in_flight < best.in_flight)
+            ):
                 best = replica
         if best is None:
             raise NoReplicaError(f"{self.name} has no healthy replica (of {len(replicas)})")
@@ -215,8 +259,11 @@ class TaskManager:
         return best
 
     async def _least_loaded(self) -> Replica:
-        """Ask every healthy replica for its queue depth and take the shortest (dynamic routing)."""
-        healthy = [r for r in self.replicas if r.healthy]
+        """Ask every healthy replica for its queue depth and take the shortest (dynamic routing);
+        draining replicas only when no other is healthy."""
+        healthy = [r for r in self.replicas if r.healthy and not r.draining] or [
+            r for r in self.replicas if r.healthy
+        ]
         if not healthy:
             raise NoReplicaError(f"{self.name} has no healthy replica (of {len(self.replicas)})")
         depths = await asyncio.gather(*(self.pool.queue_depth(r) for r in healthy), return_exceptions=True)
@@ -226,14 +273,20 @@ class TaskManager:
         return healthy[min(scored)[1]]
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Wait until some replica is healthy (restarts in progress), at most `timeout_s`."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while not any(r.healthy for r in self.replicas):
+        """Wait until some replica that is not draining is healthy (restarts in progress, replicas a
+        plan change is starting), at most `timeout_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not any(r.healthy and not r.draining for r in self.replicas):
             starting = [r.starting for r in self.replicas if r.starting is not None and not r.starting.done()]
-            left = deadline - asyncio.get_running_loop().time()
-            if not starting or left <= 0:
+            left = deadline - loop.time()
+            if (not starting and not self.expected) or left <= 0:
                 return
-            await asyncio.wait(starting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            changed = loop.create_task(self._changed.wait())
+            try:
+                await asyncio.wait([*starting, changed], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
 
     def queue_depth(self) -> int:
         """Invocations in flight on this deployment: the leases held."""

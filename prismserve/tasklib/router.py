@@ -8,7 +8,7 @@ from pydantic import Field, InstanceOf, model_validator
 
 from prismserve.errors import InvalidRequestError
 from prismserve.task import Task, replayable_choice
-from prismserve.task.routing import Routing, current_routing
+from prismserve.task.routing import Routing, current_routing, planned_choice
 
 
 class Router(Task[Any, Any]):
@@ -18,7 +18,8 @@ class Router(Task[Any, Any]):
     request a different way. The probabilities come from the plan deployed for the app being served
     (`prismserve.task.routing.current_routing`, set by the runtime per request), else from
     `routing`; a request type they do not mention is spread evenly over all paths. The choice is made with
-    `replayable_choice`, so replay follows the recorded path. Chat requests name their type
+    `planned_choice` (the plan's split as smooth weighted round-robin, not independent draws),
+    recorded as `replayable_choice` records, so replay follows the recorded path. Chat requests name their type
     (`ChatRequest.request_type`: `text`, `image+text` …); override `request_type` for others.
     """
 
@@ -47,4 +48,8 @@ class Router(Task[Any, Any]):
         names = list(self.paths)
         probabilities = (current_routing.get() or self.routing).get(self.request_type(request))
         weights = [probabilities.get(n, 0.0) for n in names] if probabilities else None
-        return self.paths[names[replayable_choice(len(names), weights)]].invoke(request)
+        if weights is None:
+            return self.paths[names[replayable_choice(len(names))]].invoke(request)
+        # The plan's split realised evenly (smooth weighted round-robin), not by independent draws.
+        index = planned_choice((id(self), self.request_type(request), tuple(names)), weights)
+        return self.paths[names[index]].invoke(request)

@@ -84,6 +84,8 @@ def test_check_lists_deployments_of_a_valid_app():
     assert "app 'omni_app': serve(ChatRequest) streams ChatChunk; tasks: omni" in result.stdout
     assert "5 unit-task deployments" in result.stdout
     assert "executor=vocoder  gpus/replica=1" in result.stdout
+    # Each deployment by its path in the app: the names plans and profiles use.
+    assert "\n  omni.thinker.llm  LLMTask  executor=llm  gpus/replica=1\n" in result.stdout
 
 
 def test_check_reports_a_bad_app_in_one_line_without_traceback(tmp_path):

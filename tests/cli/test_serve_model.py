@@ -305,10 +305,18 @@ def test_serve_a_tiny_omni_checkpoint_with_no_app_file(tiny_omni_dir):
 
 
 @contextlib.contextmanager
-def _serving(*args: str, deadline: float = 280) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def _serving(
+    *args: str, deadline: float = 280, before: list[str] | None = None, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`python -m prismserve serve ARGS… --port 0`: (the process, its URL) once /health answers; killed
-    if it has not announced itself within `deadline` seconds or is still running at the end."""
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}", "PRISMSERVE_ADMIN_TOKEN": "t"}
+    if it has not announced itself within `deadline` seconds or is still running at the end. Lines it
+    prints before announcing itself (a plan made at start) go to `before`."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
+        "PRISMSERVE_ADMIN_TOKEN": "t",
+        **(env or {}),
+    }
     process = subprocess.Popen(
         [sys.executable, "-m", "prismserve", "serve", *args, "--port", "0"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -317,6 +325,9 @@ def _serving(*args: str, deadline: float = 280) -> Iterator[tuple[subprocess.Pop
     watchdog.start()
     try:
         first = process.stdout.readline() if process.stdout else ""  # printed once the app is registered
+        while first.startswith("prismserve: planned ") and process.stdout:
+            (before if before is not None else []).append(first)
+            first = process.stdout.readline()
         watchdog.cancel()
         assert first.startswith("prismserve: serving app "), process.stderr.read() if process.stderr else ""
         url = first.rsplit(" ", 1)[1].strip()
@@ -330,3 +341,42 @@ def _serving(*args: str, deadline: float = 280) -> Iterator[tuple[subprocess.Pop
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_serve_plans_for_its_gpus_at_start_and_routes_without_a_router(tmp_path):
+    """`serve APP --gpus all`: the app is profiled on this hardware (and the profile cached), planned for
+    the cluster's GPUs and deployed; requests of each type are answered along the plan's paths (the toy
+    app has no Router)."""
+    import openai
+    from toy import APP_PATH
+
+    before: list[str] = []
+    cache = {"PRISMSERVE_PROFILE_CACHE": str(tmp_path)}
+    with _serving(str(APP_PATH), "--fake-gpus", "6", "--gpus", "all", before=before, env=cache) as (
+        process,
+        url,
+    ):
+        (line,) = before
+        assert line.startswith("prismserve: planned 'omni_app' for 6 GPUs: ") and "req/s predicted" in line
+        status = httpx.get(f"{url}/admin/status", headers={"authorization": "Bearer t"}, timeout=30).json()
+        assert sum(c["gpus"] for c in status["cells"]) == 6
+        plan = httpx.get(
+            f"{url}/admin/apps/omni_app/plan", headers={"authorization": "Bearer t"}, timeout=30
+        ).json()
+        assert plan["executors"]["omni.thinker.llm"] == {"omni.thinker.llm": 1.0}  # laid out on the app
+        assert sum(n * c["count"] for c in plan["cells"] for n in c["replicas"].values()) == 6
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        image = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": _PNG}}]
+        for content in ("hello", image):
+            answer = client.chat.completions.create(
+                model="omni_app", max_tokens=4, messages=[{"role": "user", "content": content}]
+            )
+            assert answer.choices[0].message.content
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+    assert process.returncode == 0
+    (profile,) = tmp_path.glob("omni_app-*.yaml")
+    assert profile.read_text().startswith("# profile of: omni_app\n")
+
+
+_PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="

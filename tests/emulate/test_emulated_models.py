@@ -107,3 +107,26 @@ def test_request_spec_reads_sizes_from_the_request():
     spec = request_spec(request)
     assert spec.images == ((64, 32),) and spec.audios == 1 and spec.videos == 1 and spec.output_tokens == 9
     assert spec.text_tokens == 3 and spec.request_type == request.request_type == "audio+image+text+video"
+
+
+def test_the_planned_split_is_realised_evenly_and_later_hops_are_served_first():
+    """Request-static routing with i.i.d. draws strays by √(n·p·(1−p)) from the plan (±9 of 400 at
+    p = 0.3), which a plan with every executor saturated loses: the split is smooth weighted
+    round-robin, within one request of the plan after every request, and replay keeps the record."""
+    task = EmulatedTask(spec=INTERNVL3)
+    request = ChatRequest.of("describe", images=[jpeg((1920, 1080))], max_tokens=100)
+    routing = {request.request_type: {"E->PD": 0.61, "EPD": 0.39}}  # weights no other test uses
+    names = sorted(INTERNVL3.paths(("E", "P", "D")))
+    taken = {"E->PD": 0, "EPD": 0}
+    with use_routing(routing):
+        for n in range(1, 201):
+            graph = task.record(request)
+            name = names[graph.choices[0]]
+            taken[name] += 1
+            assert abs(taken["E->PD"] - 0.61 * n) < 1 and abs(taken["EPD"] - 0.39 * n) < 1, (n, taken)
+            # Each hop asks its replica to serve it ahead of requests at an earlier hop.
+            assert [node.input.sim_priority for node in graph.nodes] == list(range(len(graph.nodes)))
+            if n == 100:  # replay follows the recorded path and does not move the round-robin on
+                outputs = [StageOutput(payload=[0.0])] * len(graph.nodes)
+                for _ in range(3):
+                    task.replay(request, graph, outputs)

@@ -50,3 +50,34 @@ def test_continuous_batching_lets_short_requests_leave_early():
     assert queued == pytest.approx(0.4, abs=0.08)
     # The long one: 0.1 s of its 0.3 s by 0.2, 0.1 more by 0.4, the last 0.1 alone: 0.5 s.
     assert long_ == pytest.approx(0.5, abs=0.08)
+
+
+class RankedInput(TaskInput):
+    sim_work: float = 1.0
+    sim_priority: int = 0
+
+
+class Ranked(UnitTask[RankedInput, Done]):
+    executor_kind = "sim"
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_waiting_requests_further_along_their_path_are_served_first(continuous):
+    """Work in progress first: a request at a later hop (higher `sim_priority`) that arrives while
+    others wait is served before them, so a replica that is both a path's first and a later hop
+    does not queue the requests an upstream executor already served behind new arrivals."""
+    executor = SimExecutor(Ranked(), SimProfile(latency_s=0.05, max_batch=1, continuous=continuous))
+    order: list[str] = []
+
+    async def one(name: str, priority: int, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await executor.run(RankedInput(sim_priority=priority))
+        order.append(name)
+
+    async def scenario() -> None:
+        await asyncio.gather(
+            one("first", 0, 0.0), one("new 1", 0, 0.01), one("new 2", 0, 0.01), one("continuing", 1, 0.02)
+        )
+
+    asyncio.run(scenario())
+    assert order == ["first", "continuing", "new 1", "new 2"]

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import random
 import time
 from collections import Counter
 
 import pytest
-from planner_instances import cells_from, random_cells
+from planner_instances import cells_from, exhaustive, random_cells, random_spec
 
 from prismserve.planner import (
+    MAX_PLAN_GPUS,
     InfeasibleError,
+    budget_mixture,
     build_model,
     greedy_mixture,
+    load_plan,
+    make_plan,
     max_throughput,
     mixture_for_budget,
     mixture_for_target,
@@ -172,3 +178,112 @@ def test_replanning_keeps_identical_cells_and_reports_what_to_add_and_remove():
         (current, result.change.keep + result.change.remove),
     ):
         assert sum(c.gpus * c.count for c in parts) == plan.gpus
+
+
+# E on 1 GPU (2 req/s) and L on 4 GPUs (6 req/s): a complete instance needs 5 GPUs, so the
+# smallest (and largest) kept cell is 8 GPUs, and budgets of 5–7 GPUs fit no power-of-two cell.
+FIVE_GPU_SPLIT = {
+    "components": ["E", "L"],
+    "executors": [
+        {"name": "E", "components": ["E"], "gpus": 1, "throughput": 2.0},
+        {"name": "L", "components": ["L"], "gpus": 4, "throughput": 6.0},
+    ],
+    "request_types": [{"name": "image", "components": ["E", "L"], "share": 1.0}],
+}
+
+
+def best_rate(model, budget: int) -> float:
+    """The most req/s of any replica vector within `budget` GPUs (exhaustive, path formulation)."""
+    return max(rate for _, rate in exhaustive(model, budget))
+
+
+def test_budgets_no_power_of_two_cell_fits_plan_a_cell_of_exactly_those_gpus():
+    spec = parse_spec(FIVE_GPU_SPLIT)
+    model = build_model(spec)
+    assert [c.gpus for c in plan_cells(model, 4)] == [8]
+    rates = []
+    for budget in (5, 6, 7):
+        plan = plan_for_budget(spec, budget, 4)
+        assert plan.gpus == budget and [(c.gpus, c.count) for c in plan.cells] == [(budget, 1)]
+        assert plan.throughput == pytest.approx(best_rate(model, budget))
+        rates.append(plan.throughput)
+    assert rates == sorted(rates) and rates[0] > 0 and rates[-1] > rates[0]
+    eight = plan_for_budget(spec, 8, 4).throughput
+    for budget in (13, 14, 15):  # one 8-GPU cell and a cell on the 5, 6 or 7 left over
+        plan = plan_for_budget(spec, budget, 4)
+        assert [(c.gpus, c.count) for c in plan.cells] == [(8, 1), (budget - 8, 1)]
+        assert plan.gpus == budget
+        assert plan.throughput == pytest.approx(eight + best_rate(model, budget - 8))
+        assert plan.routing["image"] == pytest.approx({"E->L": 1.0})
+
+
+def test_a_budget_holding_no_instance_names_the_fewest_gpus_one_needs():
+    spec = parse_spec(FIVE_GPU_SPLIT)
+    fewest = min(gpus for gpus, rate in exhaustive(build_model(spec), 8) if rate > 0)
+    assert fewest == 5
+    for budget in (1, 3, 4):
+        with pytest.raises(InfeasibleError, match=f"needs at least {fewest} GPUs; give at least {fewest}$"):
+            plan_for_budget(spec, budget, 4)
+
+
+def test_budgets_below_the_largest_cell_get_the_best_deployment_of_that_size():
+    """Below the largest kept cell a plan is as good as one MILP on the whole budget (random specs)."""
+    rng = random.Random(21)
+    for _ in range(12):
+        spec = random_spec(rng)
+        model = build_model(spec)
+        cells = plan_cells(model, 3)
+        for budget in range(1, cells[-1].gpus):
+            best = max_throughput(model, budget).throughput
+            if best <= 0:
+                with pytest.raises(InfeasibleError, match="holds no complete instance"):
+                    budget_mixture(model, cells, budget)
+                continue
+            with_leftover, mix = budget_mixture(model, cells, budget)
+            assert gpus_of(mix) <= budget
+            assert mixture_throughput(with_leftover, mix) == pytest.approx(best, rel=1e-6)
+
+
+def test_budgets_that_are_powers_of_two_plan_exactly_as_the_binary_decomposition():
+    rng = random.Random(4)
+    specs = [parse_spec(FIVE_GPU_SPLIT)] + [random_spec(rng) for _ in range(8)]
+    for spec in specs:
+        model = build_model(spec)
+        cells = plan_cells(model, 3)
+        for budget in (2**k for k in range(6)):
+            if budget < cells[0].gpus:
+                continue
+            before = make_plan(model, cells, mixture_for_budget(cells, budget), 8)
+            assert plan_for_budget(spec, budget, 3).model_dump() == before.model_dump()
+
+
+def test_leftover_cells_round_trip_and_replan_like_any_cell(tmp_path):
+    spec = parse_spec(FIVE_GPU_SPLIT)
+    plan = plan_for_budget(spec, 13, 4)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan.to_json_dict()))
+    running = load_plan(path)
+    same = plan_changes(running, plan_for_budget(spec, 13, 4))
+    assert [(c.gpus, c.count) for c in same.keep] == [(8, 1), (5, 1)] and not same.add and not same.remove
+    grow = plan_changes(running, plan_for_budget(spec, 16, 4))
+    assert [(c.gpus, c.count) for c in grow.keep] == [(8, 1)]
+    assert [(c.gpus, c.count) for c in grow.add] == [(8, 1)]
+    assert [(c.gpus, c.count) for c in grow.remove] == [(5, 1)]
+
+
+def test_targets_needing_more_than_a_million_gpus_are_refused_before_any_mixture():
+    spec = parse_spec(single(1, 5.0))  # one 1-GPU replica: 5 req/s per GPU, whatever the cell
+    largest = plan_cells(build_model(spec), 6)[-1]
+    per_gpu = largest.throughput / largest.gpus
+    at_limit = plan_for_target(spec, per_gpu * MAX_PLAN_GPUS)
+    assert at_limit.gpus == MAX_PLAN_GPUS
+    over = per_gpu * MAX_PLAN_GPUS * 1.001
+    needed = math.ceil(over / per_gpu - 1e-6)
+    message = f"needs at least {needed:,} GPUs \\(one {largest.gpus}-GPU cell gives {largest.throughput:.4g} req/s\\)"
+    with pytest.raises(InfeasibleError, match=message) as info:
+        plan_for_target(spec, over)
+    assert "\n" not in str(info.value)
+    start = time.perf_counter()
+    with pytest.raises(InfeasibleError, match="more than the planner's limit of 1,000,000"):
+        plan_for_target(spec, 1e300)
+    assert time.perf_counter() - start < 5

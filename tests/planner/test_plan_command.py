@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from prismserve.cli import main
+from prismserve.planner import build_model, parse_spec, plan_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +41,7 @@ def test_json_is_one_object_in_the_documented_shape(tmp_path, capsys):
     assert plan == {
         "gpus": 7,
         "throughput": pytest.approx(30.0),
+        "max_cell_gpus": 64,
         "cells": [
             {"gpus": 4, "throughput": pytest.approx(18.0), "count": 1, "replicas": {"E": 1, "L": 3}},
             {"gpus": 1, "throughput": pytest.approx(4.0), "count": 3, "replicas": {"EL": 1}},
@@ -113,11 +116,6 @@ def big_llm(d):
             "executor 'L': throughput must be a finite number > 0",
         ),
         (
-            mutate(lambda d: d["request_types"][0].update(share=0.5)),
-            ["--gpus", "4"],
-            "shares must sum to 1, they sum to 1.2",
-        ),
-        (
             mutate(lambda d: d["executors"].pop(0)),
             ["--gpus", "4"],
             "component 'E' has no executor that runs it alone",
@@ -127,7 +125,22 @@ def big_llm(d):
             ["--gpus", "1", "--max-cell-exponent", "0"],
             "no cell of up to 1 GPUs can serve every request type",
         ),
-        (mutate(big_llm), ["--gpus", "1"], "budget of 1 GPUs is below the smallest cell (4 GPUs)"),
+        # E (1 GPU) and L (2 GPUs): an instance needs 3 GPUs, the smallest cell 4.
+        (
+            mutate(big_llm),
+            ["--gpus", "2"],
+            "budget of 2 GPUs holds no complete instance of the model, which needs at least 3 GPUs",
+        ),
+        (
+            mutate(lambda d: d["request_types"][0].update(share=-0.5)),
+            ["--gpus", "4"],
+            "request type 'text': share must be > 0, got -0.5",
+        ),
+        (
+            mutate(lambda d: d.update(max_cell_gpus=48)),
+            ["--gpus", "4"],
+            "max_cell_gpus must be a power of two (the largest cell's GPUs), got 48; use 32 or 64",
+        ),
         (mutate(lambda d: d.update(extra=1)), ["--gpus", "4"], "extra: Extra inputs are not permitted"),
         (GOOD, ["--target-rps", "0"], "--target-rps must be a finite number > 0, got 0.0"),
         (GOOD, ["--target-rps", "inf"], "--target-rps must be a finite number > 0, got inf"),
@@ -200,3 +213,39 @@ def test_topology_plan_lists_nodes(tmp_path, capsys):
     assert sum(c["gpus"] for c in plan["cells"]) == plan["gpus"]
     assert main(["plan", write(tmp_path, data), "--gpus", "4", "--topology"]) == 0
     assert "nodes:" in capsys.readouterr().out
+
+
+def test_the_spec_sets_the_largest_cell_and_the_flag_overrides_it(tmp_path, capsys):
+    spec = write(tmp_path, {**GOOD, "max_cell_gpus": 2})
+    assert main(["plan", spec, "--gpus", "8", "--json"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert capped["max_cell_gpus"] == 2 and max(c["gpus"] for c in capped["cells"]) <= 2
+    assert main(["plan", spec, "--gpus", "8", "--max-cell-exponent", "3", "--json"]) == 0
+    wider = json.loads(capsys.readouterr().out)
+    assert wider["max_cell_gpus"] == 8 and wider["throughput"] > capped["throughput"]
+    assert main(["plan", spec, "--gpus", "8"]) == 0
+    header = (
+        f"plan: {capped['gpus']} GPUs, {capped['throughput']:.3f} req/s predicted (cells of up to 2 GPUs)\n"
+    )
+    assert capsys.readouterr().out.startswith(header)
+
+
+def test_plans_over_ten_thousand_gpus_warn_and_absurd_targets_are_refused(tmp_path, capsys):
+    spec = write(tmp_path, GOOD)
+    assert main(["plan", spec, "--target-rps", "30", "--json"]) == 0
+    assert capsys.readouterr().err == ""
+    largest = plan_cells(build_model(parse_spec(GOOD)), 6)[-1]
+    copies = 20_000 // largest.gpus + 1  # just over 20,000 GPUs of the most efficient cell
+    assert main(["plan", spec, "--target-rps", repr(copies * largest.throughput), "--json"]) == 0
+    captured = capsys.readouterr()
+    gpus = copies * largest.gpus
+    assert json.loads(captured.out)["gpus"] == gpus
+    assert captured.err == (
+        f"warning: this plan needs {gpus:,} GPUs (over 10,000); check the target and the spec's throughputs\n"
+    )
+    assert main(["plan", spec, "--target-rps", "1e9"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    needed = math.ceil(1e9 / largest.throughput * largest.gpus)
+    assert captured.err.startswith(f"error: a target of 1e+09 req/s needs at least {needed:,} GPUs")
+    assert "more than the planner's limit of 1,000,000" in captured.err

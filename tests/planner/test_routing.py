@@ -15,7 +15,7 @@ from prismserve.planner import (
     plan_for_budget,
     split_paths,
 )
-from prismserve.planner.cells import mixture_for_budget
+from prismserve.planner.cells import budget_mixture
 
 FIGURE_4 = {
     "components": ["E", "L"],
@@ -69,8 +69,8 @@ def test_plan_probabilities_sum_to_one_and_reproduce_the_planned_rates():
         spec = random_spec(rng)
         model = build_model(spec)
         budget = rng.randint(4, 20)
-        cells = plan_cells(model, 3)
-        mix = mixture_for_budget(cells, budget)
+        # The binary decomposition, with a cell on the leftover GPUs where that does better.
+        cells, mix = budget_mixture(model, plan_cells(model, 3), budget)
         plan = plan_for_budget(spec, budget, max_exponent=3)
         by_size = {c.gpus: c for c in cells}
         for cell in cells:

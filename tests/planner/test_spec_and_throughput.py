@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from prismserve.planner import SpecError, build_model, load_spec, parse_spec
@@ -103,8 +105,33 @@ def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest(
             lambda d: d["executors"][0].update(gpus=0),
             "executors.0.gpus: Input should be greater than or equal to 1",
         ),
-        (lambda d: d["request_types"][0].update(share=0.5), "shares must sum to 1, they sum to 1.2"),
         (lambda d: d["request_types"][0].update(share=0), "request type 'text': share must be > 0"),
+        (
+            lambda d: d["request_types"][0].update(share=float("nan")),
+            "request type 'text': share must be > 0",
+        ),
+        (lambda d: d.update(max_cell_gpus=0), "max_cell_gpus: Input should be greater than or equal to 1"),
+        (lambda d: d.update(max_cell_gpus=8192), "max_cell_gpus: Input should be less than or equal to 4096"),
+        (lambda d: d.update(max_cell_gpus=100), "must be a power of two (the largest cell's GPUs), got 100"),
+        (
+            lambda d: d["executors"][2].update(deployable=False),
+            "executor 'EL': `deployable: false` marks a solo profile of one component",
+        ),
+        (
+            lambda d: (
+                d["executors"][0].update(deployable=False),
+                d["request_types"][1].update(paths=[["E", "L"]]),
+            ),
+            "request type 'image': path E->L runs ['E'], marked `deployable: false`",
+        ),
+        (
+            lambda d: d.update(executors={"E": [1]}),
+            "executors.E: give its fields as a mapping (components, ...), got list",
+        ),
+        (
+            lambda d: d.update(request_types={"text": {**d["request_types"][0], "name": "chat"}}),
+            "request_types.text: `name: chat` disagrees with its key; drop `name` or make them equal",
+        ),
         (
             lambda d: d["request_types"][0].update(components=["L", "X"]),
             "request type 'text' names unknown components ['X']",
@@ -166,3 +193,100 @@ def test_the_worked_examples_parse():
     omni = load_spec(examples / "qwen25_omni.yaml")
     assert len(omni.components) == 6 and len(omni.executors) >= 12 and len(omni.request_types) == 8
     assert load_spec(examples / "internvl3.yaml").components == ["E", "P", "D"]
+
+
+MAPPED_YAML = """
+components: [E, L]
+executors:
+  E:  {components: [E],    gpus: 1, throughput: 20.0}
+  L:  {components: [L],    gpus: 1, throughput: 6.0}
+  EL: {components: [E, L], gpus: 1, throughput: 4.0, name: EL}
+request_types:
+  text:  {components: [L],    share: 30}
+  image: {components: [E, L], share: 70}
+"""
+
+
+def test_executors_and_request_types_may_be_mappings_keyed_by_name_with_raw_count_shares(tmp_path):
+    from prismserve.planner import plan_for_budget
+
+    (tmp_path / "spec.yaml").write_text(MAPPED_YAML)
+    mapped = load_spec(tmp_path / "spec.yaml")
+    listed = parse_spec(MLLM)
+    assert [t.share for t in mapped.request_types] == pytest.approx([0.3, 0.7])
+    assert mapped.model_dump() == listed.model_dump()  # 30/100 and 70/100 are exactly 0.3 and 0.7
+    assert plan_for_budget(mapped, 8).model_dump() == plan_for_budget(listed, 8).model_dump()
+
+
+def test_shares_are_normalised_to_sum_to_one():
+    def with_shares(text: float, image: float):
+        data = json.loads(json.dumps(MLLM))
+        data["request_types"][0]["share"], data["request_types"][1]["share"] = text, image
+        return build_model(parse_spec(data))
+
+    reference = build_model(parse_spec(MLLM))
+    for text, image in ((3, 7), (0.15, 0.35), (300.0, 700.0)):
+        model = with_shares(text, image)
+        assert sum(t.share for t in model.spec.request_types) == pytest.approx(1.0)
+        assert model.tau == pytest.approx(reference.tau) and model.alpha == pytest.approx(reference.alpha)
+    assert [t.share for t in with_shares(1, 3).spec.request_types] == [0.25, 0.75]
+
+
+def test_the_largest_cell_comes_from_the_spec_unless_the_caller_gives_one():
+    from prismserve.planner import plan_for_budget, plan_for_target
+
+    capped = parse_spec({**MLLM, "max_cell_gpus": 4})
+    plan = plan_for_budget(capped, 64)
+    assert plan.max_cell_gpus == 4 and max(c.gpus for c in plan.cells) <= 4
+    assert plan.model_dump() == plan_for_budget(parse_spec(MLLM), 64, max_exponent=2).model_dump()
+    assert plan.throughput < plan_for_budget(parse_spec(MLLM), 64).throughput  # 64-GPU cells do better
+    assert plan_for_budget(parse_spec(MLLM), 64).max_cell_gpus == 64  # DEFAULT_MAX_EXPONENT
+    wider = plan_for_budget(capped, 64, max_exponent=5)
+    assert wider.max_cell_gpus == 32
+    assert wider.model_dump() == plan_for_budget(parse_spec(MLLM), 64, max_exponent=5).model_dump()
+    target = plan_for_target(capped, 100.0)
+    assert target.max_cell_gpus == 4 and max(c.gpus for c in target.cells) <= 4
+
+
+SOLO_E = {
+    **MLLM,
+    "executors": [{**MLLM["executors"][0], "deployable": False}, *MLLM["executors"][1:]],
+}
+
+
+def test_a_solo_only_profile_gives_tau_but_is_never_deployed_or_routed_through():
+    from prismserve.planner import max_throughput, min_gpus, plan_for_budget, plan_for_target
+
+    solo = build_model(parse_spec(SOLO_E))
+    deployable = build_model(parse_spec(MLLM))
+    assert solo.tau == pytest.approx(deployable.tau) and solo.alpha == pytest.approx(deployable.alpha)
+    # E runs only inside the colocated EL: image requests have that one path.
+    assert [p.name for p in solo.paths["image"]] == ["EL"]
+    assert sorted(p.name for p in solo.paths["text"]) == ["EL", "L"]
+    # The same as the deployable spec restricted to paths that avoid E.
+    restricted = json.loads(json.dumps(MLLM))
+    restricted["request_types"][0]["paths"] = [["L"], ["EL"]]
+    restricted["request_types"][1]["paths"] = [["EL"]]
+    for budget in (1, 3, 8, 20):
+        solved = max_throughput(solo, budget)
+        assert "E" not in solved.replicas
+        assert solved.throughput == pytest.approx(
+            max_throughput(build_model(parse_spec(restricted)), budget).throughput
+        )
+    assert "E" not in min_gpus(solo, 25.0).replicas
+    for plan in (plan_for_budget(parse_spec(SOLO_E), 16), plan_for_target(parse_spec(SOLO_E), 50.0)):
+        assert all("E" not in cell.replicas for cell in plan.cells)
+        assert plan.routing["image"] == {"EL": 1.0}
+        assert all("E" not in path.split("->") for paths in plan.routing.values() for path in paths)
+    assert (
+        plan_for_budget(parse_spec(SOLO_E), 16).throughput < plan_for_budget(parse_spec(MLLM), 16).throughput
+    )
+
+
+def test_a_solo_only_profile_is_never_placed_on_a_topology():
+    from prismserve.planner import plan_on_topology
+
+    data = {**SOLO_E, "topology": {"nodes": [{"name": "a", "gpus": 4}], "bandwidth": 1e9}}
+    plan = plan_on_topology(parse_spec(data), gpus=4)
+    assert plan.throughput > 0 and all("E" not in cell.replicas for cell in plan.cells)
+    assert plan.routing["image"] == {"EL": 1.0}

@@ -1,0 +1,175 @@
+"""The profiler: an app's deployments measured on the hardware at hand, as the planner's spec (000 §4.1).
+
+    spec = await profile(runtime, app, workload("any2any", 200))   # the app registered on `runtime`
+    plan = plan_for_budget(spec, 8)                                  # prismserve.planner
+    runtime_plan = deployable(plan, spec, app)                       # cells of executor options
+
+Request types and the deployments each touches come from recording the app (`requests.py`), times
+from serving rounds of each type (`measure.py`); `cache.py` keeps profiles per app, model and
+hardware.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from prismserve.app import App
+from prismserve.bench import workloads as w
+from prismserve.bench.workloads import RequestSpec
+from prismserve.planner import Host, Plan, PlanSpec
+from prismserve.profile.cache import cache_key, cache_path, cached, hardware
+from prismserve.profile.measure import seconds_per_request
+from prismserve.profile.requests import chat_request, deployments_of, servable, shares
+from prismserve.profile.spec import build_spec, executor_layout, spec_document
+
+log = logging.getLogger(__name__)
+
+WORKLOADS = ("any2any", "servegen", "azure-conv", "azure-code", "mooncake-conversation", "mooncake-synthetic")
+
+
+def check_workload(name: str) -> None:
+    """Raise WorkloadError unless `name` is a workload's name or an existing workload file."""
+    if name not in WORKLOADS and not Path(name).is_file():
+        raise w.WorkloadError(
+            f"unknown workload {name!r}: give a workload file or one of {', '.join(WORKLOADS)}"
+        )
+
+
+def workload(name: str, count: int, seed: int = 0) -> list[RequestSpec]:
+    """`count` requests of a named workload (`prismserve bench --workload`'s names), or the requests of
+    a workload file (JSON lines, `bench.workloads.read_requests`); arrival times unused."""
+    check_workload(name)
+    if name not in WORKLOADS:
+        return w.read_requests(name)
+    arrivals = w.Arrivals("poisson", 1.0)
+    if name in ("any2any", "servegen"):
+        return w.servegen(arrivals, count=count, seed=seed, any_to_any=name == "any2any")
+    if name.startswith("azure-"):
+        return w.azure(name.removeprefix("azure-"), arrivals, count=count, seed=seed)
+    return w.mooncake(name.removeprefix("mooncake-"), arrivals, count=count, seed=seed)
+
+
+async def profile(
+    runtime: Any,
+    app: App,
+    specs: list[RequestSpec],
+    batch: int = 4,
+    rounds: int = 2,
+    shared_cpu: bool | None = None,
+) -> PlanSpec:
+    """The planner's spec of `app` (registered on `runtime`) for the mix of `specs`: one solo executor
+    per deployment and the colocations the app packs on one GPU, their per-type times measured in
+    rounds of `batch` requests of a type at a time. With `shared_cpu` (default: when the replicas run
+    on this machine's CPU, as on declared GPUs) the machine's CPU time per request is measured too:
+    every replica shares those CPUs, which caps the planned rate (`PlanSpec.host`)."""
+    kept = servable(app, specs)
+    if app.config.planner_spec is not None:  # an app that knows its costs (emulated): computed, not measured
+        return PlanSpec.model_validate(app.config.planner_spec(kept))
+    media = w.workloads_dir()
+    examples: dict[str, list[Any]] = {}
+    for entry in kept:
+        if len(examples.setdefault(entry.request_type, [])) < batch:
+            examples[entry.request_type].append(chat_request(entry, media))
+    uses = {t: await deployments_of(app, requests[0]) for t, requests in examples.items()}
+    paths = {task.deployment_key(): path for path, task in app.named_unit_tasks().items()}
+    measured, cpu = await seconds_per_request(runtime, app, examples, batch, rounds)
+    seconds = {t: {paths[k]: s for k, s in row.items() if k in paths} for t, row in measured.items()}
+    spec = build_spec(app, shares(kept), uses, seconds)
+    if shared_cpu if shared_cpu is not None else runs_on_this_cpu(runtime):
+        import psutil
+
+        host = Host(cpus=psutil.cpu_count() or 1, seconds={t: max(s, 1e-6) for t, s in cpu.items()})
+        spec = spec.model_copy(update={"host": host})
+    return spec
+
+
+def runs_on_this_cpu(runtime: Any) -> bool:
+    """Whether the replicas all run on this machine's CPU: GPUs declared on a local Ray, or the CPU
+    chosen as the device (`PRISMSERVE_DEVICE=cpu`) without joining a cluster."""
+    local = getattr(runtime, "address", None) is None
+    return local and (
+        getattr(runtime, "fake_gpus", None) is not None or os.environ.get("PRISMSERVE_DEVICE") == "cpu"
+    )
+
+
+async def cached_profile(
+    runtime: Any,
+    app: App,
+    source: str,
+    workload_name: str = "any2any",
+    requests: int = 200,
+    batch: int = 4,
+    rounds: int = 2,
+    refresh: bool = False,
+) -> tuple[PlanSpec, Path, bool]:
+    """`app`'s profile on this runtime's hardware: read from the cache, else measured and cached.
+
+    Returns the spec, its file, and whether it was measured now."""
+    about = {
+        "app": app.name,
+        "hardware": hardware(runtime),
+        "workload": _workload_identity(workload_name, requests),
+        "batch": batch,
+        "rounds": rounds,
+    }
+    path = cache_path(app, cache_key(app, source, about))
+    spec = None if refresh else cached(path)
+    if spec is not None:
+        return spec, path, False
+    spec = await profile(runtime, app, workload(workload_name, requests), batch, rounds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(spec_document(spec, {"profile of": app.name, **about}))
+    partial.replace(path)  # a reader never sees half a file
+    return spec, path, True
+
+
+def _workload_identity(name: str, requests: int) -> str:
+    """What names a workload in the cache key: its name and size, or a workload file's content."""
+    if name in WORKLOADS or not Path(name).is_file():
+        return f"{name} ({requests} requests)"
+    return f"{name} (sha256 {hashlib.sha256(Path(name).read_bytes()).hexdigest()[:16]})"
+
+
+async def plan_at_start(
+    runtime: Any, app: App, source: str, gpus: int | None, workload_name: str = "any2any"
+) -> tuple[PlanSpec, Plan, int]:
+    """Profile `app` (cached), plan the most throughput for `gpus` GPUs (None: every GPU of the
+    cluster) and deploy the plan; returns the profile, the plan and the budget planned for."""
+    from prismserve.planner import plan_for_budget
+
+    spec, path, fresh = await cached_profile(runtime, app, source, workload_name)
+    log.info("%s profile of %s: %s", "measured" if fresh else "cached", app.name, path)
+    budget = gpus if gpus is not None else int(sum(runtime.resources.inventory().values()))
+    plan = plan_for_budget(spec, budget)
+    await runtime.deploy(app.name, deployable(plan, spec, app))
+    print(
+        f"prismserve: planned {app.name!r} for {budget} GPUs: {plan.throughput:.3g} req/s predicted "
+        f"({', '.join(f'{n} x{r}' for n, r in plan.replicas().items() if r)}); profile {path}",
+        flush=True,
+    )
+    return spec, plan, budget
+
+
+def deployable(plan: Plan, spec: PlanSpec, app: App) -> Plan:
+    """The planner's plan for `spec` as the runtime deploys it on `app`: its executors laid out (or
+    as the app's own `deployment_plan` says, for an app that knows its costs)."""
+    if app.config.deployment_plan is not None:
+        return Plan.model_validate(app.config.deployment_plan(plan))
+    return plan.model_copy(update={"executors": executor_layout(spec, app)})
+
+
+__all__ = [
+    "WORKLOADS",
+    "check_workload",
+    "cached_profile",
+    "plan_at_start",
+    "deployable",
+    "executor_layout",
+    "profile",
+    "workload",
+]

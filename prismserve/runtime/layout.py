@@ -1,0 +1,132 @@
+"""Executor layouts: a plan's deployment options realised on an app's deployments, and routing over them.
+
+A plan with `executors` names deployment options (`omni.thinker`, `omni.encoders.image+omni.thinker`)
+instead of deployments: each option runs one replica of every deployment it lists, with the GPUs
+given there, packed together in its cell (a colocated option shares its GPU the way shares of a GPU
+always do, docs/runtime.md "GPU shapes"). A deployment at another GPU shape than the app's is
+another deployment (the shape is part of its identity), so every option gets replicas of its own.
+
+Request-static routing then needs no `Router` in the app (000 §5.3): per request, a path of its
+type is sampled from the plan's probabilities, and each unit-task call goes to the replicas of the
+option on that path that runs its deployment (`current_targets`, read by the dispatcher).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from prismserve.errors import InvalidRequestError
+from prismserve.planner import CellPlan, Plan
+from prismserve.task import UnitTask
+from prismserve.task.base import _check_gpus
+from prismserve.task.errors import TaskDefinitionError
+
+# For the request being served: deployment key the app's graph names -> key of the replicas to use.
+current_targets: ContextVar[Mapping[str, str] | None] = ContextVar("prismserve_targets", default=None)
+
+# Stateless (draws from the OS), so sharing it is not shared mutable state.
+_RNG = random.SystemRandom()
+
+
+@contextmanager
+def use_targets(targets: Mapping[str, str] | None) -> Iterator[None]:
+    """Send the unit-task calls made inside the block to the deployments `targets` names."""
+    token = current_targets.set(targets)
+    try:
+        yield
+    finally:
+        current_targets.reset(token)
+
+
+def variant(task: UnitTask[Any, Any], gpus: float) -> UnitTask[Any, Any]:
+    """`task` deployed at another GPU shape: an equivalent task with its own deployment key."""
+    if gpus == task.gpus:
+        return task
+    try:
+        _check_gpus(type(task), gpus)
+    except TaskDefinitionError as exc:
+        raise InvalidRequestError(f"plan executors: {exc}") from None
+    copy = task.model_copy(update={"gpus": gpus})
+    copy._key = None  # the copy's key is its own (model_copy keeps the cached one)
+    return copy
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A plan's executor options on an app: the tasks they deploy, cells by deployment key, routes."""
+
+    tasks: dict[str, UnitTask[Any, Any]]  # deployment key -> task (variants included)
+    cells: list[CellPlan]  # replicas by deployment key
+    routes: dict[str, list[tuple[float, dict[str, str]]]]  # type -> [(probability, app key -> key)]
+    fallback: dict[str, str]  # app key -> key, for a request type the plan does not route
+
+    def targets(self, request_type: str | None) -> dict[str, str]:
+        """Where the calls of one request of `request_type` go: a path sampled from the plan's routing."""
+        choices = self.routes.get(request_type or "")
+        if not choices:
+            return self.fallback
+        weights = [p for p, _ in choices]
+        return _RNG.choices([t for _, t in choices], weights)[0]
+
+
+def layout(named: Mapping[str, UnitTask[Any, Any]], plan: Plan) -> Layout:
+    """Realise `plan`'s executor options on an app whose deployments are `named` (path -> task)."""
+    unknown = sorted({d for option in plan.executors.values() for d in option} - set(named))
+    if unknown:
+        raise InvalidRequestError(
+            f"plan executors name deployments {unknown} the app does not have; it has {sorted(named)}"
+        )
+    keys = {
+        option: {d: variant(named[d], gpus) for d, gpus in members.items()}
+        for option, members in plan.executors.items()
+    }
+    tasks = {t.deployment_key(): t for members in keys.values() for t in members.values()}
+    cells = []
+    for cell in plan.cells:
+        replicas: dict[str, int] = {}
+        for option, n in cell.replicas.items():
+            for task in keys[option].values():
+                replicas[task.deployment_key()] = replicas.get(task.deployment_key(), 0) + n
+        cells.append(cell.model_copy(update={"replicas": replicas}))
+    deployed = {option for cell in plan.cells for option, n in cell.replicas.items() if n and cell.count}
+    fallback: dict[str, str] = {}
+    for option in [o for o in plan.executors if o in deployed]:
+        for d, task in keys[option].items():
+            fallback.setdefault(named[d].deployment_key(), task.deployment_key())
+    # A call the path does not cover (a deployment the type was not planned with) takes the fallback.
+    routes = {
+        request_type: [(p, fallback | _path_targets(named, keys, path)) for path, p in paths.items() if p > 0]
+        for request_type, paths in plan.routing.items()
+    }
+    return Layout(tasks, cells, routes, fallback)
+
+
+def _path_targets(
+    named: Mapping[str, UnitTask[Any, Any]], keys: dict[str, dict[str, UnitTask[Any, Any]]], path: str
+) -> dict[str, str]:
+    """For one path (options joined by `->`): each deployment goes to the first option on it holding it
+    (a later option that also holds it runs only what is still to run, its role)."""
+    targets: dict[str, str] = {}
+    for option in path.split("->"):
+        for d, task in keys[option].items():
+            targets.setdefault(named[d].deployment_key(), task.deployment_key())
+    return targets
+
+
+def check_layout(plan: Plan) -> None:
+    """Raise InvalidRequestError if a plan with executor options names one it does not define."""
+    if not plan.executors:
+        return
+    named = {name for cell in plan.cells for name in cell.replicas}
+    named |= {option for paths in plan.routing.values() for path in paths for option in path.split("->")}
+    unknown = sorted(named - set(plan.executors))
+    if unknown:
+        raise InvalidRequestError(
+            f"plan names executors {unknown} that its `executors` does not define; it defines "
+            f"{sorted(plan.executors)}"
+        )

@@ -1,0 +1,218 @@
+"""The profiler on the toy Omni app (sim replicas in this process, declared GPUs, no Ray): request types
+and their deployments found by recording, times measured, the spec planned and served without a Router,
+profiles cached."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from toy import APP_PATH
+from toy.executors import VALUES
+
+from prismserve.bench.workloads import RequestSpec, workloads_dir
+from prismserve.planner import plan_for_budget
+from prismserve.profile import cached_profile, deployable, profile
+from prismserve.profile.measure import serve_one
+from prismserve.profile.requests import chat_request, deployments_of, model_order
+from prismserve.runtime.pool import InProcessPool
+from prismserve.runtime.ray_runtime import RayRuntime
+
+SOURCE = APP_PATH.read_text()
+ENC, AUD, LLM, TALK, VOC = (
+    "omni.thinker.encoders.image",
+    "omni.thinker.encoders.audio",
+    "omni.thinker.llm",
+    "omni.talker",
+    "omni.vocoder",
+)
+WORKLOAD = [
+    RequestSpec(0.0, 8, 4),
+    RequestSpec(0.0, 8, 4, images=((64, 48),)),
+    RequestSpec(0.0, 8, 4, images=((64, 48),)),
+    RequestSpec(0.0, 8, 4, audios=1, audio_out=True),
+]
+
+
+@pytest.fixture
+def workloads():
+    """The shared workload media (what `prismserve bench` sends)."""
+    return workloads_dir()
+
+
+def run(scenario):
+    async def main():
+        runtime = RayRuntime(values=VALUES, pool=InProcessPool({"a": 8}))
+        await runtime.start()
+        try:
+            app = await runtime.register_app(SOURCE, "omni")
+            return await asyncio.wait_for(scenario(runtime, app), 120)
+        finally:
+            await runtime.close()
+
+    return asyncio.run(main())
+
+
+def test_each_request_types_deployments_are_read_from_the_apps_recorded_graph(workloads):
+    async def scenario(runtime, app):
+        calls_before = sum(r.calls for m in runtime.managers.values() for r in m.replicas)
+        found = {}
+        for spec in WORKLOAD:
+            request = chat_request(spec, workloads)
+            found[request.request_type] = await deployments_of(app, request)
+        calls_after = sum(r.calls for m in runtime.managers.values() for r in m.replicas)
+        return found, calls_after - calls_before
+
+    found, calls = run(scenario)
+    assert found == {
+        "text": [LLM],
+        "image+text": [ENC, LLM],
+        "audio+text->audio": [AUD, LLM, TALK, VOC],
+    }
+    assert calls == 0  # recording runs nothing
+
+
+def test_model_order_keeps_every_types_order_and_falls_back_on_disagreement():
+    assert model_order([[LLM], [ENC, LLM], [AUD, LLM, TALK, VOC]]) == [ENC, AUD, LLM, TALK, VOC]
+    assert model_order([["a", "b"], ["b", "a"]]) == ["a", "b"]
+
+
+def test_the_profile_plans_a_deployment_that_serves_every_type_without_a_router(workloads):
+    async def scenario(runtime, app):
+        spec = await profile(runtime, app, WORKLOAD, batch=2, rounds=1)
+        plan = plan_for_budget(spec, 6)
+        await runtime.deploy("omni", deployable(plan, spec, app))
+        for s in WORKLOAD:
+            await serve_one(runtime, app, chat_request(s, workloads))
+        placed = {
+            runtime.managers[k].task.deployment_key() for c in runtime.resources.cells for k in c.replicas
+        }
+        return spec, plan, placed
+
+    spec, plan, placed = run(scenario)
+    assert spec.components == [ENC, AUD, LLM, TALK, VOC]
+    assert {t.name: t.share for t in spec.request_types} == {
+        "text": 0.25,
+        "image+text": 0.5,
+        "audio+text->audio": 0.25,
+    }
+    llm = spec.executor(LLM)
+    assert set(llm.role_seconds) == {"text", "image+text", "audio+text->audio"}
+    # Its throughput at the mix is the inverse of the mean measured time per request of the mix.
+    mean = sum(t.share * llm.role_seconds[t.name][LLM] for t in spec.request_types)
+    assert abs(llm.throughput - 1 / mean) < 1e-6 * llm.throughput
+    assert plan.gpus == 6 and sum(plan.replicas().values()) == 6
+    assert plan.routing["audio+text->audio"] == {f"{AUD}->{LLM}->{TALK}->{VOC}": 1.0}
+    assert len(placed) == 5  # every deployment got replicas from the plan
+
+
+def test_a_profile_is_measured_once_then_read_from_the_cache(workloads, tmp_path, monkeypatch):
+    monkeypatch.setenv("PRISMSERVE_PROFILE_CACHE", str(tmp_path))
+
+    async def scenario(runtime, app):
+        import prismserve.profile as profiler
+
+        monkeypatch.setattr(profiler, "workload", lambda name, count: WORKLOAD)
+        first = await cached_profile(runtime, app, SOURCE, batch=2, rounds=1)
+        calls = sum(r.calls for m in runtime.managers.values() for r in m.replicas)
+        second = await cached_profile(runtime, app, SOURCE, batch=2, rounds=1)
+        unchanged = calls == sum(r.calls for m in runtime.managers.values() for r in m.replicas)
+        edited = await cached_profile(runtime, app, SOURCE + "\n# edited\n", batch=2, rounds=1)
+        return first, second, unchanged, edited
+
+    first, second, unchanged, edited = run(scenario)
+    assert first[2] is True and second[2] is False and unchanged
+    assert second[0] == first[0] and second[1] == first[1]
+    assert edited[2] is True and edited[1] != first[1]  # another app version: measured again
+    assert first[1].read_text().startswith("# profile of: omni\n")
+
+
+SHARED = """
+from prismserve.app import AppConfig
+from prismserve.protocol.chat import ChatRequest
+from prismserve.task import Task
+from toy.executors import VALUES
+from toy.tasks import ChatOutput, EncoderTask, LLMInput, LLMTask, MediaInput
+
+
+class Split(Task[ChatRequest, ChatOutput]):
+    def post_init(self):
+        self.encoder = EncoderTask(model_id="vl", modality="image", gpus=0.25)
+        self.llm = LLMTask(model_id="vl", gpus=0.7)
+
+    def invoke(self, request):
+        media = [MediaInput(modality="image", data=p.data) for p in request.images]
+        embeddings = [self.encoder.invoke(m).embedding for m in media]
+        return ChatOutput(text=self.llm.invoke(LLMInput(prompt=request.prompt, embeddings=embeddings)))
+
+
+split = Split()
+
+
+class Config(AppConfig):
+    tasks = {"split": split}
+    input_modalities = frozenset({"text", "image"})
+    sim_values = VALUES
+
+
+async def serve(request: ChatRequest) -> ChatOutput:
+    return await split(request)
+"""
+
+
+def test_deployments_the_app_packs_on_one_gpu_are_a_colocated_option_the_plan_can_use(workloads):
+    async def scenario(runtime, _):
+        app = await runtime.register_app(SHARED, "shared")
+        spec = await profile(runtime, app, WORKLOAD[:3], batch=2, rounds=1)
+        plan = plan_for_budget(spec, 1)  # one GPU: only the colocated option serves both types
+        await runtime.deploy("shared", deployable(plan, spec, app))
+        for s in WORKLOAD[:3]:
+            await serve_one(runtime, app, chat_request(s, workloads))
+        cells = [
+            (c.gpus, sorted(runtime.managers[k].task.gpus for k in c.replicas))
+            for c in runtime.resources.cells
+            if c.owner == "shared"
+        ]
+        return spec, plan, cells
+
+    spec, plan, cells = run(scenario)
+    both = spec.executor("split.encoder+split.llm")
+    solo = {e.name: e for e in spec.executors}
+    # The group's time for a role is its members' measured times added up (they share the GPU).
+    assert both.role_seconds["image+text"]["split.encoder+split.llm"] == pytest.approx(
+        solo["split.encoder"].role_seconds["image+text"]["split.encoder"]
+        + solo["split.llm"].role_seconds["image+text"]["split.llm"]
+    )
+    assert both.role_seconds["text"] == {"split.llm": solo["split.llm"].role_seconds["text"]["split.llm"]}
+    assert plan.replicas() == {"split.encoder+split.llm": 1}
+    assert cells == [(1, [0.25, 0.7])]  # the app's own shares, on one GPU
+
+
+def test_a_workload_that_cannot_be_had_is_one_line_before_anything_starts(tmp_path):
+    import subprocess
+    import sys
+
+    from toy import APP_PATH
+
+    for command in (
+        ["profile", str(APP_PATH), "--workload", "nosuch"],
+        ["serve", str(APP_PATH), "--gpus", "2", "--profile-workload", "nosuch"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "prismserve", *command], capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 2, result.stderr
+        assert "unknown workload 'nosuch': give a workload file or one of any2any" in result.stderr
+        assert "Traceback" not in result.stderr and "Ray" not in result.stderr
+
+
+def test_a_workload_file_is_read_back_as_written(tmp_path):
+    from prismserve.bench.workloads import read_requests, write_requests
+    from prismserve.profile import workload
+
+    write_requests(WORKLOAD, tmp_path / "w.jsonl")
+    assert read_requests(tmp_path / "w.jsonl") == WORKLOAD
+    assert workload(str(tmp_path / "w.jsonl"), 99) == WORKLOAD
+    (tmp_path / "bad.jsonl").write_text('{"text_tokens": 3}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: not a request"):
+        read_requests(tmp_path / "bad.jsonl")

@@ -1,0 +1,88 @@
+"""A plan of executor options on an app without a Router: colocated options realised as deployments at
+another GPU shape packed on one GPU, and each request's calls sent along a path sampled for its type.
+In-process replicas with declared GPUs, no Ray."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from runtime_apps import SOLO
+from test_resources import run
+
+from prismserve.errors import InvalidRequestError
+from prismserve.planner import Plan
+from prismserve.protocol.chat import ChatRequest
+from prismserve.task import use_dispatcher
+
+E, L = "mllm.encoders.image", "mllm.llm"
+PLAN = {
+    "executors": {"E": {E: 1}, "L": {L: 1}, "E+L": {E: 0.25, L: 0.75}},
+    "cells": [{"gpus": 2, "replicas": {"E": 1, "L": 1}}, {"gpus": 1, "count": 2, "replicas": {"E+L": 1}}],
+    "routing": {"image+text": {"E->L": 0.5, "E+L": 0.25, "E->E+L": 0.25}, "text": {"E+L": 1.0}},
+}
+
+
+def calls_by_shape(runtime, name):
+    """Calls taken by the replicas of deployment `name` at each GPU shape."""
+    found = {}
+    for manager in runtime.managers.values():
+        if type(manager.task).__name__ == name:
+            found[manager.task.gpus] = found.get(manager.task.gpus, 0) + sum(
+                r.calls for r in manager.replicas
+            )
+    return found
+
+
+def test_executor_options_are_realised_and_each_request_follows_a_sampled_path():
+    async def scenario(runtime):
+        app = await runtime.register_app(SOLO, "mllm")
+        await runtime.deploy("mllm", Plan.model_validate(PLAN))
+        cells = sorted(
+            (c.gpus, c.reserved, sorted(runtime.managers[k].task.gpus for k in c.replicas))
+            for c in runtime.resources.cells
+        )
+        for index in range(60):
+            request = (
+                ChatRequest.of(f"q{index}", images=[b"a"]) if index < 40 else ChatRequest.of("text only")
+            )
+            async with runtime.request_scope("mllm", request.request_type):
+                with use_dispatcher(runtime.dispatcher):
+                    answer = await app.serve(request)
+            assert answer.tokens[-1] in (f"q{index}", "only")
+        return cells, calls_by_shape(runtime, "EncoderTask"), calls_by_shape(runtime, "LLMTask")
+
+    cells, encoders, llms = run(scenario)
+    # The colocated option: both deployments at their shares, on one GPU of its cell.
+    assert cells == [(1, 1.0, [0.25, 0.75]), (1, 1.0, [0.25, 0.75]), (2, 2.0, [1.0, 1.0])]
+    # 40 image requests: E->L and E->E+L encode on the solo encoder (3/4), E+L on its own (1/4);
+    # the LLM runs solo on E->L only (1/2); the 20 text requests all go to E+L.
+    assert encoders[1.0] + encoders[0.25] == 40 and 20 <= encoders[1.0] <= 39
+    assert llms[1.0] + llms[0.75] == 60 and llms[0.75] >= 20 and 5 <= llms[1.0] <= 35
+
+
+def test_a_plan_naming_an_option_it_does_not_define_or_an_unknown_deployment_is_refused():
+    async def scenario(runtime):
+        await runtime.register_app(SOLO, "mllm")
+        undefined = {**PLAN, "routing": {"text": {"X": 1.0}}}
+        with pytest.raises(InvalidRequestError, match=r"names executors \['X'\]"):
+            await runtime.deploy("mllm", Plan.model_validate(undefined))
+        unknown = {**PLAN, "executors": {**PLAN["executors"], "E": {"mllm.vision": 1}}}
+        with pytest.raises(InvalidRequestError, match=r"mllm.vision"):
+            await runtime.deploy("mllm", Plan.model_validate(unknown))
+        return "mllm" in runtime.plans
+
+    assert run(scenario) is False
+
+
+def test_unregistering_the_app_stops_the_deployments_its_plan_added():
+    async def scenario(runtime):
+        await runtime.register_app(SOLO, "mllm")
+        await runtime.deploy("mllm", Plan.model_validate(PLAN))
+        shapes = len(runtime.managers)
+        await runtime.unregister_app("mllm")
+        await asyncio.sleep(0)
+        return shapes, len(runtime.managers), runtime.resources.cells
+
+    shapes, left, cells = run(scenario)
+    assert shapes == 5 and left == 0 and cells == []

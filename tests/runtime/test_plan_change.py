@@ -1,0 +1,172 @@
+"""Applying a new plan without failing a request: cells added first, routing switched, old cells
+drained, then removed. The emulated InternVL3 on in-process `sim` replicas with declared GPUs; no Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from toy.tasks import EncoderTask
+
+from prismserve.emulate import INTERNVL3
+from prismserve.emulate.app import app_source
+from prismserve.executors.spec import ExecutorSpec
+from prismserve.planner import Plan
+from prismserve.protocol.chat import ChatRequest
+from prismserve.runtime.pool import InProcessPool
+from prismserve.runtime.ray_runtime import RayRuntime
+from prismserve.runtime.task_manager import Lease, Placement, TaskManager
+from prismserve.task import use_dispatcher
+
+SPEEDUP = 100  # sim times / 100: a short request takes milliseconds, 3000 output tokens half a second
+TEXT_FIRST = Plan.model_validate(  # the planner's 4-GPU plan for 10 % images
+    {
+        "cells": [{"gpus": 4, "replicas": {"PD": 1, "EPD": 1}}],
+        "routing": {"text": {"PD": 1.0}, "image+text": {"EPD": 1.0}},
+    }
+)
+IMAGES_FIRST = Plan.model_validate(  # ... and for 90 % images
+    {
+        "cells": [{"gpus": 2, "count": 2, "replicas": {"EPD": 1}}],
+        "routing": {"text": {"EPD": 1.0}, "image+text": {"EPD": 1.0}},
+    }
+)
+
+
+def deployment(plan: Plan) -> Plan:
+    return INTERNVL3.deployment_plan(plan, SPEEDUP)
+
+
+def run(scenario, gpus, **settings):
+    async def main():
+        runtime = RayRuntime(pool=InProcessPool(gpus), **settings)
+        await runtime.start()
+        try:
+            app = await runtime.register_app(app_source(INTERNVL3.name), "vl")  # 11 GPUs of default cells
+            return await asyncio.wait_for(scenario(runtime, app, record(runtime)), 60)
+        finally:
+            await runtime.close()
+
+    return asyncio.run(main())
+
+
+def record(runtime: RayRuntime) -> list[tuple[str, int, Plan | None]]:
+    """What the resource manager does to cells, in order: (add | drain | remove, cell id, plan routed)."""
+    events: list[tuple[str, int, Plan | None]] = []
+    resources = runtime.resources
+    create, drain, remove = resources.create_cell, resources.drain_cell, resources.remove_cell
+
+    async def create_cell(*args, **kwargs):
+        cell = await create(*args, **kwargs)
+        events.append(("add", cell.id, runtime.plans.get("vl")))
+        return cell
+
+    async def drain_cell(cell, *args, **kwargs):
+        events.append(("drain", cell.id, runtime.plans.get("vl")))
+        return await drain(cell, *args, **kwargs)
+
+    async def remove_cell(cell):
+        events.append(("remove", cell.id, runtime.plans.get("vl")))
+        return await remove(cell)
+
+    resources.create_cell, resources.drain_cell, resources.remove_cell = create_cell, drain_cell, remove_cell
+    return events
+
+
+async def ask(runtime, app, tokens: int = 16):
+    async with runtime.request_scope("vl", "text"):
+        with use_dispatcher(runtime.dispatcher):
+            return await app.serve(ChatRequest.of("how are the cars parked", max_tokens=tokens))
+
+
+async def until(condition, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def replica_of(runtime, executor: str, cell_id: int):
+    (manager,) = [m for m in runtime.managers.values() if m.task.executor == executor]
+    (replica,) = [r for r in manager.replicas if r.placement.cell_id == cell_id]
+    return replica
+
+
+def test_with_room_new_cells_start_first_and_a_request_on_a_dropped_cell_finishes():
+    async def scenario(runtime, app, events):
+        await runtime.deploy("vl", deployment(TEXT_FIRST))  # 4 GPUs fit beside the 11 registered
+        (old,) = [c.id for c in runtime.resources.cells]
+        assert [e[0] for e in events][0] == "add"
+        events.clear()
+        pd = replica_of(runtime, "PD", old)
+        long = asyncio.ensure_future(ask(runtime, app, tokens=3000))
+        await until(lambda: pd.in_flight == 1)
+        await runtime.deploy("vl", deployment(IMAGES_FIRST))
+        assert long.done()  # the drain waited for it ...
+        answer = long.result()
+        after = await ask(runtime, app)  # ... and new requests go to the new cells
+        return old, list(events), answer, after, [c.gpus for c in runtime.resources.cells]
+
+    old, events, answer, after, cells = run(scenario, {"a": 16})
+    new = deployment(IMAGES_FIRST)
+    assert [(kind, cell) for kind, cell, _ in events][2:] == [("drain", old), ("remove", old)]
+    assert [kind for kind, _, _ in events[:2]] == ["add", "add"]
+    assert events[2][2] == new  # routing had switched to the new plan before the old cell drained
+    assert len(answer.text.split()) == 3000 and len(after.text.split()) == 16
+    assert cells == [2, 2]
+
+
+def test_with_the_gpus_full_requests_wait_for_cells_that_start_after_the_old_ones_drained():
+    async def scenario(runtime, app, events):
+        deploying = asyncio.ensure_future(runtime.deploy("vl", deployment(TEXT_FIRST)))
+        await until(lambda: any(kind == "drain" for kind, _, _ in events))
+        # Routed by the new plan to PD, whose only replica is draining and whose new one is expected.
+        waiting = [asyncio.ensure_future(ask(runtime, app)) for _ in range(3)]
+        await deploying
+        return list(events), await asyncio.gather(*waiting)
+
+    events, answers = run(scenario, {"a": 11})
+    kinds = [kind for kind, _, _ in events]
+    # Nothing fitted beside the 11 registered GPUs: drain and remove them all, then add.
+    assert kinds[-1] == "add" and sorted(kinds[:-1]) == ["drain"] * 6 + ["remove"] * 6
+    assert all(plan == deployment(TEXT_FIRST) for _, _, plan in events)
+    assert [len(a.text.split()) for a in answers] == [16, 16, 16]
+
+
+def test_a_cell_that_does_not_drain_in_time_is_removed_anyway_and_logged(caplog):
+    async def scenario(runtime, app, events):
+        await runtime.deploy("vl", deployment(TEXT_FIRST))
+        (cell,) = runtime.resources.cells
+        stuck = Lease(replica_of(runtime, "PD", cell.id))  # a call that never answers
+        with caplog.at_level(logging.WARNING, logger="prismserve.runtime.resources"):
+            await runtime.deploy("vl", deployment(IMAGES_FIRST))
+        stuck.release()
+        return cell.id, [c.id for c in runtime.resources.cells]
+
+    old, cells = run(scenario, {"a": 16}, drain_timeout_s=0.2)
+    assert old not in cells and len(cells) == 2
+    assert f"cell {old} of vl did not drain within 0 s: removing it with 1 calls" in caplog.text
+
+
+def test_a_draining_replica_takes_leases_only_when_no_other_can_and_leases_wait_for_expected_ones():
+    async def scenario():
+        manager = TaskManager(
+            "enc", EncoderTask(model_id="m", modality="image"), ExecutorSpec(), 0, pool=InProcessPool()
+        )
+        first = await manager.add_replica(Placement(None, 0, 1))
+        second = await manager.add_replica(Placement(None, 1, 1))
+        first.draining = True
+        picks = {(await manager.lease()).replica.id for _ in range(4)}
+        second.draining = True
+        fallback = (await manager.lease()).replica  # nothing expected: a draining replica serves
+        manager.expect(1)
+        waiting = asyncio.ensure_future(manager.lease())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # waits for the replica announced
+        third = await manager.add_replica(Placement(None, 2, 1))
+        manager.expect(-1)
+        return picks, second.id, fallback, (await waiting).replica is third
+
+    picks, second, fallback, waited = asyncio.run(scenario())
+    assert picks == {second}
+    assert fallback.draining and waited
