@@ -5,8 +5,10 @@ picks when limited to those executors ("chosen to maximize throughput given the 
 000 §7.3) — and the planner's own plan over every executor, which the server makes for itself at
 start (`prismserve serve --gpus 16 --profile-workload`: profile -> plan -> serve, no plan posted; an
 emulated app's costs are its profile). Poisson arrivals at `--load` x the plan's predicted
-throughput, the same requests for every deployment of a workload.
-Run: python benchmarks/paper/fig10_internvl3.py [--requests 400] [--speedup 4]
+throughput, the same requests for every deployment of a workload. 1000 requests by default: in
+shorter runs the stages of a multi-hop plan are still filling their batches for much of the
+measured window (benchmarks/README.md, fig10_queueing.py).
+Run: python benchmarks/paper/fig10_internvl3.py [--requests 1000] [--speedup 4]
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--speedup", type=float, default=4.0, help="sim time divisor (default 4)")
     parser.add_argument("--load", type=float, default=1.25, help="arrival rate / plan's predicted throughput")
     parser.add_argument("--workloads", nargs="+", choices=list(TABLE3), default=list(TABLE3))

@@ -51,7 +51,7 @@ class Runtime(ABC):
     ) -> AsyncIterator[None]:
         """Wrap the handling of one request of `app_name` (until its response is fully sent): its
         routers follow the plan deployed for that app, its calls go along a path of `request_type`
-        sampled from the plan when the plan names executor options, errors name unit tasks by their
+        picked by the plan when the plan names executor options, errors name unit tasks by their
         paths in the app, and what its task graphs left behind (payloads, streams) is released when
         the block ends."""
         plan = self.plans.get(app_name) if app_name is not None else None

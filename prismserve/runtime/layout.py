@@ -7,13 +7,12 @@ always do, docs/runtime.md "GPU shapes"). A deployment at another GPU shape than
 another deployment (the shape is part of its identity), so every option gets replicas of its own.
 
 Request-static routing then needs no `Router` in the app (000 §5.3): per request, a path of its
-type is sampled from the plan's probabilities, and each unit-task call goes to the replicas of the
+type is picked by the plan's probabilities (smooth weighted round-robin), and each unit-task call goes to the replicas of the
 option on that path that runs its deployment (`current_targets`, read by the dispatcher).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,12 +24,10 @@ from prismserve.planner import CellPlan, Plan
 from prismserve.task import UnitTask
 from prismserve.task.base import _check_gpus
 from prismserve.task.errors import TaskDefinitionError
+from prismserve.task.routing import round_robin
 
 # For the request being served: deployment key the app's graph names -> key of the replicas to use.
 current_targets: ContextVar[Mapping[str, str] | None] = ContextVar("prismserve_targets", default=None)
-
-# Stateless (draws from the OS), so sharing it is not shared mutable state.
-_RNG = random.SystemRandom()
 
 
 @contextmanager
@@ -66,12 +63,13 @@ class Layout:
     fallback: dict[str, str]  # app key -> key, for a request type the plan does not route
 
     def targets(self, request_type: str | None) -> dict[str, str]:
-        """Where the calls of one request of `request_type` go: a path sampled from the plan's routing."""
+        """Where the calls of one request of `request_type` go: the next path of the plan's routing."""
         choices = self.routes.get(request_type or "")
         if not choices:
             return self.fallback
-        weights = [p for p, _ in choices]
-        return _RNG.choices([t for _, t in choices], weights)[0]
+        # Smooth weighted round-robin, not independent draws: each path gets its share within about
+        # one request, which a plan whose executors are all saturated needs (docs/planner.md).
+        return choices[round_robin((id(self), request_type), [p for p, _ in choices])][1]
 
 
 def layout(named: Mapping[str, UnitTask[Any, Any]], plan: Plan) -> Layout:
