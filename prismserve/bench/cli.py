@@ -9,15 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-WORKLOADS = (
-    "any2any",
-    "servegen",
-    "azure-conv",
-    "azure-code",
-    "mooncake-conversation",
-    "mooncake-synthetic",
-    "controlled",
-)
+from prismserve.bench import TRACES
+
+WORKLOADS = (*TRACES, "controlled")
 
 
 def add_bench_command(sub: argparse._SubParsersAction) -> None:
@@ -127,14 +121,9 @@ def build_workload(args: argparse.Namespace):
     """The RequestSpecs the arguments describe."""
     from prismserve.bench import workloads as w
 
-    arrivals = w.Arrivals(args.arrivals, args.rate)
     size = {"count": args.requests, "duration": args.duration, "seed": args.seed}
-    if args.workload in ("any2any", "servegen"):
-        return w.servegen(arrivals, any_to_any=args.workload == "any2any", **size)
-    if args.workload.startswith("azure-"):
-        return w.azure(args.workload.removeprefix("azure-"), arrivals, **size)
-    if args.workload.startswith("mooncake-"):
-        return w.mooncake(args.workload.removeprefix("mooncake-"), arrivals, **size)
+    if args.workload in TRACES:
+        return w.trace(args.workload, w.Arrivals(args.arrivals, args.rate), **size)
     if args.arrivals != "poisson":
         raise w.WorkloadError("the controlled workload has Poisson arrivals only")
     width, _, height = args.resolution.partition("x")

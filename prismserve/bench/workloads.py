@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from prismserve.bench import TRACES
 from prismserve.errors import WorkloadError
 
 QWEN_PATCH_PIXELS = 28 * 28  # pixels per image token in Qwen-VL models (14-px patches merged 2x2)
@@ -336,6 +337,20 @@ def _text_workload(rows, arrivals: Arrivals, count, duration, seed: int) -> list
         times = scaled_trace_times(np.array([r[0] for r in rows]), arrivals.rate, count, duration)
         picked = list(rows[: len(times)])
     return [RequestSpec(float(t), max(1, r[1]), max(1, r[2])) for t, r in zip(times, picked, strict=True)]
+
+
+def trace(
+    name: str, arrivals: Arrivals, count: int | None = None, duration: float | None = None, seed: int = 0
+) -> list[RequestSpec]:
+    """The requests of a trace workload by its name (`TRACES`, as `prismserve bench --workload` and
+    `prismserve profile --workload` name them)."""
+    if name in ("any2any", "servegen"):
+        return servegen(arrivals, count, duration, seed, any_to_any=name == "any2any")
+    if name.startswith("azure-"):
+        return azure(name.removeprefix("azure-"), arrivals, count, duration, seed)
+    if name.startswith("mooncake-"):
+        return mooncake(name.removeprefix("mooncake-"), arrivals, count, duration, seed)
+    raise WorkloadError(f"unknown workload {name!r}: one of {', '.join(TRACES)}")
 
 
 # --- controlled (000 Table 3) -----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.costs import CostModel
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import CellPlan, ExecutorOption, Plan, PlanSpec, RequestType
+from prismserve.planner.paths import entry_roles
 
 DEPLOYMENT_PREFIX = "model.executors."  # the app's unit-task paths: `model.executors.<executor>`
 
@@ -125,7 +126,7 @@ class EmulatedModel(BaseModel):
             for executor in chosen:
                 busy[executor.name] += executor.seconds(work, [c for c in needs if c in executor.components])
                 mine = roles[executor.name].setdefault(spec.request_type, {})
-                for role in _roles(needs, executor.components):
+                for role in entry_roles(needs, executor.components):
                     key = "+".join(role)
                     mine[key] = mine.get(key, 0.0) + executor.seconds(work, role)
         return PlanSpec(
@@ -255,13 +256,3 @@ def _rates_scaled(plan: Plan, factor: float) -> Plan:
             "cells": [cell.model_copy(update={"throughput": scaled(cell.throughput)}) for cell in plan.cells],
         }
     )
-
-
-def _roles(needs: tuple[str, ...], components: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """The roles an executor holding `components` can take on a path of `needs` (one per entry point)."""
-    found = []
-    for start in range(len(needs)):
-        role = tuple(c for c in needs[start:] if c in components)
-        if role and role == needs[start : start + len(role)] and role not in found:
-            found.append(role)
-    return found

@@ -14,7 +14,7 @@ instead of a rate on each of the exponentially many paths, with the same optimum
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prismserve.planner.errors import SpecError
@@ -101,6 +101,21 @@ def roles_of(
     return tuple(roles) if not remaining else None
 
 
+def entry_role(needs: Sequence[str], start: int, members: Iterable[str]) -> tuple[str, ...]:
+    """The role an executor holding `members` takes on a request needing `needs` (in model order) when
+    it is entered at `needs[start]`: the members still to run, if they are the next block of `needs`
+    (a component it skipped could never run); else () — it cannot be entered there."""
+    held = set(members)
+    role = tuple(c for c in needs[start:] if c in held)
+    return role if role and role == tuple(needs[start : start + len(role)]) else ()
+
+
+def entry_roles(needs: Sequence[str], members: Iterable[str]) -> list[tuple[str, ...]]:
+    """Every role an executor holding `members` can take on a request needing `needs` (one per entry
+    point it can be entered at)."""
+    return [role for i in range(len(needs)) if (role := entry_role(needs, i, members))]
+
+
 def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
     """The type's route graph: its explicit paths (checked), or every valid executor sequence."""
     if request_type.paths is not None:
@@ -121,14 +136,12 @@ def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
     ordered = sorted(request_type.components, key=spec.components.index)
     k = len(ordered)
     graph = RouteGraph(request_type.name, start=0, end=k)
-    candidates = []
-    for i in range(k):
-        remaining = frozenset(ordered[i:])
-        for executor in spec.deployable_executors():
-            role = frozenset(executor.components) & remaining
-            # The role must be the next contiguous block: a component it skips could never run.
-            if role and role == frozenset(ordered[i : i + len(role)]):
-                candidates.append(Hop(i, i + len(role), executor.name, role))
+    candidates = [
+        Hop(i, i + len(block), executor.name, frozenset(block))
+        for i in range(k)
+        for executor in spec.deployable_executors()
+        if (block := entry_role(ordered, i, executor.components))
+    ]
     # Keep hops on some start-to-end walk, so that the solver sees no dead ends.
     forward = {0}
     for hop in sorted(candidates, key=lambda h: h.source):

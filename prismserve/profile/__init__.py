@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from prismserve.app import App
+from prismserve.bench import TRACES
 from prismserve.bench import workloads as w
 from prismserve.bench.workloads import RequestSpec
 from prismserve.planner import Host, Plan, PlanSpec
@@ -28,14 +29,12 @@ from prismserve.profile.spec import build_spec, executor_layout, spec_document
 
 log = logging.getLogger(__name__)
 
-WORKLOADS = ("any2any", "servegen", "azure-conv", "azure-code", "mooncake-conversation", "mooncake-synthetic")
-
 
 def check_workload(name: str) -> None:
     """Raise WorkloadError unless `name` is a workload's name or an existing workload file."""
-    if name not in WORKLOADS and not Path(name).is_file():
+    if name not in TRACES and not Path(name).is_file():
         raise w.WorkloadError(
-            f"unknown workload {name!r}: give a workload file or one of {', '.join(WORKLOADS)}"
+            f"unknown workload {name!r}: give a workload file or one of {', '.join(TRACES)}"
         )
 
 
@@ -43,14 +42,9 @@ def workload(name: str, count: int, seed: int = 0) -> list[RequestSpec]:
     """`count` requests of a named workload (`prismserve bench --workload`'s names), or the requests of
     a workload file (JSON lines, `bench.workloads.read_requests`); arrival times unused."""
     check_workload(name)
-    if name not in WORKLOADS:
+    if name not in TRACES:
         return w.read_requests(name)
-    arrivals = w.Arrivals("poisson", 1.0)
-    if name in ("any2any", "servegen"):
-        return w.servegen(arrivals, count=count, seed=seed, any_to_any=name == "any2any")
-    if name.startswith("azure-"):
-        return w.azure(name.removeprefix("azure-"), arrivals, count=count, seed=seed)
-    return w.mooncake(name.removeprefix("mooncake-"), arrivals, count=count, seed=seed)
+    return w.trace(name, w.Arrivals("poisson", 1.0), count=count, seed=seed)
 
 
 async def profile(
@@ -130,7 +124,7 @@ async def cached_profile(
 
 def _workload_identity(name: str, requests: int) -> str:
     """What names a workload in the cache key: its name and size, or a workload file's content."""
-    if name in WORKLOADS or not Path(name).is_file():
+    if name in TRACES or not Path(name).is_file():
         return f"{name} ({requests} requests)"
     return f"{name} (sha256 {hashlib.sha256(Path(name).read_bytes()).hexdigest()[:16]})"
 
@@ -164,7 +158,6 @@ def deployable(plan: Plan, spec: PlanSpec, app: App) -> Plan:
 
 
 __all__ = [
-    "WORKLOADS",
     "check_workload",
     "cached_profile",
     "plan_at_start",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 def add_profile_command(sub: argparse._SubParsersAction) -> None:
     """Register the `profile` subcommand."""
-    from prismserve.profile import WORKLOADS
+    from prismserve.bench import TRACES
 
     profile = sub.add_parser(
         "profile",
@@ -30,7 +30,7 @@ def add_profile_command(sub: argparse._SubParsersAction) -> None:
         "--workload",
         default="any2any",
         metavar="NAME|FILE",
-        help=f"the request mix: {', '.join(WORKLOADS)}, or a workload file of JSON lines (default any2any)",
+        help=f"the request mix: {', '.join(TRACES)}, or a workload file of JSON lines (default any2any)",
     )
     profile.add_argument(
         "--requests", type=int, default=200, help="requests drawn from the workload (default 200)"

@@ -14,6 +14,7 @@ from typing import Any
 from prismserve.app import App
 from prismserve.errors import InvalidRequestError
 from prismserve.planner import ExecutorOption, PlanSpec, RequestType
+from prismserve.planner.paths import entry_roles
 
 
 def build_spec(
@@ -110,7 +111,7 @@ def _colocated(
             continue
         roles: dict[str, dict[str, float]] = {}
         for t, used in uses.items():
-            for role in _roles([d for d in components if d in used], members):
+            for role in entry_roles([d for d in components if d in used], members):
                 roles.setdefault(t, {})["+".join(role)] = sum(seconds[t][d] for d in role)
         if not roles:
             continue
@@ -125,14 +126,3 @@ def _colocated(
             )
         )
     return options
-
-
-def _roles(needs: list[str], members: list[str]) -> list[list[str]]:
-    """The roles a group holding `members` can take on a path of `needs` (model order): at each entry
-    point, the members still to run, when they are the next components in order (papers/NOTES.md)."""
-    found: list[list[str]] = []
-    for start in range(len(needs)):
-        role = [c for c in needs[start:] if c in members]
-        if role and role == needs[start : start + len(role)] and role not in found:
-            found.append(role)
-    return found

@@ -5,26 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from toy.specs import ENCODER_LLM
 
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.gateway.replan import Replanner, total_variation
 from prismserve.planner import Plan, parse_spec, plan_for_budget, plan_for_target, spec_at_mix
 from prismserve.runtime import LocalRuntime
 
-# An encoder E (0.5 s per image request) and an LLM L (0.25 s per request), planned for 90 % text.
-SPEC = parse_spec(
-    {
-        "components": ["E", "L"],
-        "executors": [
-            {"name": "E", "components": ["E"], "gpus": 1, "throughput": 20.0},
-            {"name": "L", "components": ["L"], "gpus": 1, "throughput": 4.0},
-        ],
-        "request_types": [
-            {"name": "text", "components": ["L"], "share": 0.9},
-            {"name": "image+text", "components": ["E", "L"], "share": 0.1},
-        ],
-    }
-)
+SPEC = parse_spec(ENCODER_LLM)  # planned for 90 % text
 
 
 class RecordingRuntime(LocalRuntime):

@@ -7,6 +7,7 @@ import random
 
 import pytest
 from planner_instances import FixedReplicasLP, random_spec
+from toy.specs import ENCODER_LLM
 
 from prismserve.planner import (
     Plan,
@@ -19,20 +20,6 @@ from prismserve.planner import (
     plan_for_budget,
     spec_at_mix,
 )
-
-# An encoder E (0.5 s per image request) and an LLM L (0.25 s per request), profiled at 90 % text:
-# E serves 20 requests of the mix per second (1 in 10 needs it), L 4.
-ENCODER_LLM = {
-    "components": ["E", "L"],
-    "executors": [
-        {"name": "E", "components": ["E"], "gpus": 1, "throughput": 20.0},
-        {"name": "L", "components": ["L"], "gpus": 1, "throughput": 4.0},
-    ],
-    "request_types": [
-        {"name": "text", "components": ["L"], "share": 0.9},
-        {"name": "image+text", "components": ["E", "L"], "share": 0.1},
-    ],
-}
 
 
 def test_the_capacity_of_fixed_replicas_at_two_mixes_is_the_hand_computed_bottleneck():
