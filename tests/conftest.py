@@ -60,6 +60,8 @@ def _serve(app) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=60)
+        if thread.is_alive():  # its runtime would still hold the cluster's GPUs: later tests would fail
+            raise RuntimeError("the gateway did not stop within 60 s")
 
 
 @pytest.fixture(scope="session")

@@ -92,6 +92,10 @@ class ResourceManager:
     """
 
     DRAIN_POLL_S = 0.05  # how often a draining cell is looked at: a request takes far longer
+    # How long a new plan's cell may take to place before the old cells are drained: GPUs that are free
+    # by this runtime's count may still be held in the cluster (another job, or a placement group Ray
+    # has not yet released); the cell then starts after the drain, as one that did not fit.
+    EARLY_PLACE_S = 10.0
 
     def __init__(
         self, place_timeout_s: float = 60.0, pool: ReplicaPool | None = None, drain_timeout_s: float = 120.0
@@ -115,9 +119,15 @@ class ResourceManager:
         return free
 
     async def create_cell(
-        self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]
+        self,
+        owner: str,
+        gpus: int,
+        replicas: dict[str, int],
+        managers: dict[str, TaskManager],
+        place_timeout_s: float | None = None,
     ) -> PlacedCell:
-        """Reserve the cell's replicas' resources on one node and start them."""
+        """Reserve the cell's replicas' resources on one node (waiting at most `place_timeout_s`,
+        default the manager's) and start them."""
         members = [managers[key] for key, n in sorted(replicas.items()) for _ in range(n)]
         shapes = [m.task.gpus for m in members]
         bundles, bundle_of = cell_bundles(shapes)
@@ -130,13 +140,15 @@ class ResourceManager:
                 f"[{', '.join(f'{f:g}' for f in sorted(free.values()))}]); add GPUs or plan for fewer"
             )
         cell = PlacedCell(next(_cell_ids), owner, gpus, dict(replicas), reserved=needed)
+        timeout_s = self.place_timeout_s if place_timeout_s is None else place_timeout_s
         try:
             cell.placement_group, cell.node_id = await self.pool.reserve(
-                bundles, f"prismserve-cell-{cell.id}", self.place_timeout_s
+                bundles, f"prismserve-cell-{cell.id}", timeout_s
             )
         except TimeoutError:
             raise PlacementError(
-                f"cell of {needed:g} GPUs could not be placed within {self.place_timeout_s:.0f} s"
+                f"cell of {needed:g} GPUs could not be placed within {timeout_s:.0f} s: the cluster holds "
+                "GPUs this runtime did not take (another job or runtime on it?); free them or plan for fewer"
             ) from None
         self.cells.append(cell)
         started = await asyncio.gather(
@@ -176,10 +188,10 @@ class ResourceManager:
     ) -> tuple[int, int]:
         """Make `owner`'s cells match `desired` (replicas by deployment key) with the planner's plan diff
         (`plan_changes`) without failing a request: identical cells stay up; the cells to add that fit
-        in free GPUs start first; then `switch` sends new requests along the new plan; then the cells
-        to remove are drained (`drain_cell`) and removed; then the cells that did not fit before start
-        on the GPUs freed. Until those are up, their deployments' leases wait for them
-        (`TaskManager.expect`) rather than fail.
+        in free GPUs start first (if they can be placed within `EARLY_PLACE_S`); then `switch` sends
+        new requests along the new plan; then the cells to remove are drained (`drain_cell`) and
+        removed; then the other new cells start on the GPUs freed. Until those are up, their
+        deployments' leases wait for them (`TaskManager.expect`) rather than fail.
 
         Returns (cells added, cells removed).
         """
@@ -200,9 +212,7 @@ class ResourceManager:
             sizes = [new.gpus for new in change.add for _ in range(new.count)]
             later = []
             for gpus, replicas in zip(sizes, added, strict=True):
-                if self._fits_now(_bundles(replicas, managers)):
-                    await self.create_cell(owner, gpus, replicas, managers)
-                else:
+                if not await self._start_early(owner, gpus, replicas, managers):
                     later.append((gpus, replicas))
             for _, replicas in later:
                 _expect(managers, replicas, 1)
@@ -221,10 +231,22 @@ class ResourceManager:
                     _expect(managers, replicas, -1)
             return len(added), len(removed)
 
-    def _fits_now(self, bundles: list[dict[str, float]]) -> bool:
-        """Whether some node has the free GPUs for a cell of `bundles` now."""
-        needed = _bundle_gpus(bundles)
-        return not needed or max(self.free_gpus().values(), default=0) >= needed
+    async def _start_early(
+        self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]
+    ) -> bool:
+        """Start a new plan's cell before the old cells go, if some node has the GPUs for it now;
+        returns whether it started."""
+        needed = _bundle_gpus(_bundles(replicas, managers))
+        if needed and max(self.free_gpus().values(), default=0) < needed:
+            return False
+        try:
+            await self.create_cell(
+                owner, gpus, replicas, managers, min(self.EARLY_PLACE_S, self.place_timeout_s)
+            )
+        except PlacementError as exc:
+            log.info("a new cell of %s starts after the old cells drain: %s", owner, exc)
+            return False
+        return True
 
     async def drain_cell(self, cell: PlacedCell, timeout_s: float | None = None) -> bool:
         """Remove a cell without failing the requests on it: its replicas take no new leases (while

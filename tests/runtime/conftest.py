@@ -4,6 +4,7 @@ which model replicas run on the CPU (`PRISMSERVE_DEVICE=cpu`, as `--fake-gpus` s
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from runtime_apps import GPUS_PER_NODE
@@ -33,3 +34,34 @@ def ray_cluster():
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def released_gpus(request):
+    """Each test on the cluster starts with every GPU free that no live placement group holds: Ray
+    gives a removed group's GPUs back only once its actors are dead, which on a loaded machine can
+    outlast a placement timeout of the next test's runtime."""
+    if "ray_cluster" in request.fixturenames:
+        request.getfixturevalue("ray_cluster")
+        _wait_for_released_gpus(timeout_s=120)
+    yield
+
+
+def _wait_for_released_gpus(timeout_s: float) -> None:
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = sum(
+            bundle.get("GPU", 0.0)
+            for group in placement_group_table().values()
+            if group["state"] != "REMOVED"
+            for bundle in group["bundles"].values()
+        )
+        free = ray.available_resources().get("GPU", 0.0)
+        if free + held >= ray.cluster_resources().get("GPU", 0.0):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the cluster's GPUs were not released within {timeout_s:.0f} s ({free:g} free)")
+        time.sleep(0.1)

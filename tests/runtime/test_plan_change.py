@@ -133,6 +133,25 @@ def test_with_the_gpus_full_requests_wait_for_cells_that_start_after_the_old_one
     assert [len(a.text.split()) for a in answers] == [16, 16, 16]
 
 
+def test_a_new_cell_the_cluster_cannot_place_yet_starts_after_the_drain(caplog):
+    """GPUs free by the runtime's count but held in the cluster (another job, a placement group not yet
+    released): the new cell is not placed early, and the plan still applies."""
+
+    async def scenario(runtime, app, events):
+        await runtime.pool.reserve([{"GPU": 5.0}], "another-job", 1.0)  # 11 registered + 5 = all 16
+        with caplog.at_level(logging.INFO, logger="prismserve.runtime.resources"):
+            await runtime.deploy("vl", deployment(TEXT_FIRST))
+        return list(events), [c.gpus for c in runtime.resources.cells], await ask(runtime, app)
+
+    events, cells, answer = run(scenario, {"a": 16})
+    kinds = [kind for kind, _, _ in events]
+    assert kinds[-1] == "add" and sorted(kinds[:-1]) == ["drain"] * 6 + ["remove"] * 6
+    assert cells == [4] and len(answer.text.split()) == 16
+    assert (
+        "a new cell of vl starts after the old cells drain: cell of 4 GPUs could not be placed" in caplog.text
+    )
+
+
 def test_a_cell_that_does_not_drain_in_time_is_removed_anyway_and_logged(caplog):
     async def scenario(runtime, app, events):
         await runtime.deploy("vl", deployment(TEXT_FIRST))
