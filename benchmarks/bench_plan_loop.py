@@ -61,7 +61,7 @@ def serve(
     env = {**os.environ, "PRISMSERVE_PROFILE_CACHE": str(cache)}
     command = [
         sys.executable, "-m", "prismserve", "serve", str(model), "--offline", "--port", "0",
-        "--fake-gpus", str(gpus), "--gpus", "all", "--profile-workload", str(profile_workload),
+        "--fake-gpus", str(gpus), "--gpus", "all", "--profile-workload", str(profile_workload), "--no-replan",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     predicted = None

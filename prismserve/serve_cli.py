@@ -13,6 +13,7 @@ DEFAULTS: dict[str, Any] = {
     "plan": None,
     "gpus": None,
     "profile_workload": "any2any",
+    "replan": True,
     "fake_gpus": None,
     "address": None,
     "routing": "static",
@@ -81,6 +82,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--profile-workload",
         metavar="NAME|FILE",
         help="with --gpus: the workload whose request mix the profile and plan are for: a name of `prismserve bench --workload` or a workload file of JSON lines (default: any2any)",
+    )
+    parser.add_argument(
+        "--replan",
+        action=argparse.BooleanOptionalAction,
+        help="with --gpus: re-plan when the traffic's request mix drifts from the one planned for "
+        "(default), or keep the plan made at start (--no-replan)",
     )
     parser.add_argument(
         "--fake-gpus", type=int, help="declare this many GPUs on a local Ray (CPU-only machines)"
@@ -255,6 +262,7 @@ def run_serve(args: argparse.Namespace) -> int:
             plan_path=options["plan"],
             gpus=options["gpus"],
             profile_workload=options["profile_workload"],
+            replan=options["replan"],
             fake_gpus=options["fake_gpus"],
             address=options["address"],
             routing=options["routing"],

@@ -38,7 +38,8 @@ class Server:
     """A `prismserve serve` process serving one emulated model on `gpus` declared GPUs.
 
     With `plan_for` (a workload), the server plans itself at start (`--gpus`, `--profile-workload`):
-    the emulated app's costs are its profile, its sim times divided by `speedup`.
+    the emulated app's costs are its profile, its sim times divided by `speedup`. The experiments
+    measure that plan, so it is kept (`--no-replan`).
     """
 
     def __init__(
@@ -79,7 +80,7 @@ class Server:
         if self.plan_for is not None:
             workload = Path(self._dir.name) / "workload.jsonl"
             write_requests(self.plan_for, workload)
-            command += ["--gpus", str(self.gpus), "--profile-workload", str(workload)]
+            command += ["--gpus", str(self.gpus), "--profile-workload", str(workload), "--no-replan"]
             env |= {"PRISMSERVE_SIM_SPEEDUP": str(self.speedup), "PRISMSERVE_PROFILE_CACHE": self._dir.name}
         self._process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env

@@ -52,6 +52,7 @@ class ServeOptions:
     plan_path: str | None = None
     gpus: int | str | None = None  # plan for this many GPUs ("all": the cluster's) at start
     profile_workload: str = "any2any"
+    replan: bool = True  # with gpus: re-plan as the traffic's mix drifts
     fake_gpus: int | None = None
     address: str | None = None
     routing: str = "static"
@@ -146,6 +147,7 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         plan=plan,
         plan_gpus=options.gpus,
         profile_workload=options.profile_workload,
+        replan=options.replan,
         token=token,
         token_generated=not chosen,
         server=uvicorn.Server(config),
@@ -171,7 +173,8 @@ class GatewayServer:
     tracer_provider: TracerProvider | None = None
     plan_gpus: int | str | None = None  # plan for this many GPUs at start ("all": the cluster's)
     profile_workload: str = "any2any"
-    replanner: Replanner | None = None  # watching the traffic of a plan made at start
+    replan: bool = True  # watch the traffic of a plan made at start and re-plan as it drifts
+    replanner: Replanner | None = None
 
     @property
     def url(self) -> str:
@@ -214,12 +217,14 @@ class GatewayServer:
             await self._plan(app)
 
     async def _plan(self, app: App) -> None:
-        """Profile, plan for the GPUs asked for and deploy; then re-plan as the traffic drifts."""
+        """Profile, plan for the GPUs asked for and deploy; then (`replan`) re-plan as the traffic drifts."""
         from prismserve.gateway.replan import Replanner, attach_replanner
         from prismserve.profile import deployable, plan_at_start
 
         gpus = None if self.plan_gpus == "all" else int(self.plan_gpus)  # type: ignore[arg-type]
         spec, plan, budget = await plan_at_start(self.runtime, app, self.source, gpus, self.profile_workload)
+        if not self.replan:
+            return
         self.replanner = Replanner(
             self.runtime,
             app.name,

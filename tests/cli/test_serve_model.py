@@ -158,6 +158,7 @@ def test_a_config_file_holds_every_flag_and_the_command_line_wins(tmp_path, monk
     assert (defaults["port"], defaults["host"], defaults["access_log"], defaults["api_key"]) == (
         8000, "127.0.0.1", True, None,
     )  # fmt: skip
+    assert defaults["replan"] is True and _serve_args("m", "--gpus", "4", "--no-replan")["replan"] is False
     monkeypatch.setenv("PRISMSERVE_API_KEY", "from-env")
     assert _serve_args("m")["api_key"] == "from-env" and _serve_args("m", "--api-key", "k")["api_key"] == "k"
 

@@ -68,6 +68,36 @@ def test_invoke_prints_each_streamed_chunk_from_a_request_file(cli, tmp_path):
     ]
 
 
+@pytest.mark.parametrize("replan", [True, False])
+def test_serve_with_gpus_plans_at_start_and_watches_the_traffic_unless_told_not_to(
+    replan, tmp_path, monkeypatch
+):
+    from toy.executors import VALUES
+
+    from prismserve.runtime.pool import InProcessPool
+    from prismserve.runtime.ray_runtime import RayRuntime
+
+    monkeypatch.setenv("PRISMSERVE_PROFILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("PRISMSERVE_ADMIN_TOKEN", "t")
+    runtime = RayRuntime(values=VALUES, pool=InProcessPool({"a": 6}))
+    options = ServeOptions(str(APP_PATH), name="omni", gpus=6, replan=replan, port=0)
+    server = prepare_server(options, runtime=runtime)
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(asyncio.run(server.serve())))
+    thread.start()
+    try:
+        _wait_for_health(server.url, timeout=120)
+        plan = httpx.get(f"{server.url}/admin/apps/omni/plan", headers={"Authorization": "Bearer t"})
+        assert plan.status_code == 200 and plan.json()["executors"]
+        assert (server.replanner is not None) == replan
+        watched = server.server.config.app.state.gateway.replanners
+        assert list(watched) == (["omni"] if replan else [])
+    finally:
+        server.stop()
+        thread.join(60)
+    assert codes == [0]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

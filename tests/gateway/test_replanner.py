@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from toy.specs import ENCODER_LLM
@@ -94,12 +95,25 @@ def test_a_blip_does_not_replan_a_sustained_shift_does_once_and_none_follows_in_
     assert runtime.deployed[1].replicas() == {"E": 1, "L": 3}
 
 
-def test_a_plan_that_is_not_better_by_the_margin_is_not_deployed():
+def test_on_a_budget_load_beyond_the_plans_capacity_replans_nothing(caplog):
+    """The plan is the planner's best for its mix on these GPUs whatever the load: re-planning a
+    saturated deployment would only drain its cells under that load."""
     runtime = RecordingRuntime()
     replanner = watcher(runtime)
-    Traffic(replanner, rate=13.0).run(20, images=1)  # above 90 % of the 12 req/s the plan sustains
+    with caplog.at_level(logging.INFO, logger="prismserve.gateway.replan"):
+        Traffic(replanner, rate=13.0).run(20, images=1)  # above the 12 req/s the plan sustains
     assert replanner.status().capacity == pytest.approx(12.0)
-    assert runtime.deployed == []  # the planner's best for 4 GPUs is the plan running
+    assert runtime.deployed == [] and "re-plan" not in caplog.text
+
+
+def test_a_plan_that_is_not_better_by_the_margin_is_not_deployed(caplog):
+    runtime = RecordingRuntime()
+    replanner = watcher(runtime, margin=0.25)
+    with caplog.at_level(logging.INFO, logger="prismserve.gateway.replan"):
+        Traffic(replanner).run(20, images=3)  # 30 % images: drifted by 0.2
+    # The plan for 30 % images (2 E + 2 L: 8 req/s) is 20 % above the one running (1 E: 6.7 req/s).
+    assert runtime.deployed == []
+    assert "kept the plan deployed, the new plan's 8 req/s is not 25% above 6.67" in caplog.text
 
 
 def test_serving_for_a_target_shrinks_a_plan_the_load_stays_far_below():
