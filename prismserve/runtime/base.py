@@ -15,6 +15,7 @@ from prismserve.executors.sim import SimProfile
 from prismserve.planner import Plan
 from prismserve.runtime.layout import Layout, check_layout, use_targets
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
+from prismserve.runtime.task_manager import use_request_era
 from prismserve.task import Dispatcher
 from prismserve.task.routing import Routing, use_routing
 from prismserve.task.session import use_app_task_names
@@ -60,6 +61,7 @@ class Runtime(ABC):
             use_routing(plan.routing if plan is not None else None),
             use_targets(placed.targets(request_type) if placed is not None else None),
             use_app_task_names(self._task_names.get(app_name) if app_name is not None else None),
+            use_request_era(),
             self._graph_scope(),
         ):
             yield

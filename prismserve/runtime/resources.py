@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from prismserve.errors import PlacementError
 from prismserve.planner import CellPlan, Plan, plan_changes
 from prismserve.runtime.pool import ReplicaPool, WirePool
-from prismserve.runtime.task_manager import Placement, Replica, TaskManager
+from prismserve.runtime.task_manager import Placement, Replica, TaskManager, next_era
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,8 @@ class ResourceManager:
             try:
                 if switch is not None:
                     switch()
-                await asyncio.gather(*(self.drain_cell(cell) for cell in removed))
+                era = next_era()  # no await since the switch: requests begun after it are of this era
+                await asyncio.gather(*(self.drain_cell(cell, era=era) for cell in removed))
                 while later:
                     gpus, replicas = later.pop(0)
                     try:
@@ -248,13 +249,17 @@ class ResourceManager:
             return False
         return True
 
-    async def drain_cell(self, cell: PlacedCell, timeout_s: float | None = None) -> bool:
+    async def drain_cell(
+        self, cell: PlacedCell, timeout_s: float | None = None, era: int | None = None
+    ) -> bool:
         """Remove a cell without failing the requests on it: its replicas take no new leases (while
-        others can), and it is removed once no request in flight uses them (no lease held, no open
-        request whose payloads or streams are there) or after `timeout_s` (`drain_timeout_s`), when
-        it is removed anyway (logged). Returns whether it drained in time."""
+        others can; requests begun before the switch of `era`, default now, go on there while
+        replicas expected are not up), and it is removed once no request in flight uses them (no
+        lease held, no open request whose payloads or streams are there) or after `timeout_s`
+        (`drain_timeout_s`), when it is removed anyway (logged). Returns whether it drained in time."""
+        era = next_era() if era is None else era
         for _, replica in cell.members:
-            replica.draining = True
+            replica.draining, replica.drain_era = True, era
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.drain_timeout_s if timeout_s is None else timeout_s)
         while _busy(cell) and loop.time() < deadline:

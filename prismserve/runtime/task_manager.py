@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import math
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +23,29 @@ from prismserve.task import UnitTask
 log = logging.getLogger(__name__)
 
 _replica_ids = itertools.count()
+
+# Plan switches so far in this process, and how many there had been when the request being served
+# began (None outside a request scope). A replica drained by a later switch holds the request's
+# earlier work, so the request goes on there; a request begun after the switch waits for the new ones.
+_switches = 0
+request_era: ContextVar[int | None] = ContextVar("prismserve_request_era", default=None)
+
+
+def next_era() -> int:
+    """Count a plan switch: the era of the replicas it drains."""
+    global _switches
+    _switches += 1
+    return _switches
+
+
+@contextlib.contextmanager
+def use_request_era() -> Iterator[None]:
+    """Mark the request served inside the block as begun now (before any later plan switch)."""
+    token = request_era.set(_switches)
+    try:
+        yield
+    finally:
+        request_era.reset(token)
 
 
 @dataclass(eq=False)
@@ -48,6 +75,7 @@ class Replica:
     address: ReplicaAddress | None = None  # its socket (runtime/wire.py)
     late: int = 0  # health checks in a row it did not answer in time
     draining: bool = False  # its cell is being removed: no new leases while another replica can take them
+    drain_era: int = 0  # the plan switch that drains it: requests begun before it may still use it
     users: int = 0  # open request scopes whose graphs ran on it (their payloads and streams are here)
     # What the profiler reads: leases taken, and seconds with at least one lease held (busy).
     calls: int = 0
@@ -233,7 +261,13 @@ class TaskManager:
         `dynamic` asks the replicas for their queue depths; otherwise no replica is asked anything.
         """
         if not any(r.healthy and not r.draining for r in self.replicas):
-            await self.wait_healthy(self.restart_wait_s)
+            era = request_era.get()
+            if era is None:  # outside a request scope: as for a restart
+                await self.wait_healthy(self.restart_wait_s)
+            elif any(r.healthy and r.drain_era > era for r in self.replicas):
+                pass  # a request begun before the switch finishes on the old replicas, at once
+            else:  # a request begun after it waits for the new ones (they start once the old drained)
+                await self.wait_healthy(math.inf)
         return Lease(await self._least_loaded() if dynamic else self._pick_static())
 
     def _pick_static(self) -> Replica:
@@ -274,7 +308,7 @@ class TaskManager:
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until some replica that is not draining is healthy (restarts in progress, replicas a
-        plan change is starting), at most `timeout_s`."""
+        plan change is starting), at most `timeout_s`; at once if none is starting or expected."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not any(r.healthy and not r.draining for r in self.replicas):

@@ -15,7 +15,7 @@ from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.runtime.task_manager import Lease, Placement, TaskManager
+from prismserve.runtime.task_manager import Lease, Placement, TaskManager, next_era, use_request_era
 from prismserve.task import use_dispatcher
 
 SPEEDUP = 100  # sim times / 100: a short request takes milliseconds, 3000 output tokens half a second
@@ -189,3 +189,30 @@ def test_a_draining_replica_takes_leases_only_when_no_other_can_and_leases_wait_
     picks, second, fallback, waited = asyncio.run(scenario())
     assert picks == {second}
     assert fallback.draining and waited
+
+
+def test_with_new_replicas_expected_a_request_begun_before_the_switch_goes_on_at_once_and_a_later_one_waits():
+    """A request begun before a plan switch holds work on the draining replicas: it takes them at once
+    (waiting would hold up the drain the new replicas wait for); one begun after waits for the new
+    replicas, however long the drain takes, rather than join the draining ones."""
+
+    async def scenario():
+        manager = TaskManager(
+            "enc", EncoderTask(model_id="m", modality="image"), ExecutorSpec(), 0, pool=InProcessPool()
+        )
+        old = await manager.add_replica(Placement(None, 0, 1))
+        with use_request_era():  # a request begins; while it runs, a plan switch drains `old`
+            manager.expect(1)
+            old.draining, old.drain_era = True, next_era()
+            manager.restart_wait_s = 60.0
+            before = await asyncio.wait_for(manager.lease(), 10)  # its next call: at once
+        manager.restart_wait_s = 0.1  # what a restart waits: not what bounds the wait for a plan's replicas
+        with use_request_era():  # a request begun after the switch
+            after = asyncio.ensure_future(manager.lease())
+        await asyncio.sleep(0.3)
+        assert not after.done()
+        new = await manager.add_replica(Placement(None, 1, 1))
+        manager.expect(-1)
+        return before.replica is old, (await after).replica is new
+
+    assert asyncio.run(scenario()) == (True, True)
