@@ -128,3 +128,14 @@ def test_fig10_queueing_model_runs_and_reproduces_the_short_run_shortfall(tmp_pa
     assert runs["Monolith"]["accuracy"] > 0.97  # one stage: full from the overload at once
     assert runs["prismserve"]["accuracy"] < runs["Monolith"]["accuracy"]  # its fed stages still filling
     assert all(0 < stage["busy"] <= 1.0 + 1e-9 for run in runs.values() for stage in run["stages"].values())
+
+
+@pytest.mark.timeout(300)
+def test_a_plan_change_on_a_full_cluster_under_load_fails_no_request():
+    # The running 8-GPU cell is drained and removed while requests arrive; two 4-GPU cells replace it.
+    paper = ROOT / "benchmarks" / "paper"
+    result = run_script(
+        ["replan_drain.py", "--requests", "300", "--after", "8"], paper, 240
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "-> [(4, 2, " in result.stdout and result.stdout.rstrip().endswith("failed 0")
