@@ -306,7 +306,7 @@ class Replanner:
             return None
         if rate > self.high_water * capacity:
             return f"load {rate * self.speedup:.3g} req/s above {self.high_water:.0%} of capacity {capacity * self.speedup:.3g}"
-        if self.target is not None and rate < self.low_water * capacity:
+        if rate < self.low_water * capacity:
             return f"load {rate * self.speedup:.3g} req/s below {self.low_water:.0%} of capacity {capacity * self.speedup:.3g}"
         return None
 
