@@ -235,11 +235,8 @@ class ResourceManager:
     async def _start_early(
         self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]
     ) -> bool:
-        """Start a new plan's cell before the old cells go, if some node has the GPUs for it now;
-        returns whether it started."""
-        needed = _bundle_gpus(_bundles(replicas, managers))
-        if needed and max(self.free_gpus().values(), default=0) < needed:
-            return False
+        """Start a new plan's cell before the old cells go, if some node has the GPUs for it now
+        (`create_cell` refuses it otherwise); returns whether it started."""
         try:
             await self.create_cell(
                 owner, gpus, replicas, managers, min(self.EARLY_PLACE_S, self.place_timeout_s)
