@@ -94,7 +94,10 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--address", help="join this Ray cluster instead of starting a local one")
     parser.add_argument(
-        "--routing", choices=["static", "dynamic"], help="replica choice policy (default: static)"
+        "--routing",
+        choices=["static", "dynamic", "tokens"],
+        help="replica choice of deployments whose app sets none: static (fewest calls, no queries; default), "
+        "dynamic (least loaded, replicas asked their queues) or tokens (fewest pending tokens)",
     )
     parser.add_argument("--host", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default: 8000; 0 picks a free one)")

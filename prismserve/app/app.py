@@ -6,12 +6,13 @@ import inspect
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel
 
-from prismserve.app.config import AppConfig
+from prismserve.app.config import SLO, AppConfig
 from prismserve.task import Task, UnitTask
 
 
@@ -28,6 +29,16 @@ class App:
     response_type: type[BaseModel]  # the chunk type when `streaming`
     streaming: bool
     created: float = field(default_factory=time.time)  # when it was loaded (GET /v1/models)
+
+    @cached_property
+    def slos(self) -> dict[str, SLO]:
+        """The app's SLOs by request type (`Config.slos`, validated)."""
+        return {kind: SLO.model_validate(slo) for kind, slo in dict(self.config.slos).items()}
+
+    def slo(self, request_type: str) -> SLO | None:
+        """The SLO of requests of `request_type`: its own, else the app's `default`, else None."""
+        slos = self.slos
+        return slos.get(request_type, slos.get("default"))
 
     def named_unit_tasks(self) -> dict[str, UnitTask[Any, Any]]:
         """The app's unit tasks by path (`omni.thinker.llm`), one per deployment key.

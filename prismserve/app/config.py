@@ -5,6 +5,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SLO(BaseModel):
+    """Latency targets of one request type, in seconds (None: no target): time to the first token
+    or chunk (`ttft_s`), mean time between tokens after it (`tbt_s`), and to the end (`e2e_s`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ttft_s: float | None = Field(default=None, gt=0)
+    tbt_s: float | None = Field(default=None, gt=0)
+    e2e_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def first_s(self) -> float | None:
+        """Seconds from arrival by which the request's first output is due (what queues order by)."""
+        return self.ttft_s if self.ttft_s is not None else self.e2e_s
+
+    def met(self, ttft_s: float, tbt_s: float | None, e2e_s: float) -> bool:
+        """Whether a request served with these latencies met every target."""
+        return (
+            (self.ttft_s is None or ttft_s <= self.ttft_s)
+            and (self.tbt_s is None or tbt_s is None or tbt_s <= self.tbt_s)
+            and (self.e2e_s is None or e2e_s <= self.e2e_s)
+        )
+
 
 class AppConfig:
     """Subclass as `class Config(AppConfig)` in an app file and list its tasks by name.
@@ -29,3 +55,10 @@ class AppConfig:
     # instead of measuring the app; as staticmethods. None: measured.
     planner_spec: ClassVar[Callable[[list[Any]], Any] | None] = None
     deployment_plan: ClassVar[Callable[[Any], Any] | None] = None
+    # SLOs by request type (`text`, `image+text` …; `default` for the types not named), as `SLO`s or
+    # dicts of its fields: executor queues serve the call with the least slack to its request's
+    # deadline first, and the gateway counts the requests that met theirs (goodput).
+    slos: ClassVar[dict[str, Any]] = {}
+    # Replica choice per deployment, by the names plans use (`model.encoders.image`): `static`,
+    # `dynamic` (least loaded) or `tokens` (fewest pending tokens); the others follow `serve --routing`.
+    replica_routing: ClassVar[dict[str, str]] = {}

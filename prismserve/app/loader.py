@@ -13,10 +13,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeGuard
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from prismserve.app.app import App
-from prismserve.app.config import AppConfig
+from prismserve.app.config import SLO, AppConfig
 from prismserve.errors import AppLoadError
 from prismserve.task import Task, TaskDefinitionError
 
@@ -51,7 +51,9 @@ def load_app_source(source: str, name: str, filename: str = "<app>") -> App:
     module = _execute(source, name, filename)
     tasks = _config_tasks(module, filename)
     serve, request_type, response_type, streaming = _serve_signature(module, filename)
-    return App(name, module, module.Config, tasks, serve, request_type, response_type, streaming)
+    app = App(name, module, module.Config, tasks, serve, request_type, response_type, streaming)
+    _check_serving(app, filename)
+    return app
 
 
 def _module_name(name: str) -> str:
@@ -119,6 +121,36 @@ def _config_tasks(module: ModuleType, filename: str) -> dict[str, Task[Any, Any]
                 f"got {type(task).__name__}"
             )
     return dict(tasks)
+
+
+def _check_serving(app: App, filename: str) -> None:
+    """Refuse SLOs that are not SLOs and replica routing for deployments the app does not have."""
+    from prismserve.task.routing import ROUTING_POLICIES
+
+    slos = app.config.slos
+    if not isinstance(slos, dict):
+        raise AppLoadError(f"{filename}: Config.slos must be a dict of request type -> SLO")
+    for kind, slo in slos.items():
+        try:
+            SLO.model_validate(slo)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = "".join(f".{part}" for part in error["loc"])
+            raise AppLoadError(
+                f"{filename}: Config.slos[{kind!r}]{field}: {error['msg']}; an SLO gives any of ttft_s, "
+                "tbt_s and e2e_s (seconds)"
+            ) from None
+    names = app.named_unit_tasks()
+    for name, policy in app.config.replica_routing.items():
+        if name not in names:
+            raise AppLoadError(
+                f"{filename}: Config.replica_routing names {name!r}, not a deployment of the app: "
+                f"use one of {sorted(names)}"
+            )
+        if policy not in ROUTING_POLICIES:
+            raise AppLoadError(
+                f"{filename}: Config.replica_routing[{name!r}] is {policy!r}: use one of {', '.join(ROUTING_POLICIES)}"
+            )
 
 
 def _serve_signature(module: ModuleType, filename: str) -> tuple[Any, type[BaseModel], type[BaseModel], bool]:

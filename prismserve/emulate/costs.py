@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from prismserve.bench.workloads import RequestSpec
+from prismserve.tasklib.media_tokens import internvl_tiles
 
 
 class CostModel:
@@ -30,32 +31,6 @@ class CostModel:
 def qwen_image_tokens(width: int, height: int) -> int:
     """Tokens a Qwen-VL / Qwen-Omni vision encoder makes of an image (one per 28x28 pixels)."""
     return math.ceil(width / 28) * math.ceil(height / 28)
-
-
-def internvl_tiles(width: int, height: int, max_tiles: int = 12) -> int:
-    """448-px tiles InternVL's dynamic tiling cuts an image into, plus the thumbnail tile.
-
-    The grid (i, j) with i·j ≤ max_tiles whose aspect ratio is closest to the image's; ties go to the
-    larger grid when the image has more than half its pixels (InternVL's `find_closest_aspect_ratio`).
-    """
-    aspect = width / height
-    grids = sorted(
-        {
-            (i, j)
-            for n in range(1, max_tiles + 1)
-            for i in range(1, n + 1)
-            for j in range(1, n + 1)
-            if i * j <= max_tiles
-        },
-        key=lambda g: g[0] * g[1],
-    )
-    best, best_diff = (1, 1), float("inf")
-    for i, j in grids:
-        diff = abs(aspect - i / j)
-        if diff < best_diff or (diff == best_diff and width * height > 0.5 * 448 * 448 * i * j):
-            best, best_diff = (i, j), diff
-    tiles = best[0] * best[1]
-    return tiles + (1 if tiles > 1 else 0)
 
 
 class QwenOmniCosts(CostModel):

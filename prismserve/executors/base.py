@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
 from prismserve.errors import ExecutorUnhealthy as ExecutorUnhealthy  # its users import it from here
@@ -13,6 +17,21 @@ from prismserve.task import InvalidInputError, UnitTask
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+# The Unix time by which the request of the invocation being served owes its first output (its
+# SLO; None: none), set by the replica around each invocation: queues serve the least slack first.
+current_deadline: ContextVar[float | None] = ContextVar("prismserve_deadline", default=None)
+
+_arrivals = itertools.count()
+
+
+def queue_key(priority: float = 0.0, service_s: float = 0.0) -> tuple[float, float, int]:
+    """Where a call waits in an executor's queue (the smallest key is served first): by slack, its
+    request's deadline less the `service_s` it needs here (calls without a deadline after those with
+    one), then by `priority` (higher first), then in arrival order."""
+    deadline = current_deadline.get()
+    slack = deadline - service_s if deadline is not None else math.inf
+    return (slack, -priority, next(_arrivals))
 
 
 @contextlib.contextmanager
@@ -74,8 +93,9 @@ class Executor:
 class Batcher(Generic[ItemT, ResultT]):
     """Groups concurrent calls into batches of at most `max_batch`, one batch at a time.
 
-    `handler(items)` returns one result per item, in order. Calls wait in arrival order, or with
-    `priority` (item -> number), higher first and arrival order among equals.
+    `handler(items)` returns one result per item, in order. Calls wait by `queue_key`: the least
+    slack to their request's deadline first (`service(item)`: the seconds an item needs, 0 when
+    not given), then by `priority` (item -> number, higher first), then in arrival order.
     """
 
     def __init__(
@@ -83,11 +103,13 @@ class Batcher(Generic[ItemT, ResultT]):
         handler: Callable[[list[ItemT]], Awaitable[list[ResultT]]],
         max_batch: int,
         priority: Callable[[ItemT], float] | None = None,
+        service: Callable[[ItemT], float] | None = None,
     ) -> None:
         self._handler = handler
         self._max_batch = max(1, max_batch)
         self._priority = priority
-        self._queue: list[tuple[ItemT, asyncio.Future[ResultT]]] = []
+        self._service = service
+        self._queue: list[tuple[tuple[float, float, int], ItemT, asyncio.Future[ResultT]]] = []
         self._worker: asyncio.Task[None] | None = None
 
     @property
@@ -98,12 +120,10 @@ class Batcher(Generic[ItemT, ResultT]):
     async def submit(self, item: ItemT) -> ResultT:
         """The result for `item`, computed in some batch."""
         future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
-        at = len(self._queue)
-        if self._priority is not None:  # ahead of every waiting call of lower priority
-            rank = self._priority(item)
-            while at > 0 and self._priority(self._queue[at - 1][0]) < rank:
-                at -= 1
-        self._queue.insert(at, (item, future))
+        key = queue_key(
+            self._priority(item) if self._priority else 0.0, self._service(item) if self._service else 0.0
+        )
+        bisect.insort(self._queue, (key, item, future), key=lambda entry: entry[0])
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._drain())
         return await future
@@ -112,12 +132,12 @@ class Batcher(Generic[ItemT, ResultT]):
         while self._queue:
             batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
             try:
-                results = await self._handler([item for item, _ in batch])
+                results = await self._handler([item for _, item, _ in batch])
             except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the error
-                for _, future in batch:
+                for _, _, future in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for (_, future), result in zip(batch, results, strict=True):
+            for (_, _, future), result in zip(batch, results, strict=True):
                 if not future.done():
                     future.set_result(result)

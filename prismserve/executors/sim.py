@@ -8,6 +8,7 @@ a value function (for example the toy executors) or are synthesised from the out
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import inspect
 import types
@@ -18,34 +19,39 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from prismserve.executors.base import Batcher, Executor
+from prismserve.executors.base import Batcher, Executor, queue_key
 from prismserve.task import DataHandle, Stream, UnitTask
 
 
 class SimProfile(BaseModel):
     """Service-time model of one replica.
 
-    A batch of b requests takes `latency_s * w * (1 + batch_growth * (b - 1))`, where `w` is the
-    mean `sim_work` of the batch's inputs (1 for inputs without that field: then every request
-    costs the same); streams produce `items` items after that, one every
-    `item_s * (1 + batch_growth * (active - 1))` with `active` streams decoding at once.
+    A request alone takes `latency_s * w + token_s * t`, where `w` is its input's `sim_work` (1 for
+    inputs without that field) and `t` its tokens (`UnitTask.pending_tokens`: media tokens for an
+    encoder, the prompt for an LLM); a batch of b requests takes the mean of theirs times
+    `1 + batch_growth * (b - 1)`. Streams produce `items` items after that, one every
+    `item_s * (1 + g * (active - 1))` with `active` streams decoding at once and `g` the
+    `decode_growth` (default: `batch_growth`; decode is memory-bound and grows slower than prefill).
     Synthesised DataHandle payloads are `payload_bytes` long.
 
     With `continuous` (an engine with continuous batching, such as vLLM's), requests do not wait
     for a batch to finish: up to `max_batch` run at once and, while n run, each advances through
-    its `latency_s * w` at the rate 1 / (1 + batch_growth * (n - 1)) (processor sharing); the
+    its time alone at the rate 1 / (1 + batch_growth * (n - 1)) (processor sharing); the
     rest wait in arrival order. A full engine serves the same requests/s either way.
 
-    Waiting requests are taken by their input's `sim_priority` (0 without that field), higher
+    Waiting requests are taken by `queue_key`: the least slack to their request's SLO deadline first
+    (service time counted), then by their input's `sim_priority` (0 without that field), higher
     first, then in arrival order: an engine that schedules requests continuing a path (a later
     hop) before new ones (work in progress first), as a path's tasks can ask with it.
     """
 
     latency_s: float = Field(default=0.0, ge=0)
+    token_s: float = Field(default=0.0, ge=0)
     batch_growth: float = Field(default=0.0, ge=0)
     max_batch: int = Field(default=1, ge=1)
     items: int = Field(default=8, ge=0)
     item_s: float = Field(default=0.0, ge=0)
+    decode_growth: float | None = Field(default=None, ge=0)
     payload_bytes: int = Field(default=1024, ge=0)
     continuous: bool = False
 
@@ -66,21 +72,28 @@ class SimExecutor(Executor):
         super().__init__(task)
         self.profile = profile
         self._values = values
-        self._batcher: Batcher[Any, None] = Batcher(self._serve_batch, profile.max_batch, _priority)
+        self._batcher: Batcher[Any, None] = Batcher(
+            self._serve_batch, profile.max_batch, _priority, self._seconds
+        )
         self._sharing = SharedEngine(profile) if profile.continuous else None
         self._decoding = 0
 
+    def _seconds(self, task_input: Any) -> float:
+        """The seconds `task_input` takes alone (batch 1)."""
+        profile = self.profile
+        tokens = self.task.pending_tokens(task_input) if profile.token_s else 0
+        return profile.latency_s * _work(task_input) + profile.token_s * tokens
+
     async def _serve_batch(self, inputs: list[Any]) -> list[None]:
-        work = sum(getattr(item, "sim_work", 1.0) for item in inputs) / len(inputs)
-        await _sleep(self.profile.batch_time(len(inputs), work))
+        alone = sum(self._seconds(item) for item in inputs) / len(inputs)
+        await _sleep(alone * (1 + self.profile.batch_growth * (len(inputs) - 1)))
         return [None] * len(inputs)
 
     async def _service(self, task_input: Any) -> None:
-        if self.profile.latency_s > 0 and self._sharing is not None:
-            await self._sharing.run(
-                self.profile.latency_s * getattr(task_input, "sim_work", 1.0), _priority(task_input)
-            )
-        elif self.profile.latency_s > 0:
+        timed = self.profile.latency_s > 0 or self.profile.token_s > 0
+        if timed and self._sharing is not None:
+            await self._sharing.run(self._seconds(task_input), _priority(task_input))
+        elif timed:
             await self._batcher.submit(task_input)
         elif self._values is None:
             # Nothing to emulate, but yield as an engine would; a value function (tests, the
@@ -106,7 +119,12 @@ class SimExecutor(Executor):
             async for item in source:
                 yield item
                 if self.profile.item_s > 0 or self._values is None:
-                    await _sleep(self.profile.item_s * (1 + self.profile.batch_growth * (self._decoding - 1)))
+                    growth = (
+                        self.profile.batch_growth
+                        if self.profile.decode_growth is None
+                        else self.profile.decode_growth
+                    )
+                    await _sleep(self.profile.item_s * (1 + growth * (self._decoding - 1)))
         finally:
             self._decoding -= 1
 
@@ -129,7 +147,8 @@ class SharedEngine:
     def __init__(self, profile: SimProfile) -> None:
         self.profile = profile
         self._running: dict[asyncio.Future[None], float] = {}  # request -> batch-1 seconds left
-        self._waiting: list[tuple[asyncio.Future[None], float, float]] = []  # (request, seconds, priority)
+        # (queue key, request, seconds), in the order they are admitted
+        self._waiting: list[tuple[tuple[float, float, int], asyncio.Future[None], float]] = []
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -138,12 +157,11 @@ class SharedEngine:
 
     async def run(self, seconds: float, priority: float = 0.0) -> None:
         """Returns when a request of `seconds` (at batch 1) has been served; waiting requests are
-        admitted by `priority` (higher first), then in arrival order."""
+        admitted by `queue_key` (slack to their deadline, then `priority`, then arrival)."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        at = len(self._waiting)
-        while at > 0 and self._waiting[at - 1][2] < priority:
-            at -= 1
-        self._waiting.insert(at, (done, seconds, priority))
+        bisect.insort(
+            self._waiting, (queue_key(priority, seconds), done, seconds), key=lambda entry: entry[0]
+        )
         self._wake.set()
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._serve())
@@ -154,7 +172,7 @@ class SharedEngine:
         last = loop.time()
         while self._running or self._waiting:
             while self._waiting and len(self._running) < self.profile.max_batch:
-                future, seconds, _ = self._waiting.pop(0)
+                _, future, seconds = self._waiting.pop(0)
                 self._running[future] = seconds
             rate = self._rate()
             self._wake.clear()
@@ -170,6 +188,11 @@ class SharedEngine:
                     del self._running[future]
                     if not future.done():
                         future.set_result(None)
+
+
+def _work(task_input: Any) -> float:
+    """A request's work in units of the profile's latency: its input's `sim_work`, else 1."""
+    return float(getattr(task_input, "sim_work", 1.0))
 
 
 def _priority(task_input: Any) -> float:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from prismserve.gateway.slo import SLOWindow
 from prismserve.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -15,12 +16,14 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 
 class GatewayMetrics:
-    """Requests, latencies per app and request type, per-deployment queue depth, and the state of
-    the apps' re-planning watchers (`replanners`, by app)."""
+    """Requests, latencies per app and request type, SLO attainment and goodput per app
+    (`slo_windows`), per-deployment queue depth, and the state of the apps' re-planning watchers
+    (`replanners`, by app)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.replanners: dict[str, Replanner] = {}
+        self.slo_windows: dict[str, SLOWindow] = {}
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "prismserve_requests",
@@ -40,6 +43,24 @@ class GatewayMetrics:
             "Time from request to the first streamed chunk",
             ["app", "request_type"],
             buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.slo_requests = Counter(
+            "prismserve_slo_requests",
+            "Requests of types with an SLO, by whether they met it (met, missed)",
+            ["app", "request_type", "slo"],
+            registry=self.registry,
+        )
+        self.goodput = Gauge(
+            "prismserve_goodput_rps",
+            "Requests that met their SLO per second, over the last 60 s",
+            ["app"],
+            registry=self.registry,
+        )
+        self.slo_attainment = Gauge(
+            "prismserve_slo_attainment",
+            "Share of the requests with an SLO that met it, over the last 60 s",
+            ["app"],
             registry=self.registry,
         )
         self.queue_depth = Gauge(
@@ -93,7 +114,26 @@ class GatewayMetrics:
         for key, depth in self.runtime.queue_depths().items():
             self.queue_depth.labels(deployment=key).set(depth)
         self._replanning()
+        self.goodput.clear()
+        self.slo_attainment.clear()
+        for app, window in self.slo_windows.items():
+            self.goodput.labels(app).set(window.goodput())
+            attainment = window.attainment()
+            if attainment is not None:
+                self.slo_attainment.labels(app).set(attainment)
         return generate_latest(self.registry)
+
+    def slo_outcome(self, app: str, request_type: str, met: bool) -> None:
+        """Count a request of a type with an SLO that ended, meeting it or not."""
+        self.slo_requests.labels(app, request_type, "met" if met else "missed").inc()
+        self.slo_window(app).record(met)
+
+    def slo_window(self, app: str) -> SLOWindow:
+        """The app's sliding window of SLO outcomes (made on first use)."""
+        window = self.slo_windows.get(app)
+        if window is None:
+            window = self.slo_windows[app] = SLOWindow()
+        return window
 
     def _replanning(self) -> None:
         """The re-planning watchers' gauges, read now."""

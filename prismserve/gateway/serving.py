@@ -82,6 +82,8 @@ class Served:
         self.request_id = request_id
         self.kind = request_type(request)
         self.start = time.perf_counter()
+        self.first: float | None = None  # when the first chunk went out (streams)
+        self.sent = 0  # chunks sent
 
     async def response(self) -> BaseModel:
         """The whole (non-streaming) response; the span records the error itself, the client gets `failure`'s."""
@@ -129,12 +131,12 @@ class Served:
             with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
                 async with self.runtime.request_scope(self.app.name, self.kind):
                     with use_dispatcher(self.runtime.dispatcher):
-                        first = True
                         async for chunk in _as_stream(await self.app.serve(self.request)):
-                            if first:
-                                elapsed = time.perf_counter() - self.start
+                            if self.first is None:
+                                self.first = time.perf_counter()
+                                elapsed = self.first - self.start
                                 self.metrics.first_chunk.labels(self.app.name, self.kind).observe(elapsed)
-                                first = False
+                            self.sent += 1
                             await queue.put(("chunk", chunk))
             status = "ok"
             await queue.put(("end", None))
@@ -158,8 +160,15 @@ class Served:
         }
 
     def _done(self, status: str) -> None:
+        end = time.perf_counter()
         self.metrics.requests.labels(self.app.name, self.kind, status).inc()
-        self.metrics.latency.labels(self.app.name, self.kind).observe(time.perf_counter() - self.start)
+        self.metrics.latency.labels(self.app.name, self.kind).observe(end - self.start)
+        slo = self.app.slo(self.kind)
+        if slo is not None and status != "cancelled":  # a client that left says nothing of the SLO
+            first = self.first if self.first is not None else end  # a whole response: all at once
+            tbt = (end - first) / (self.sent - 1) if self.sent > 1 else None
+            met = status == "ok" and slo.met(first - self.start, tbt, end - self.start)
+            self.metrics.slo_outcome(self.app.name, self.kind, met)
 
 
 async def _as_stream(result: Any) -> AsyncIterator[BaseModel]:

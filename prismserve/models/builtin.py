@@ -30,7 +30,10 @@ INTERNVL3 = ModelFamily(
     model_types=("internvl",),
     adapter="prismserve.models.internvl:InternVL",
     app=chat_app(
-        "MLLMTask", "InternVL3: the vision encoder fissioned from the LLM, streaming text.", _VISION
+        "MLLMTask",
+        "InternVL3: the vision encoder fissioned from the LLM, streaming text.",
+        _VISION,
+        media_tokens={"image": "tiles"},  # 256 tokens per 448-px tile, as its processor cuts them
     ),
     engines=("transformers", "vllm"),
     tiny=_TINY + "_internvl3",
@@ -40,7 +43,12 @@ GEMMA3 = ModelFamily(
     name="gemma3",
     model_types=("gemma3",),
     adapter="prismserve.models.gemma3:Gemma3",
-    app=chat_app("MLLMTask", "Gemma 3: the vision encoder fissioned from the LLM, streaming text.", _VISION),
+    app=chat_app(
+        "MLLMTask",
+        "Gemma 3: the vision encoder fissioned from the LLM, streaming text.",
+        _VISION,
+        media_tokens={"image": "fixed"},  # 256 tokens per image, whatever its size
+    ),
     engines=("transformers", "vllm"),
     tiny=_TINY + "_gemma3",
 )

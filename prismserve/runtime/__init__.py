@@ -15,11 +15,13 @@ def create_runtime(
     generators) run on it; other tasks run on `sim` replicas, their outputs computed by the app's
     `Config.sim_values` functions or synthesised.
     """
-    if policy not in ("static", "dynamic"):
-        raise ValueError(f"unknown routing policy {policy!r}: use 'static' or 'dynamic'")
     from prismserve.runtime.ray_runtime import RayRuntime
+    from prismserve.task.routing import ROUTING_POLICIES
 
-    return RayRuntime(address=address, fake_gpus=fake_gpus, policy=policy)  # type: ignore[arg-type]
+    if policy not in ROUTING_POLICIES:
+        raise ValueError(f"unknown routing policy {policy!r}: use one of {', '.join(ROUTING_POLICIES)}")
+
+    return RayRuntime(address=address, fake_gpus=fake_gpus, policy=policy)
 
 
 __all__ = ["LocalRuntime", "Runtime", "create_runtime"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -13,6 +14,7 @@ from prismserve.app import App, AppLoadError, AppRegistry, load_app_source
 from prismserve.errors import InvalidRequestError
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import Plan
+from prismserve.runtime.dispatcher import use_deadline
 from prismserve.runtime.layout import Layout, check_layout, use_targets
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
 from prismserve.runtime.task_manager import use_request_era
@@ -58,6 +60,7 @@ class Runtime(ABC):
         plan = self.plans.get(app_name) if app_name is not None else None
         placed = self.layouts.get(app_name) if app_name is not None else None
         with (
+            use_deadline(self._deadline(app_name, request_type)),
             use_routing(plan.routing if plan is not None else None),
             use_targets(placed.targets(request_type) if placed is not None else None),
             use_app_task_names(self._task_names.get(app_name) if app_name is not None else None),
@@ -65,6 +68,12 @@ class Runtime(ABC):
             self._graph_scope(),
         ):
             yield
+
+    def _deadline(self, app_name: str | None, request_type: str | None) -> float | None:
+        """When a request of `request_type` arriving now owes its first output by its app's SLO."""
+        app = self.registry.apps.get(app_name) if app_name is not None else None
+        slo = app.slo(request_type or "default") if app is not None else None
+        return time.time() + slo.first_s if slo is not None and slo.first_s is not None else None
 
     def _graph_scope(self) -> contextlib.AbstractContextManager[None]:
         """Where the graphs executed for one request are tracked until it ends."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
@@ -28,11 +28,14 @@ from prismserve.runtime.replica import Call, localize
 from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, TaskManager
 from prismserve.task import DispatchError, InvalidInputError, Stream, TaskError, TaskGraph
 from prismserve.task.graph import Invocation, data_id
+from prismserve.task.routing import RoutingPolicy
 
 log = logging.getLogger(__name__)
 _tracer = otel_trace.get_tracer("prismserve.dispatcher")
 
-RoutingPolicy = Literal["static", "dynamic"]
+# The Unix time by which the request being served owes its first output (its SLO), or None: calls
+# carry it to the executors, whose queues serve the least slack first.
+request_deadline: ContextVar[float | None] = ContextVar("prismserve_request_deadline", default=None)
 
 # Graphs executed inside a request scope: released together when the scope closes.
 _scope: ContextVar[list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] | None] = (
@@ -91,8 +94,9 @@ class ReplicaDispatcher:
         if otel_trace.get_current_span().is_recording():
             propagate.inject(carrier)
         sent = await self._leases(graph)
+        deadline = request_deadline.get()
         try:
-            self._submit(request, sent, carrier)
+            self._submit(request, sent, carrier, deadline)
         except BaseException:
             for each in sent:
                 each.lease.release()
@@ -104,7 +108,7 @@ class ReplicaDispatcher:
         awaited, feeds = [], []
         for each in sent:
             if _streams_only(each.node):
-                call = Call(request, each.node.index, each.node.input, each.node.producers, carrier)
+                call = Call(request, each.node.index, each.node.input, each.node.producers, carrier, deadline)
                 outputs[each.node.index], feed = self._streaming(each, self._sender(call, sent))
                 feeds.append(feed)
             else:
@@ -126,7 +130,8 @@ class ReplicaDispatcher:
         try:
             for node in graph.nodes:
                 manager = await self._manager(node)
-                sent.append(_Sent(node, manager, await self._lease(node.index, manager)))
+                tokens = node.task.pending_tokens(node.input)
+                sent.append(_Sent(node, manager, await self._lease(node.index, manager, tokens)))
         except BaseException:
             for each in sent:
                 each.lease.release()
@@ -144,19 +149,21 @@ class ReplicaDispatcher:
             )
         return manager
 
-    async def _lease(self, index: int, manager: TaskManager) -> Lease:
+    async def _lease(self, index: int, manager: TaskManager, tokens: int = 1) -> Lease:
         try:
-            return await manager.lease(dynamic=self.policy == "dynamic")
+            return await manager.lease(self.policy, tokens)
         except NoReplicaError as exc:
             raise DispatchError.at(index, manager.name, f"cannot run: {exc}") from None
 
     @staticmethod
-    def _submit(request: str, sent: list[_Sent], carrier: dict[str, str]) -> None:
+    def _submit(request: str, sent: list[_Sent], carrier: dict[str, str], deadline: float | None) -> None:
         """Send every invocation; those at the same depth on the same replica are independent and
         travel in one call."""
         for group in _groups([each.node for each in sent], [each.lease.replica for each in sent]):
             producers = sorted({p for i in group for p in sent[i].node.producers})
-            calls = [Call(request, i, sent[i].node.input, sent[i].node.producers, carrier) for i in group]
+            calls = [
+                Call(request, i, sent[i].node.input, sent[i].node.producers, carrier, deadline) for i in group
+            ]
             first = sent[group[0]]
             refs = first.manager.pool.submit(
                 first.lease.replica, calls, producers, [sent[p].ref for p in producers]
@@ -286,6 +293,16 @@ def _groups(nodes: list[Invocation], replicas: list[Replica]) -> list[list[int]]
     for index, replica in enumerate(replicas):
         groups.setdefault((depth[index], id(replica)), []).append(index)
     return [groups[key] for key in sorted(groups, key=lambda k: k[0])]
+
+
+@contextmanager
+def use_deadline(deadline: float | None) -> Iterator[None]:
+    """Serve the request inside the block toward `deadline` (Unix time; None: no SLO)."""
+    token = request_deadline.set(deadline)
+    try:
+        yield
+    finally:
+        request_deadline.reset(token)
 
 
 @contextmanager

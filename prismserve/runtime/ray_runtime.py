@@ -17,12 +17,13 @@ from prismserve.offline import DEVICE_VARIABLE
 from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
-from prismserve.runtime.dispatcher import ReplicaDispatcher, RoutingPolicy, request_scope
+from prismserve.runtime.dispatcher import ReplicaDispatcher, request_scope
 from prismserve.runtime.layout import Layout, layout, variant
 from prismserve.runtime.pool import RayActorPool, ReplicaPool, WirePool
 from prismserve.runtime.resources import ResourceManager, first_fit_decreasing
 from prismserve.runtime.task_manager import TaskManager
 from prismserve.task import Dispatcher, UnitTask
+from prismserve.task.routing import RoutingPolicy
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ class RayRuntime(Runtime):
                 )
             if not self.managers[key].replicas:
                 missing[key] = task
+        self._route_replicas(app)
         # Cells of one replica per deployment that has none yet; a plan replaces them.
         placed = await asyncio.gather(
             *(
@@ -175,6 +177,7 @@ class RayRuntime(Runtime):
         placed = layout(names, plan) if plan.executors else None
         if placed is not None:
             self._add_variants(app, placed)
+            self._route_replicas(app)
         respecced = []
         for name, profile in plan.profiles.items():
             # A deployment's profile holds for its variants at other GPU shapes too.
@@ -219,6 +222,14 @@ class RayRuntime(Runtime):
                     pool=self.pool,
                     restart_wait_s=self.restart_wait_s,
                 )
+
+    def _route_replicas(self, app: App) -> None:
+        """Give the app's deployments (and their variants at other GPU shapes) the replica routing
+        its config names (`AppConfig.replica_routing`)."""
+        names = app.named_unit_tasks()
+        for name, policy in app.config.replica_routing.items():
+            for manager in self._variants_of(names[name]):
+                manager.policy = policy  # type: ignore[assignment]  # checked when the app loaded
 
     def _variants_of(self, task: UnitTask[Any, Any]) -> list[TaskManager]:
         """The managers of `task`'s deployment and of its variants at other GPU shapes."""

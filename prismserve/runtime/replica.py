@@ -14,6 +14,7 @@ from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 from pydantic import BaseModel
 
+from prismserve.executors.base import current_deadline
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.dataplane import INLINE_BYTES, ShmSlab, payload_size
 from prismserve.runtime.streams import RemoteStream, RemoteStreamRef, StreamTable
@@ -36,6 +37,7 @@ class Call:
     input: BaseModel  # the recorded input, placeholders where producers' outputs go
     producers: list[int]  # invocation indices of the outputs passed alongside
     trace: dict[str, str] = field(default_factory=dict)
+    deadline: float | None = None  # Unix time its request's first output is due by (its SLO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +187,7 @@ class ExecutorReplica:
             f"execute {type(self.task).__name__}", context=context, attributes={"prismserve.call": call.index}
         ):
             self._active += 1
+            current_deadline.set(call.deadline)  # this call's task only: the executor's queue reads it
             try:
                 task_input = await self._input(call, produced)
                 if self.streaming:

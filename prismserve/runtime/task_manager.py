@@ -19,6 +19,7 @@ from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import ReplicaPool, WirePool
 from prismserve.runtime.wire import ReplicaAddress
 from prismserve.task import UnitTask
+from prismserve.task.routing import RoutingPolicy
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class Replica:
     info: dict[str, Any] = field(default_factory=dict)
     healthy: bool = False
     in_flight: int = 0  # leases held: changed by Lease only
+    pending_tokens: int = 0  # tokens of the leases held: changed by Lease only
+    tokens: int = 0  # tokens of every lease taken (what the autoscaler reads as load)
     restarts: int = 0
     starting: asyncio.Task[None] | None = None
     spec: ExecutorSpec | None = None
@@ -91,15 +94,18 @@ class Lease:
     so the count is exact after any number of restarts and never negative.
     """
 
-    __slots__ = ("replica", "_held")
+    __slots__ = ("replica", "tokens", "_held")
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, tokens: int = 1) -> None:
         self.replica = replica
+        self.tokens = tokens
         self._held = True
         replica.calls += 1
+        replica.tokens += tokens
         if not replica.in_flight:
             replica.busy_since = time.perf_counter()
         replica.in_flight += 1
+        replica.pending_tokens += tokens
 
     def release(self) -> None:
         """Give the lease back; later calls do nothing."""
@@ -107,6 +113,7 @@ class Lease:
             self._held = False
             replica = self.replica
             replica.in_flight -= 1
+            replica.pending_tokens -= self.tokens
             if not replica.in_flight:
                 replica.busy_s += time.perf_counter() - replica.busy_since
 
@@ -140,6 +147,8 @@ class TaskManager:
         # while none is leasable but some are expected, a lease waits for them instead of failing.
         self.expected = 0
         self._changed = asyncio.Event()  # set (and replaced) when a replica comes up or `expected` drops
+        # This deployment's replica choice (None: the dispatcher's policy); apps set it per deployment.
+        self.policy: RoutingPolicy | None = None
 
     # Health checks in a row a replica may leave unanswered before it is restarted: a replica busy on
     # an overloaded machine answers late, and a restart would lose the work it has in hand. A replica
@@ -251,14 +260,14 @@ class TaskManager:
             else:
                 replica.late = 0
 
-    async def lease(self, dynamic: bool = False) -> Lease:
-        """A lease on the replica the next invocation goes to; it counts at once, so the next pick
-        (of the same request, too) sees it.
+    async def lease(self, policy: RoutingPolicy = "static", tokens: int = 1) -> Lease:
+        """A lease on the replica the next invocation (of `tokens` pending tokens) goes to, picked by
+        this deployment's `policy` if it has one, else by `policy`; it counts at once, so the next
+        pick (of the same request, too) sees it.
 
         While every replica is restarting, or a plan change is starting the replicas that will take
         the place of draining ones, waits for one (at most `restart_wait_s`) instead of failing; a
         draining replica is taken only when no other can be.
-        `dynamic` asks the replicas for their queue depths; otherwise no replica is asked anything.
         """
         if not any(r.healthy and not r.draining for r in self.replicas):
             era = request_era.get()
@@ -268,11 +277,15 @@ class TaskManager:
                 pass  # a request begun before the switch finishes on the old replicas, at once
             else:  # a request begun after it waits for the new ones (they start once the old drained)
                 await self.wait_healthy(math.inf)
-        return Lease(await self._least_loaded() if dynamic else self._pick_static())
+        policy = self.policy or policy
+        if policy == "dynamic":
+            return Lease(await self._least_loaded(), tokens)
+        return Lease(self._pick("pending_tokens" if policy == "tokens" else "in_flight"), tokens)
 
-    def _pick_static(self) -> Replica:
-        """The healthy replica with the fewest leases, round-robin among ties (request-static routing);
-        draining replicas only when no other is healthy.
+    def _pick(self, count: str) -> Replica:
+        """The healthy replica with the least of `count` (`in_flight`: leases, request-static
+        routing; `pending_tokens`: token-aware), round-robin among ties; draining replicas only when
+        no other is healthy.
 
         Plain round-robin left replicas of static-batching executors unevenly loaded under
         heavy-tailed requests (benchmarks/README.md); the counts are free, kept as calls go out.
@@ -284,7 +297,7 @@ class TaskManager:
             if replica.healthy and (
                 best is None
                 or (best.draining and not replica.draining)
-                or (best.draining == replica.draining and replica.in_flight < best.in_flight)
+                or (best.draining == replica.draining and getattr(replica, count) < getattr(best, count))
             ):
                 best = replica
         if best is None:

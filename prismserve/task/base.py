@@ -107,6 +107,11 @@ class TaskData(BaseModel):
 class TaskInput(TaskData):
     """Input of a task."""
 
+    def pending_tokens(self) -> int:
+        """The work this input adds to a replica's queue, in tokens (an LLM's prompt, an encoder's
+        media tokens): what token-aware routing balances. 1 unless the input type knows better."""
+        return 1
+
 
 class TaskOutput(TaskData):
     """Output of a task. During record, each field of a unit task's output is a placeholder."""
@@ -355,6 +360,11 @@ class UnitTask(Task[InT, OutT]):
                 "composite task's invoke(), or run it with `await task(input)`"
             )
         return session.invoke(self, task_input)
+
+    def pending_tokens(self, task_input: InT) -> int:
+        """The tokens an invocation with `task_input` adds to its replica's queue (the input's own
+        count unless the task knows better: an encoder from its model's processor rules)."""
+        return task_input.pending_tokens()  # type: ignore[attr-defined]
 
     def deployment_key(self) -> str:
         """Stable id of this unit task's deployment: class and field values; equal for equivalent tasks."""

@@ -11,11 +11,19 @@ import threading
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Literal
 
 from prismserve.task.errors import TaskUsageError
 from prismserve.task.session import current_session, replayable_choice
 
 Routing = Mapping[str, Mapping[str, float]]
+
+# How a deployment's replica is picked for an invocation: `static` (the fewest leases, round-robin
+# among ties; no replica asked anything), `dynamic` (least loaded: each replica asked its queue
+# depth) or `tokens` (the fewest pending tokens, ModServe's token-aware routing: counted by the task
+# manager as leases come and go, from each invocation's `UnitTask.pending_tokens`).
+RoutingPolicy = Literal["static", "dynamic", "tokens"]
+ROUTING_POLICIES: tuple[RoutingPolicy, ...] = ("static", "dynamic", "tokens")
 
 current_routing: ContextVar[Routing | None] = ContextVar("prismserve_routing", default=None)
 

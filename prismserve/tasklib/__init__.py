@@ -1,5 +1,6 @@
 """Built-in tasks: unit tasks of real models and the composites every app can use."""
 
+from prismserve.tasklib.media_tokens import MediaTokens
 from prismserve.tasklib.mllm import MLLMTask, TextOutput, conversation, reply_text
 from prismserve.tasklib.omni import OmniOutput, OmniTask, chat_chunks
 from prismserve.tasklib.router import Router
@@ -13,6 +14,7 @@ __all__ = [
     "LLMTask",
     "MLLMTask",
     "MediaItem",
+    "MediaTokens",
     "OmniOutput",
     "OmniTask",
     "Router",

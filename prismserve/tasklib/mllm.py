@@ -9,6 +9,7 @@ from pydantic import Field
 from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart, TextDelta, TextPart, VideoPart
 from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
 from prismserve.tasklib.layout import component_gpus
+from prismserve.tasklib.media_tokens import MediaTokens
 from prismserve.tasklib.units import (
     EncodedMedia,
     EncoderTask,
@@ -33,8 +34,12 @@ async def reply_text(text: Stream[TextDelta]) -> str:
     return "".join(delta.text for delta in await text.collect())
 
 
-def conversation(request: ChatRequest) -> tuple[list[dict[str, Any]], list[MediaItem]]:
-    """The request as a chat-template conversation with media placeholders, and its media in that order."""
+def conversation(
+    request: ChatRequest, counting: MediaTokens | None = None
+) -> tuple[list[dict[str, Any]], list[MediaItem]]:
+    """The request as a chat-template conversation with media placeholders, and its media in that
+    order, each with its tokens counted by `counting` (the model's processor rules)."""
+    counting = counting or MediaTokens()
     messages, media = [], []
     for message in request.messages:
         content: list[dict[str, Any]] = []
@@ -44,7 +49,8 @@ def conversation(request: ChatRequest) -> tuple[list[dict[str, Any]], list[Media
             else:
                 modality = _MODALITY[type(part)]
                 content.append({"type": modality})
-                media.append(MediaItem(modality=modality, data=part.data))
+                tokens = counting.count(modality, part.data)
+                media.append(MediaItem(modality=modality, data=part.data, tokens=tokens))
         messages.append({"role": message.role, "content": content})
     return messages, media
 
@@ -54,11 +60,14 @@ def llm_input(
     model: str,
     modalities: tuple[MediaModality, ...],
     encoders: dict[MediaModality, EncoderTask] | None,
+    *,
+    counting: MediaTokens | None = None,
     **extra: Any,
 ) -> LLMInput:
     """An LLM's input for `request`: media encoded by `encoders` (invoked here), or raw without them;
-    media of a modality `encoders` lacks stay raw (vLLM's Omni thinker takes audio only raw)."""
-    messages, media = conversation(request)
+    media of a modality `encoders` lacks stay raw (vLLM's Omni thinker takes audio only raw). Media
+    tokens are counted by `counting` (token-aware routing reads them)."""
+    messages, media = conversation(request, counting)
     unsupported = sorted({m.modality for m in media} - set(modalities))
     if unsupported:
         raise InvalidInputError(f"{model} takes {', '.join(modalities)} input, not {', '.join(unsupported)}")
@@ -71,7 +80,9 @@ def llm_input(
             raw.append(item)
             continue
         out = encoders[item.modality].invoke(item)
-        encoded.append(EncodedMedia(modality=item.modality, embeddings=out.embeddings, meta=out.meta))
+        encoded.append(
+            EncodedMedia(modality=item.modality, embeddings=out.embeddings, meta=out.meta, tokens=item.tokens)
+        )
     return LLMInput(conversation=messages, encoded=encoded, media=raw, **sampling)
 
 
@@ -93,6 +104,8 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     vllm: dict[str, Any] = Field(default_factory=dict)
     # GPUs per replica by component: the encoders by modality, and "llm".
     gpus: dict[str, float] = Field(default_factory=dict)
+    # How the model's processor counts media tokens (token-aware routing; default: Qwen-VL's rules).
+    media_tokens: MediaTokens = Field(default_factory=MediaTokens)
 
     def post_init(self) -> None:
         encoders = list(self.modalities) if self.encoder_fission else []
@@ -111,4 +124,8 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
 
     def invoke(self, request: ChatRequest) -> TextOutput:
         encoders = self.encoders if self.encoder_fission else None
-        return TextOutput(text=self.llm.invoke(llm_input(request, self.model, self.modalities, encoders)))
+        return TextOutput(
+            text=self.llm.invoke(
+                llm_input(request, self.model, self.modalities, encoders, counting=self.media_tokens)
+            )
+        )

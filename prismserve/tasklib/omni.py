@@ -89,7 +89,7 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
 
     def invoke(self, request: ChatRequest) -> OmniOutput:
         speaker = request.voice or self.speaker
-        speech = {"speech": request.wants_audio, "speaker": speaker}
+        speech: dict[str, Any] = {"speech": request.wants_audio, "speaker": speaker}
         if self.monolith:
             out = self.whole.invoke(llm_input(request, self.model, self.modalities, None, **speech))
             return OmniOutput(text=out.text, audio=out.audio if request.wants_audio else None)

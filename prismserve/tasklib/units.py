@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prismserve.protocol.chat import Sampling, TextDelta
 from prismserve.task import DataHandle, InvalidInputError, Stream, TaskInput, TaskOutput, UnitTask
+from prismserve.tasklib.media_tokens import MediaTokens
 
 MediaModality = Literal["image", "audio", "video"]
 
@@ -20,10 +21,15 @@ ONE_DEVICE = 1
 
 
 class MediaItem(TaskInput):
-    """One encoded media item (image, audio clip, video clip) as its bytes."""
+    """One encoded media item (image, audio clip, video clip) as its bytes, and the tokens the
+    model's processor makes of it (`tokens`; 0: count it by the default rule when asked)."""
 
     modality: MediaModality
     data: bytes
+    tokens: int = Field(default=0, ge=0)
+
+    def pending_tokens(self) -> int:
+        return self.tokens or MediaTokens().count(self.modality, self.data)
 
 
 class EncoderOutput(TaskOutput):
@@ -50,6 +56,11 @@ class EncodedMedia(TaskInput):
     modality: MediaModality
     embeddings: DataHandle[Any]
     meta: DataHandle[dict[str, Any]]
+    tokens: int = Field(default=0, ge=0)  # counted from the item before encoding (MediaItem.tokens)
+
+
+# Characters per text token, to estimate a prompt's tokens without its tokenizer (English BPE: ~4).
+CHARS_PER_TOKEN = 4
 
 
 class LLMInput(TaskInput, Sampling):
@@ -64,12 +75,28 @@ class LLMInput(TaskInput, Sampling):
     speech: bool = False
     speaker: str | None = None
 
+    def pending_tokens(self) -> int:
+        """The prompt's tokens: its text (estimated from its length) and its media, encoded or raw
+        (a decoder-only LLM attends to both alike)."""
+        chars = sum(
+            len(part.get("text") or "") for m in self.conversation for part in _parts(m.get("content"))
+        )
+        media = sum(e.tokens for e in self.encoded) + sum(m.pending_tokens() for m in self.media)
+        return max(1, chars // CHARS_PER_TOKEN) + media
+
     def check_media(self, takes_media: bool, model: str) -> None:
         """Raw media reach only a deployment that holds the encoders (else: the request's fault)."""
         if self.media and not takes_media:
             raise InvalidInputError(
                 f"this deployment of {model} has no encoders: send embeddings, not raw media"
             )
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    """A chat-template message's content as a list of parts (a plain string is one text part)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [part for part in content or [] if isinstance(part, dict)]
 
 
 class LLMTask(UnitTask[LLMInput, Stream[TextDelta]]):

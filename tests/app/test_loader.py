@@ -207,3 +207,41 @@ def test_hub_ids_are_app_names():
     apps = [load_app_source(ANSWER_APP, name) for name in names]
     assert [app.name for app in apps] == list(names)
     assert len({app.module.__name__ for app in apps}) == len(names)  # a/b, a_b, a.b stay apart
+
+
+@pytest.mark.parametrize(
+    ("config", "pattern"),
+    [
+        (
+            "slos = {'text': {'ttft': 1}}",
+            r"Config\.slos\['text'\]\.ttft: Extra inputs are not permitted; an SLO",
+        ),
+        (
+            "slos = {'text': {'ttft_s': -1}}",
+            r"Config\.slos\['text'\]\.ttft_s: Input should be greater than 0",
+        ),
+        ("slos = {'text': 3}", r"Config\.slos\['text'\]: Input should be a valid dictionary"),
+        (
+            "replica_routing = {'m.nowhere': 'tokens'}",
+            r"names 'm\.nowhere', not a deployment of the app: use one of \[",
+        ),
+        (
+            "replica_routing = {'m.llm': 'fastest'}",
+            r"replica_routing\['m\.llm'\] is 'fastest': use one of static, dynamic, tokens",
+        ),
+    ],
+)
+def test_bad_slos_and_replica_routing_are_refused_at_load(config, pattern):
+    source = HEADER + f"class Config(AppConfig):\n    tasks = {{'m': MLLMTask(model_id='m')}}\n    {config}\n"
+    source += "async def serve(request: ChatRequest) -> ChatRequest:\n    return request\n"
+    with pytest.raises(AppLoadError, match=pattern):
+        load_app_source(source, "bad")
+
+
+def test_an_app_names_slos_per_request_type_with_a_default():
+    source = HEADER + "class Config(AppConfig):\n    tasks = {'m': MLLMTask(model_id='m')}\n"
+    source += "    slos = {'text': {'ttft_s': 0.5}, 'default': {'e2e_s': 9}}\n"
+    source += "async def serve(request: ChatRequest) -> ChatRequest:\n    return request\n"
+    app = load_app_source(source, "slo")
+    assert app.slo("text").ttft_s == 0.5 and app.slo("image+text").e2e_s == 9
+    assert app.slo("text").met(0.4, None, 100) and not app.slo("text").met(0.6, None, 0.6)

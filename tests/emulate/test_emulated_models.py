@@ -13,13 +13,14 @@ from prismserve.bench.workloads import RequestSpec, controlled
 from prismserve.emulate import DEPLOYMENT_PREFIX, INTERNVL3, QWEN25_OMNI
 from prismserve.emulate.app import app_source
 from prismserve.emulate.catalog import INTERNVL3_BASELINES
-from prismserve.emulate.costs import internvl_tiles, qwen_image_tokens
+from prismserve.emulate.costs import qwen_image_tokens
 from prismserve.emulate.tasks import EmulatedTask, StageOutput, request_spec
 from prismserve.planner import plan_for_budget
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
 from prismserve.task.routing import use_routing
+from prismserve.tasklib.media_tokens import internvl_tiles
 
 
 def jpeg(size: tuple[int, int]) -> bytes:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from prismserve.executors.base import current_deadline
 from prismserve.executors.sim import SimExecutor, SimProfile
 from prismserve.task import TaskInput, TaskOutput, UnitTask
 
@@ -81,3 +82,53 @@ def test_waiting_requests_further_along_their_path_are_served_first(continuous):
 
     asyncio.run(scenario())
     assert order == ["first", "continuing", "new 1", "new 2"]
+
+
+class TokenInput(TaskInput):
+    tokens: int
+
+    def pending_tokens(self) -> int:
+        return self.tokens
+
+
+class Tokened(UnitTask[TokenInput, Done]):
+    executor_kind = "sim"
+
+
+def test_service_time_follows_the_tokens_an_input_carries():
+    executor = SimExecutor(Tokened(), SimProfile(token_s=0.001, max_batch=1))
+
+    async def took(tokens: int) -> float:
+        start = time.perf_counter()
+        await executor.run(TokenInput(tokens=tokens))
+        return time.perf_counter() - start
+
+    assert asyncio.run(took(200)) == pytest.approx(0.2, abs=0.06)
+    assert asyncio.run(took(20)) == pytest.approx(0.02, abs=0.03)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_waiting_calls_are_served_by_slack_to_their_deadline(continuous):
+    """SLO scheduling: among waiting calls the one with the least slack (deadline less its own
+    service time) goes first, whatever the arrival order and `sim_priority`; calls without a
+    deadline wait behind those with one."""
+    executor = SimExecutor(Tokened(), SimProfile(token_s=0.001, max_batch=1, continuous=continuous))
+    order: list[str] = []
+
+    async def one(name: str, tokens: int, deadline_in: float | None, delay: float) -> None:
+        await asyncio.sleep(delay)
+        current_deadline.set(None if deadline_in is None else time.time() + deadline_in)
+        await executor.run(TokenInput(tokens=tokens))
+        order.append(name)
+
+    async def scenario() -> None:
+        await asyncio.gather(
+            one("running", 50, None, 0.0),
+            one("no slo", 10, None, 0.01),
+            one("long, loose", 400, 5.0, 0.01),  # slack 5 - 0.4
+            one("short, tight", 10, 0.5, 0.02),  # slack 0.5 - 0.01
+            one("long, due soon", 400, 0.8, 0.02),  # slack 0.8 - 0.4: least
+        )
+
+    asyncio.run(scenario())
+    assert order == ["running", "long, due soon", "short, tight", "long, loose", "no slo"]

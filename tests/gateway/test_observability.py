@@ -158,3 +158,27 @@ def test_two_gateways_keep_separate_metrics(serve_gateway):
         assert httpx.post(f"{one}/v1/apps/answer/invoke", json=chat_body("hi")).status_code == 200
         assert 'prismserve_requests_total{app="answer"' in httpx.get(f"{one}/metrics").text
         assert "prismserve_requests_total{" not in httpx.get(f"{two}/metrics").text
+
+
+def test_goodput_and_slo_attainment_count_the_requests_that_met_their_slo(serve_gateway):
+    """Requests of a type with an SLO are counted as meeting it or not, per app; goodput and
+    attainment gauges read the last minute of them."""
+    app = create_gateway(LocalRuntime(EXECUTORS), admin_token=TOKEN)
+    lenient = ANSWER.replace("    tasks =", '    slos = {"text": {"ttft_s": 30, "e2e_s": 30}}\n    tasks =')
+    strict = ANSWER.replace("    tasks =", '    slos = {"default": {"e2e_s": 0.000001}}\n    tasks =')
+    with serve_gateway(app) as url:
+        for name, source in (("lenient", lenient), ("strict", strict), ("none", ANSWER)):
+            response = httpx.post(f"{url}/admin/apps", json={"name": name, "source": source}, headers=ADMIN)
+            assert response.status_code == 201, response.text
+        for name in ("lenient", "lenient", "strict", "none"):
+            assert httpx.post(f"{url}/v1/apps/{name}/invoke", json=chat_body("hi")).status_code == 200
+        text = httpx.get(f"{url}/metrics").text
+    assert 'prismserve_slo_requests_total{app="lenient",request_type="text",slo="met"} 2.0' in text
+    assert 'prismserve_slo_requests_total{app="strict",request_type="text",slo="missed"} 1.0' in text
+    assert 'prismserve_slo_attainment{app="lenient"} 1.0' in text
+    assert 'prismserve_slo_attainment{app="strict"} 0.0' in text
+    goodput = [line for line in text.splitlines() if line.startswith("prismserve_goodput_rps{")]
+    assert len(goodput) == 2 and float(goodput[0].split()[-1]) > 0 and goodput[1].endswith(" 0.0")
+    assert 'app="none"' not in "".join(
+        line for line in text.splitlines() if "slo" in line or "goodput" in line
+    )

@@ -172,7 +172,24 @@ def test_dynamic_leases_go_to_the_shortest_reported_queue():
         pool = FakePool()
         manager = await manager_with(3, pool)
         pool.depths = {manager.replicas[0].id: 5, manager.replicas[1].id: 1, manager.replicas[2].id: 3}
-        return manager, await manager.lease(dynamic=True)
+        return manager, await manager.lease("dynamic")
 
     manager, lease = asyncio.run(scenario())
     assert lease.replica is manager.replicas[1] and lease.replica.in_flight == 1
+
+
+def test_token_aware_leases_go_to_the_fewest_pending_tokens_and_give_them_back():
+    async def scenario():
+        manager = await manager_with(3, FakePool())
+        manager.policy = "tokens"  # the deployment's own choice, over the dispatcher's
+        a, b, c = manager.replicas
+        held = [Lease(a, 900), Lease(b, 100)]
+        picks = [await manager.lease("static", tokens) for tokens in (500, 300, 50)]
+        pending = [r.pending_tokens for r in manager.replicas]
+        for lease in held + picks:
+            lease.release()
+        return [p.replica for p in picks], (a, b, c), pending, [r.pending_tokens for r in manager.replicas]
+
+    picks, (a, b, c), pending, after = asyncio.run(scenario())
+    assert picks == [c, b, b]  # c: 0 < 100 < 900; then b: 100 < 500; then b: 400 < 500
+    assert pending == [900, 450, 500] and after == [0, 0, 0]
