@@ -10,23 +10,32 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class SLO(BaseModel):
     """Latency targets of one request type, in seconds (None: no target): time to the first token
-    or chunk (`ttft_s`), mean time between tokens after it (`tbt_s`), and to the end (`e2e_s`)."""
+    or chunk (`ttft_s`, plus `ttft_per_token_s` for each token of the request's prompt, media
+    included: a long prompt may take longer), mean time between tokens after it (`tbt_s`), and to
+    the end (`e2e_s`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     ttft_s: float | None = Field(default=None, gt=0)
+    ttft_per_token_s: float = Field(default=0.0, ge=0)
     tbt_s: float | None = Field(default=None, gt=0)
     e2e_s: float | None = Field(default=None, gt=0)
 
-    @property
-    def first_s(self) -> float | None:
-        """Seconds from arrival by which the request's first output is due (what queues order by)."""
-        return self.ttft_s if self.ttft_s is not None else self.e2e_s
+    def ttft_target_s(self, tokens: int) -> float | None:
+        """The TTFT target of a request of `tokens` prompt tokens (None: no target)."""
+        return None if self.ttft_s is None else self.ttft_s + self.ttft_per_token_s * tokens
 
-    def met(self, ttft_s: float, tbt_s: float | None, e2e_s: float) -> bool:
-        """Whether a request served with these latencies met every target."""
+    def first_due_s(self, tokens: int) -> float | None:
+        """Seconds from arrival by which the first output of a request of `tokens` prompt tokens is
+        due (what executor queues order by): its TTFT target, else its end-to-end target."""
+        ttft = self.ttft_target_s(tokens)
+        return ttft if ttft is not None else self.e2e_s
+
+    def met(self, ttft_s: float, tbt_s: float | None, e2e_s: float, tokens: int = 0) -> bool:
+        """Whether a request of `tokens` prompt tokens served with these latencies met every target."""
+        ttft = self.ttft_target_s(tokens)
         return (
-            (self.ttft_s is None or ttft_s <= self.ttft_s)
+            (ttft is None or ttft_s <= ttft)
             and (self.tbt_s is None or tbt_s is None or tbt_s <= self.tbt_s)
             and (self.e2e_s is None or e2e_s <= self.e2e_s)
         )

@@ -19,6 +19,7 @@ from prismserve.gateway.errors import HTTPError, as_http_error, invalid
 from prismserve.gateway.http import malformed_json, request_id, state
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
+from prismserve.runtime.dispatcher import RequestClock
 from prismserve.task import use_dispatcher
 
 
@@ -84,12 +85,15 @@ class Served:
         self.start = time.perf_counter()
         self.first: float | None = None  # when the first chunk went out (streams)
         self.sent = 0  # chunks sent
+        self.clock: RequestClock | None = (
+            None  # its prompt tokens as its calls counted them (its TTFT target)
+        )
 
     async def response(self) -> BaseModel:
         """The whole (non-streaming) response; the span records the error itself, the client gets `failure`'s."""
         try:
             with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
-                async with self.runtime.request_scope(self.app.name, self.kind):
+                async with self.runtime.request_scope(self.app.name, self.kind) as self.clock:
                     with use_dispatcher(self.runtime.dispatcher):
                         result = await self.app.serve(self.request)
                         if self.app.streaming:
@@ -129,7 +133,7 @@ class Served:
         status = "error"
         try:
             with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
-                async with self.runtime.request_scope(self.app.name, self.kind):
+                async with self.runtime.request_scope(self.app.name, self.kind) as self.clock:
                     with use_dispatcher(self.runtime.dispatcher):
                         async for chunk in _as_stream(await self.app.serve(self.request)):
                             if self.first is None:
@@ -167,7 +171,9 @@ class Served:
         if slo is not None and status != "cancelled":  # a client that left says nothing of the SLO
             first = self.first if self.first is not None else end  # a whole response: all at once
             tbt = (end - first) / (self.sent - 1) if self.sent > 1 else None
-            met = status == "ok" and slo.met(first - self.start, tbt, end - self.start)
+            met = status == "ok" and slo.met(
+                first - self.start, tbt, end - self.start, self.clock.tokens if self.clock else 0
+            )
             self.metrics.slo_outcome(self.app.name, self.kind, met)
 
 

@@ -14,7 +14,7 @@ from prismserve.app import App, AppLoadError, AppRegistry, load_app_source
 from prismserve.errors import InvalidRequestError
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import Plan
-from prismserve.runtime.dispatcher import use_deadline
+from prismserve.runtime.dispatcher import RequestClock, use_clock
 from prismserve.runtime.layout import Layout, check_layout, use_targets
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
 from prismserve.runtime.task_manager import use_request_era
@@ -51,29 +51,30 @@ class Runtime(ABC):
     @contextlib.asynccontextmanager
     async def request_scope(
         self, app_name: str | None = None, request_type: str | None = None
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[RequestClock]:
         """Wrap the handling of one request of `app_name` (until its response is fully sent): its
         routers follow the plan deployed for that app, its calls go along a path of `request_type`
-        picked by the plan when the plan names executor options, errors name unit tasks by their
-        paths in the app, and what its task graphs left behind (payloads, streams) is released when
-        the block ends."""
+        picked by the plan when the plan names executor options, carrying the deadline of the
+        type's SLO, errors name unit tasks by their paths in the app, and what its task graphs left
+        behind (payloads, streams) is released when the block ends. Yields the request's clock (its
+        start and tokens, for judging its SLO)."""
         plan = self.plans.get(app_name) if app_name is not None else None
         placed = self.layouts.get(app_name) if app_name is not None else None
         with (
-            use_deadline(self._deadline(app_name, request_type)),
+            use_clock(self._clock(app_name, request_type)) as clock,
             use_routing(plan.routing if plan is not None else None),
             use_targets(placed.targets(request_type) if placed is not None else None),
             use_app_task_names(self._task_names.get(app_name) if app_name is not None else None),
             use_request_era(),
             self._graph_scope(),
         ):
-            yield
+            yield clock
 
-    def _deadline(self, app_name: str | None, request_type: str | None) -> float | None:
-        """When a request of `request_type` arriving now owes its first output by its app's SLO."""
+    def _clock(self, app_name: str | None, request_type: str | None) -> RequestClock:
+        """The clock of a request of `request_type` to `app_name` arriving now, with its SLO's due time."""
         app = self.registry.apps.get(app_name) if app_name is not None else None
         slo = app.slo(request_type or "default") if app is not None else None
-        return time.time() + slo.first_s if slo is not None and slo.first_s is not None else None
+        return RequestClock(time.time(), slo.first_due_s if slo is not None else None)
 
     def _graph_scope(self) -> contextlib.AbstractContextManager[None]:
         """Where the graphs executed for one request are tracked until it ends."""

@@ -33,9 +33,25 @@ from prismserve.task.routing import RoutingPolicy
 log = logging.getLogger(__name__)
 _tracer = otel_trace.get_tracer("prismserve.dispatcher")
 
-# The Unix time by which the request being served owes its first output (its SLO), or None: calls
-# carry it to the executors, whose queues serve the least slack first.
-request_deadline: ContextVar[float | None] = ContextVar("prismserve_request_deadline", default=None)
+
+@dataclass(slots=True)
+class RequestClock:
+    """When the request being served began (Unix time), when its first output is due by its SLO
+    (`due`: seconds for a request of n prompt tokens; None: no SLO), and its prompt tokens as its
+    calls count them (the largest call's: an LLM's prompt, media included). Calls carry the
+    deadline to the executors, whose queues serve the least slack first."""
+
+    start: float
+    due: Callable[[int], float | None] | None = None
+    tokens: int = 0
+
+    def deadline(self) -> float | None:
+        """The Unix time the request's first output is due by (None: no SLO)."""
+        due = self.due(self.tokens) if self.due is not None else None
+        return None if due is None else self.start + due
+
+
+request_clock: ContextVar[RequestClock | None] = ContextVar("prismserve_request_clock", default=None)
 
 # Graphs executed inside a request scope: released together when the scope closes.
 _scope: ContextVar[list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] | None] = (
@@ -94,7 +110,10 @@ class ReplicaDispatcher:
         if otel_trace.get_current_span().is_recording():
             propagate.inject(carrier)
         sent = await self._leases(graph)
-        deadline = request_deadline.get()
+        clock = request_clock.get()
+        if clock is not None:
+            clock.tokens = max([clock.tokens, *(each.lease.tokens for each in sent)])
+        deadline = clock.deadline() if clock is not None else None
         try:
             self._submit(request, sent, carrier, deadline)
         except BaseException:
@@ -296,13 +315,13 @@ def _groups(nodes: list[Invocation], replicas: list[Replica]) -> list[list[int]]
 
 
 @contextmanager
-def use_deadline(deadline: float | None) -> Iterator[None]:
-    """Serve the request inside the block toward `deadline` (Unix time; None: no SLO)."""
-    token = request_deadline.set(deadline)
+def use_clock(clock: RequestClock) -> Iterator[RequestClock]:
+    """Serve the request inside the block on `clock` (its start, its SLO's deadline)."""
+    token = request_clock.set(clock)
     try:
-        yield
+        yield clock
     finally:
-        request_deadline.reset(token)
+        request_clock.reset(token)
 
 
 @contextmanager

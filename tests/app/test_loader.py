@@ -9,6 +9,7 @@ import pytest
 from toy.executors import EXECUTORS
 
 from prismserve.app import AppLoadError, load_app, load_app_source
+from prismserve.app.config import SLO
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
@@ -245,3 +246,6 @@ def test_an_app_names_slos_per_request_type_with_a_default():
     app = load_app_source(source, "slo")
     assert app.slo("text").ttft_s == 0.5 and app.slo("image+text").e2e_s == 9
     assert app.slo("text").met(0.4, None, 100) and not app.slo("text").met(0.6, None, 0.6)
+    longer = SLO(ttft_s=0.2, ttft_per_token_s=0.001)  # a long prompt may take longer to its first token
+    assert longer.met(0.5, None, 9, tokens=400) and not longer.met(0.5, None, 9, tokens=100)
+    assert longer.first_due_s(400) == pytest.approx(0.6) and SLO(e2e_s=3).first_due_s(400) == 3

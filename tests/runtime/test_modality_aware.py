@@ -109,6 +109,22 @@ async def first_token_s(runtime: RayRuntime, app, request: ChatRequest) -> float
     return first - start
 
 
+def test_a_request_is_due_by_its_types_slo_for_its_prompt_tokens_text_and_media():
+    """The deadline calls carry: the request's start plus its type's TTFT target for its tokens, as
+    its largest call counts them (the LLM's prompt: text and every image)."""
+    deployed = plan(1, 1, {}, {"items": 1})
+    request = ChatRequest.of("x" * 400, images=[png(280, 560)] * 2)  # 100 text + 2 x 200 media tokens
+
+    async def scenario(runtime, app):
+        async with runtime.request_scope(app.name, request.request_type) as clock:
+            with use_dispatcher(runtime.dispatcher):
+                await (await app.serve(request)).text.collect()
+        return clock
+
+    clock = serving('    slos = {"image+text": {"ttft_s": 0.5, "ttft_per_token_s": 0.01}}', deployed, scenario)
+    assert clock.tokens == 500 and clock.deadline() == clock.start + 0.5 + 0.01 * 500
+
+
 def test_a_burst_of_8_image_requests_spreads_its_images_over_the_encoders_by_their_tokens():
     """Eight images of one request each go to the encoder with the fewest pending media tokens: with
     large and small images alternating, counting calls (request-static) piles every large image on
