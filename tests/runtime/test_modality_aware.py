@@ -121,7 +121,9 @@ def test_a_request_is_due_by_its_types_slo_for_its_prompt_tokens_text_and_media(
                 await (await app.serve(request)).text.collect()
         return clock
 
-    clock = serving('    slos = {"image+text": {"ttft_s": 0.5, "ttft_per_token_s": 0.01}}', deployed, scenario)
+    clock = serving(
+        '    slos = {"image+text": {"ttft_s": 0.5, "ttft_per_token_s": 0.01}}', deployed, scenario
+    )
     assert clock.tokens == 500 and clock.deadline() == clock.start + 0.5 + 0.01 * 500
 
 
