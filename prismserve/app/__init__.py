@@ -1,7 +1,7 @@
 """Apps: one Python file with `class Config(AppConfig)` and `async def serve(request)` (002 §2.2)."""
 
 from prismserve.app.app import App
-from prismserve.app.config import AppConfig
+from prismserve.app.config import SLO, AppConfig, Autoscale
 from prismserve.app.loader import AppLoadError, load_app, load_app_source
 from prismserve.app.registry import AppRegistry, AppRegistryError, Deployment
 
@@ -11,7 +11,9 @@ __all__ = [
     "AppLoadError",
     "AppRegistry",
     "AppRegistryError",
+    "Autoscale",
     "Deployment",
+    "SLO",
     "load_app",
     "load_app_source",
 ]

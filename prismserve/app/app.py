@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from prismserve.app.config import SLO, AppConfig
+from prismserve.app.config import SLO, AppConfig, Autoscale
 from prismserve.task import Task, UnitTask
 
 
@@ -34,6 +34,12 @@ class App:
     def slos(self) -> dict[str, SLO]:
         """The app's SLOs by request type (`Config.slos`, validated)."""
         return {kind: SLO.model_validate(slo) for kind, slo in dict(self.config.slos).items()}
+
+    @cached_property
+    def autoscale(self) -> Autoscale | None:
+        """The app's autoscaling settings (`Config.autoscale`, validated), or None."""
+        value = self.config.autoscale
+        return None if value is None else Autoscale.model_validate(value)
 
     def slo(self, request_type: str) -> SLO | None:
         """The SLO of requests of `request_type`: its own, else the app's `default`, else None."""

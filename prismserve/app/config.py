@@ -41,6 +41,33 @@ class SLO(BaseModel):
         )
 
 
+class Autoscale(BaseModel):
+    """Per-stage autoscaling (ModServe, 003 §4.2): each of `stages` (deployment names, as plans name
+    them) runs ceil(load / capacity) replicas, its load the tokens/s its calls carried over the last
+    `window_s` and `capacity[stage]` the tokens/s one replica serves within the SLO (for a `sim`
+    replica: 80 % of its profile's full-batch rate when not given). Checked every `interval_s`:
+    a stage above its capacity scales out at once; one below `scale_in_utilization` of a replica
+    fewer, for `scale_in_after_s` in a row, scales in (hysteresis). SLO attainment below
+    `attainment` over the gateway's last minute (at least `min_requests`) adds a replica to the
+    busiest stage and holds every scale-in. Replicas stay within `min_replicas` (default 1) and
+    `max_replicas`, the plan within `gpus` (default: the cluster's). Changes go through the plan's
+    cell diff: new cells first, removed cells drained before they go."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stages: tuple[str, ...] = Field(min_length=1)
+    capacity: dict[str, float] = Field(default_factory=dict)
+    min_replicas: dict[str, int] = Field(default_factory=dict)
+    max_replicas: dict[str, int] = Field(default_factory=dict)
+    gpus: int | None = Field(default=None, ge=1)
+    interval_s: float = Field(default=10.0, gt=0)
+    window_s: float = Field(default=30.0, gt=0)
+    scale_in_after_s: float = Field(default=60.0, ge=0)
+    scale_in_utilization: float = Field(default=0.7, gt=0, le=1)
+    attainment: float = Field(default=0.99, ge=0, le=1)
+    min_requests: int = Field(default=50, ge=1)
+
+
 class AppConfig:
     """Subclass as `class Config(AppConfig)` in an app file and list its tasks by name.
 
@@ -71,3 +98,5 @@ class AppConfig:
     # Replica choice per deployment, by the names plans use (`model.encoders.image`): `static`,
     # `dynamic` (least loaded) or `tokens` (fewest pending tokens); the others follow `serve --routing`.
     replica_routing: ClassVar[dict[str, str]] = {}
+    # Per-stage autoscaling while the app is served (an `Autoscale` or a dict of its fields; None: off).
+    autoscale: ClassVar[Any] = None

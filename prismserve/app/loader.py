@@ -16,7 +16,7 @@ from typing import Any, TypeGuard
 from pydantic import BaseModel, ValidationError
 
 from prismserve.app.app import App
-from prismserve.app.config import SLO, AppConfig
+from prismserve.app.config import SLO, AppConfig, Autoscale
 from prismserve.errors import AppLoadError
 from prismserve.task import Task, TaskDefinitionError
 
@@ -141,6 +141,8 @@ def _check_serving(app: App, filename: str) -> None:
                 "tbt_s and e2e_s (seconds)"
             ) from None
     names = app.named_unit_tasks()
+    if app.config.autoscale is not None:
+        _check_autoscale(app.config.autoscale, names, filename)
     for name, policy in app.config.replica_routing.items():
         if name not in names:
             raise AppLoadError(
@@ -151,6 +153,22 @@ def _check_serving(app: App, filename: str) -> None:
             raise AppLoadError(
                 f"{filename}: Config.replica_routing[{name!r}] is {policy!r}: use one of {', '.join(ROUTING_POLICIES)}"
             )
+
+
+def _check_autoscale(value: Any, names: dict[str, Any], filename: str) -> None:
+    """Refuse autoscaling settings that do not parse or name deployments the app does not have."""
+    try:
+        autoscale = Autoscale.model_validate(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"])
+        raise AppLoadError(f"{filename}: Config.autoscale.{field}: {error['msg']}") from None
+    named = {*autoscale.stages, *autoscale.capacity, *autoscale.min_replicas, *autoscale.max_replicas}
+    unknown = sorted(named - set(names))
+    if unknown:
+        raise AppLoadError(
+            f"{filename}: Config.autoscale names {unknown}, not deployments of the app: use names from {sorted(names)}"
+        )
 
 
 def _serve_signature(module: ModuleType, filename: str) -> tuple[Any, type[BaseModel], type[BaseModel], bool]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import dataclasses
 import inspect
 import types
 import typing
@@ -244,5 +245,9 @@ async def _synthesized_items(stream_type: Any, count: int) -> AsyncIterator[Any]
             yield bytes(8)
         elif item_type is str:
             yield f"t{i}"
+        elif dataclasses.is_dataclass(item_type) and isinstance(item_type, type):
+            # A record such as an LLM's TextDelta: its defaults, with a token of text where it has one.
+            names = {f.name for f in dataclasses.fields(item_type)}
+            yield item_type(**{k: v for k, v in (("text", f"t{i} "), ("tokens", 1)) if k in names})
         else:
             yield i

@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from prismserve.app import App
 from prismserve.errors import AuthError, NotFoundError, PlacementError
+from prismserve.gateway.autoscale import attach_autoscaler
 from prismserve.gateway.http import read_model, state
 from prismserve.gateway.openapi import errors, json_body
 from prismserve.gateway.serving import find_app
@@ -62,17 +63,24 @@ def describe(app: App) -> AppInfo:
 async def register(request: Request) -> AppInfo:
     """Register an app from its source: load, validate, deploy what it needs."""
     body = await read_model(request, RegisterApp)
+    gateway = state(request)
     try:
-        app = await state(request).runtime.register_app(body.source, body.name, filename=f"{body.name}.py")
+        app = await gateway.runtime.register_app(body.source, body.name, filename=f"{body.name}.py")
     except PlacementError as exc:
         raise PlacementError(f"app {body.name!r} cannot be deployed: {exc}") from None
+    attach_autoscaler(gateway, app)
     return describe(app)
 
 
 @router.delete("/apps/{name:path}", response_model=Unregistered, responses=errors(404, 500))
 async def unregister(name: str, request: Request) -> Unregistered:
     """Unregister an app; deployments no other app uses stop."""
-    await state(request).runtime.unregister_app(name)
+    gateway = state(request)
+    scaler = gateway.autoscalers.pop(name, None)
+    if scaler is not None:
+        gateway.metrics.autoscalers.pop(name, None)
+        await scaler.close()
+    await gateway.runtime.unregister_app(name)
     return Unregistered(unregistered=name)
 
 

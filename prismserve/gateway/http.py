@@ -15,6 +15,7 @@ from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
 
 from prismserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
+from prismserve.gateway.autoscale import Autoscaler
 from prismserve.gateway.errors import HTTPError, invalid
 from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.metrics import GatewayMetrics
@@ -35,6 +36,8 @@ class GatewayState:
     media: MediaPolicy = field(default_factory=MediaPolicy)  # how chat requests' media URLs are fetched
     # Per app, the watcher its requests feed (`attach_replanner`); the metrics read the same dict.
     replanners: dict[str, Replanner] = field(default_factory=dict)
+    # Per app that declares autoscaling, its autoscaler (`attach_autoscaler`); the metrics read them too.
+    autoscalers: dict[str, Autoscaler] = field(default_factory=dict)
 
 
 _CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")

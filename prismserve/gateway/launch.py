@@ -16,7 +16,7 @@ import threading
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -182,6 +182,11 @@ class GatewayServer:
         host, port = self.listener.getsockname()[:2]
         return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
+    @property
+    def _gateway(self) -> Any:
+        """The `GatewayState` of the app uvicorn serves."""
+        return self.server.config.app.state.gateway  # type: ignore[union-attr]
+
     async def serve(self) -> int:
         """Start the runtime, register the app, apply the plan, serve until stopped; returns the exit code."""
         serving = False
@@ -201,6 +206,8 @@ class GatewayServer:
             # cancels this task; the runtime must still close (replicas, models) before we exit.
             if self.replanner is not None:
                 await self.replanner.close()
+            for scaler in self._gateway.autoscalers.values():
+                await scaler.close()
             cancelled = await _to_the_end(self.runtime.close())
             if self.tracer_provider is not None:
                 self.tracer_provider.shutdown()  # flush spans still queued for the OTLP exporter
@@ -215,6 +222,9 @@ class GatewayServer:
             await self.runtime.deploy(self.app_name, self.plan)
         if self.plan_gpus is not None:
             await self._plan(app)
+        from prismserve.gateway.autoscale import attach_autoscaler
+
+        attach_autoscaler(self._gateway, app)
 
     async def _plan(self, app: App) -> None:
         """Profile, plan for the GPUs asked for and deploy; then (`replan`) re-plan as the traffic drifts."""
@@ -223,7 +233,7 @@ class GatewayServer:
 
         gpus = None if self.plan_gpus == "all" else int(self.plan_gpus)  # type: ignore[arg-type]
         spec, plan, budget = await plan_at_start(self.runtime, app, self.source, gpus, self.profile_workload)
-        if not self.replan:
+        if not self.replan or app.autoscale is not None:  # an autoscaling app's stages follow its load
             return
         self.replanner = Replanner(
             self.runtime,

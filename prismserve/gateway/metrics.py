@@ -10,6 +10,7 @@ from prismserve.gateway.slo import SLOWindow
 from prismserve.runtime import Runtime
 
 if TYPE_CHECKING:
+    from prismserve.gateway.autoscale import Autoscaler
     from prismserve.gateway.replan import Replanner
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -23,6 +24,7 @@ class GatewayMetrics:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.replanners: dict[str, Replanner] = {}
+        self.autoscalers: dict[str, Autoscaler] = {}
         self.slo_windows: dict[str, SLOWindow] = {}
         self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -67,6 +69,24 @@ class GatewayMetrics:
             "prismserve_executor_queue_depth",
             "Invocations in flight per deployment",
             ["deployment"],
+            registry=self.registry,
+        )
+        self.autoscale_replicas = Gauge(
+            "prismserve_autoscale_replicas",
+            "Replicas of each autoscaled stage in the deployed plan",
+            ["app", "deployment"],
+            registry=self.registry,
+        )
+        self.autoscale_load = Gauge(
+            "prismserve_autoscale_load_tokens_per_second",
+            "Tokens/s the calls of each autoscaled stage carried over the autoscaler's window",
+            ["app", "deployment"],
+            registry=self.registry,
+        )
+        self.autoscale_changes = Gauge(
+            "prismserve_autoscale_changes",
+            "Plans the autoscaler deployed since the gateway started",
+            ["app"],
             registry=self.registry,
         )
         self.apps = Gauge("prismserve_apps_registered", "Registered apps", registry=self.registry)
@@ -114,6 +134,7 @@ class GatewayMetrics:
         for key, depth in self.runtime.queue_depths().items():
             self.queue_depth.labels(deployment=key).set(depth)
         self._replanning()
+        self._autoscaling()
         self.goodput.clear()
         self.slo_attainment.clear()
         for app, window in self.slo_windows.items():
@@ -134,6 +155,18 @@ class GatewayMetrics:
         if window is None:
             window = self.slo_windows[app] = SLOWindow()
         return window
+
+    def _autoscaling(self) -> None:
+        """The autoscalers' gauges, read now."""
+        for gauge in (self.autoscale_replicas, self.autoscale_load, self.autoscale_changes):
+            gauge.clear()
+        for app, scaler in self.autoscalers.items():
+            status = scaler.status()
+            for name, replicas in status.replicas.items():
+                self.autoscale_replicas.labels(app, name).set(replicas)
+            for name, rate in status.load.items():
+                self.autoscale_load.labels(app, name).set(rate)
+            self.autoscale_changes.labels(app).set(status.changes)
 
     def _replanning(self) -> None:
         """The re-planning watchers' gauges, read now."""

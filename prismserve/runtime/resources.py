@@ -203,9 +203,9 @@ class ResourceManager:
                     new.gpus, new.replicas, _shapes(new.replicas, managers), _bundles(new.replicas, managers)
                 )
             removed: list[PlacedCell] = []
-            for gone in change.remove:
+            for gone in change.remove:  # of identical cells, the least used go (their drains are shortest)
                 matching = [c for c in owned if c not in removed and _as_plan(c).same_cell(gone)]
-                removed += matching[: gone.count]
+                removed += sorted(matching, key=_in_use)[: gone.count]
             added = [
                 {k: n for k, n in new.replicas.items() if n} for new in change.add for _ in range(new.count)
             ]
@@ -319,6 +319,11 @@ def _expect(managers: dict[str, TaskManager], replicas: dict[str, int], sign: in
     """Announce (1) or withdraw (-1) a cell's replicas to their task managers."""
     for key, n in replicas.items():
         managers[key].expect(sign * n)
+
+
+def _in_use(cell: PlacedCell) -> int:
+    """Calls in flight and open requests on the cell's replicas."""
+    return sum(r.in_flight + r.users for _, r in cell.members)
 
 
 def _busy(cell: PlacedCell) -> list[Replica]:

@@ -149,6 +149,7 @@ class TaskManager:
         self._changed = asyncio.Event()  # set (and replaced) when a replica comes up or `expected` drops
         # This deployment's replica choice (None: the dispatcher's policy); apps set it per deployment.
         self.policy: RoutingPolicy | None = None
+        self.tokens = 0  # tokens of every lease taken: the load the autoscaler reads (tokens/s)
 
     # Health checks in a row a replica may leave unanswered before it is restarted: a replica busy on
     # an overloaded machine answers late, and a restart would lose the work it has in hand. A replica
@@ -278,6 +279,7 @@ class TaskManager:
             else:  # a request begun after it waits for the new ones (they start once the old drained)
                 await self.wait_healthy(math.inf)
         policy = self.policy or policy
+        self.tokens += tokens
         if policy == "dynamic":
             return Lease(await self._least_loaded(), tokens)
         return Lease(self._pick("pending_tokens" if policy == "tokens" else "in_flight"), tokens)

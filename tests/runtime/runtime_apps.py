@@ -1,6 +1,100 @@
 """App sources used by the runtime tests, and the shape of the test cluster."""
 
+import asyncio
+import io
+
+from PIL import Image
+
+from prismserve.planner import Plan
+from prismserve.runtime.pool import InProcessPool
+from prismserve.runtime.ray_runtime import RayRuntime
+
 GPUS_PER_NODE = 4
+
+# The deployments of SIM_MLLM, as plans name them.
+ENCODER, LLM = "model.encoders.image", "model.llm"
+
+SIM_MLLM = '''
+from collections.abc import AsyncIterator
+
+from prismserve.app import AppConfig
+from prismserve.protocol.chat import ChatChunk, ChatRequest
+from prismserve.task import Task
+from prismserve.tasklib import chat_chunks
+from prismserve.tasklib.mllm import TextOutput, llm_input
+from prismserve.tasklib.units import EncoderTask, LLMTask
+
+
+class SimEncoder(EncoderTask):
+    executor_kind = "sim"
+    executor_class = None
+
+
+class SimLLM(LLMTask):
+    executor_kind = "sim"
+    executor_class = None
+
+
+class MLLM(Task[ChatRequest, TextOutput]):
+    """MLLMTask's composition (an encoder call per image, then the LLM) on sim-only unit tasks."""
+
+    def post_init(self):
+        self.encoders = {{"image": SimEncoder(model="toy-vl", modality="image")}}
+        self.llm = SimLLM(model="toy-vl")
+
+    def invoke(self, request):
+        return TextOutput(text=self.llm.invoke(llm_input(request, "toy-vl", ("image",), self.encoders)))
+
+
+model = MLLM()
+
+
+class Config(AppConfig):
+    tasks = {{"model": model}}
+    input_modalities = frozenset({{"text", "image"}})
+{config}
+
+async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
+    async for chunk in chat_chunks(await model(request)):
+        yield chunk
+'''
+
+
+def png(width: int, height: int) -> bytes:
+    """A solid image of `width` x `height` px (only its header matters to the token count)."""
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (90, 120, 200)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def plan(encoders: int, llms: int, encoder: dict, llm: dict) -> Plan:
+    return Plan.model_validate(
+        {
+            "cells": [
+                {"gpus": 1, "count": encoders, "replicas": {ENCODER: 1}},
+                {"gpus": 1, "count": llms, "replicas": {LLM: 1}},
+            ],
+            "profiles": {ENCODER: encoder, LLM: llm},
+        }
+    )
+
+
+def serving(config: str, deployed: Plan, scenario):
+    """Run `scenario(runtime, app)` with `SIM_MLLM` (its Config body `config`) on the plan `deployed`,
+    on the in-process control plane with 16 declared GPUs."""
+
+    async def main():
+        runtime = RayRuntime(pool=InProcessPool({"node": 16}))
+        await runtime.start()
+        try:
+            app = await runtime.register_app(SIM_MLLM.format(config=config), "vl")
+            await runtime.deploy("vl", deployed)
+            return await asyncio.wait_for(scenario(runtime, app), 60)
+        finally:
+            await runtime.close()
+
+    return asyncio.run(main())
+
 
 ROUTED_MLLM = """
 from pydantic import BaseModel

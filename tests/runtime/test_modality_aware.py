@@ -5,95 +5,14 @@ follows the tokens each call carries, counted as the model's processor counts th
 from __future__ import annotations
 
 import asyncio
-import io
 import time
 
-from PIL import Image
+from runtime_apps import ENCODER, plan, png, serving
 
-from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
-from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
 from prismserve.tasklib import MediaTokens
-
-ENCODER, LLM = "model.encoders.image", "model.llm"
-
-APP = '''
-from prismserve.app import AppConfig
-from prismserve.protocol.chat import ChatRequest
-from prismserve.task import Task
-from prismserve.tasklib.mllm import TextOutput, llm_input
-from prismserve.tasklib.units import EncoderTask, LLMTask
-
-
-class SimEncoder(EncoderTask):
-    executor_kind = "sim"
-    executor_class = None
-
-
-class SimLLM(LLMTask):
-    executor_kind = "sim"
-    executor_class = None
-
-
-class MLLM(Task[ChatRequest, TextOutput]):
-    """MLLMTask's composition (an encoder call per image, then the LLM) on sim-only unit tasks."""
-
-    def post_init(self):
-        self.encoders = {{"image": SimEncoder(model="toy-vl", modality="image")}}
-        self.llm = SimLLM(model="toy-vl")
-
-    def invoke(self, request):
-        return TextOutput(text=self.llm.invoke(llm_input(request, "toy-vl", ("image",), self.encoders)))
-
-
-model = MLLM()
-
-
-class Config(AppConfig):
-    tasks = {{"model": model}}
-    input_modalities = frozenset({{"text", "image"}})
-{config}
-
-async def serve(request: ChatRequest) -> TextOutput:
-    return await model(request)
-'''
-
-
-def png(width: int, height: int) -> bytes:
-    """A solid image of `width` x `height` px (only its header matters to the token count)."""
-    out = io.BytesIO()
-    Image.new("RGB", (width, height), (90, 120, 200)).save(out, format="PNG")
-    return out.getvalue()
-
-
-def plan(encoders: int, llms: int, encoder: dict, llm: dict) -> Plan:
-    return Plan.model_validate(
-        {
-            "cells": [
-                {"gpus": 1, "count": encoders, "replicas": {ENCODER: 1}},
-                {"gpus": 1, "count": llms, "replicas": {LLM: 1}},
-            ],
-            "profiles": {ENCODER: encoder, LLM: llm},
-        }
-    )
-
-
-def serving(config: str, deployed: Plan, scenario):
-    """Run `scenario(runtime, app)` with the app (its Config body `config`) on the plan `deployed`."""
-
-    async def main():
-        runtime = RayRuntime(pool=InProcessPool({"node": 16}))
-        await runtime.start()
-        try:
-            app = await runtime.register_app(APP.format(config=config), "vl")
-            await runtime.deploy("vl", deployed)
-            return await asyncio.wait_for(scenario(runtime, app), 60)
-        finally:
-            await runtime.close()
-
-    return asyncio.run(main())
 
 
 async def first_token_s(runtime: RayRuntime, app, request: ChatRequest) -> float:
@@ -102,8 +21,7 @@ async def first_token_s(runtime: RayRuntime, app, request: ChatRequest) -> float
     first = None
     async with runtime.request_scope(app.name, request.request_type):
         with use_dispatcher(runtime.dispatcher):
-            output = await app.serve(request)
-            async for _ in output.text:
+            async for _ in await app.serve(request):
                 first = first or time.perf_counter()
     assert first is not None
     return first - start
@@ -118,7 +36,8 @@ def test_a_request_is_due_by_its_types_slo_for_its_prompt_tokens_text_and_media(
     async def scenario(runtime, app):
         async with runtime.request_scope(app.name, request.request_type) as clock:
             with use_dispatcher(runtime.dispatcher):
-                await (await app.serve(request)).text.collect()
+                async for _ in await app.serve(request):
+                    pass
         return clock
 
     clock = serving(
