@@ -9,6 +9,7 @@ shared-memory slabs (see dataplane). The caller only receives the outputs replay
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import propagate
@@ -54,19 +55,56 @@ class RequestClock:
 request_clock: ContextVar[RequestClock | None] = ContextVar("prismserve_request_clock", default=None)
 
 # Graphs executed inside a request scope: released together when the scope closes.
-_scope: ContextVar[list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] | None] = (
-    ContextVar("prismserve_request_scope", default=None)
-)
+_scope: ContextVar[list[_Graph] | None] = ContextVar("prismserve_request_scope", default=None)
 
 
 @dataclass(slots=True)
 class _Sent:
-    """One invocation of an attempt: where it went and the reference of its result."""
+    """One invocation of an attempt: its tokens, where it went and the reference of its result.
+
+    A consumer whose deployment picks replicas by load (`dynamic`, `tokens`) has no lease until its
+    producers' results exist (`_pull`): its replica is chosen then, with the load as it is then
+    (ModServe's pull hand-off), and it fetches their payloads from where they were made.
+    """
 
     node: Invocation
     manager: TaskManager
-    lease: Lease
+    tokens: int
+    lease: Lease | None = None
     ref: Any = None
+
+
+@dataclass(slots=True)
+class _Graph:
+    """An executed graph's replicas, whose payloads and streams are released together: when its
+    request scope closes (`scoped`: counted in the replicas' `users` until then), else after a while."""
+
+    request: str
+    dispatcher: ReplicaDispatcher
+    scoped: bool
+    replicas: list[tuple[TaskManager, Replica]] = field(default_factory=list)
+    released: bool = False
+
+    def add(self, manager: TaskManager, replica: Replica) -> None:
+        """Count a replica the graph ran on (one chosen late is released alone if the graph was)."""
+        if self.released:
+            loop = asyncio.get_running_loop()
+            loop.call_later(
+                self.dispatcher.release_after_s, self.dispatcher.release, self.request, [(manager, replica)]
+            )
+            return
+        self.replicas.append((manager, replica))
+        if self.scoped:  # a draining replica stays up until the request ends
+            replica.users += 1
+
+    def release(self) -> None:
+        """Release what the graph left on its replicas (once)."""
+        if not self.released:
+            self.released = True
+            self.dispatcher.release(self.request, self.replicas)
+            if self.scoped:
+                for _, replica in self.replicas:
+                    replica.users -= 1
 
 
 class ReplicaDispatcher:
@@ -112,15 +150,22 @@ class ReplicaDispatcher:
         sent = await self._leases(graph)
         clock = request_clock.get()
         if clock is not None:
-            clock.tokens = max([clock.tokens, *(each.lease.tokens for each in sent)])
+            clock.tokens = max([clock.tokens, *(each.tokens for each in sent)])
         deadline = clock.deadline() if clock is not None else None
         try:
             self._submit(request, sent, carrier, deadline)
         except BaseException:
             for each in sent:
-                each.lease.release()
+                if each.lease is not None:
+                    each.lease.release()
             raise
-        self._track(request, [(each.manager, each.lease.replica) for each in sent])
+        tracked = self._track(request)
+        for each in sent:
+            if each.lease is not None:
+                tracked.add(each.manager, each.lease.replica)
+            else:
+                call = Call(request, each.node.index, each.node.input, each.node.producers, carrier, deadline)
+                each.ref = asyncio.get_running_loop().create_task(self._pull(each, call, sent, tracked))
         # Outputs that are only streams are handed back at once and fill as the replicas produce;
         # the others (data handles) are awaited: replay needs them to exist.
         outputs: list[Any] = [None] * len(sent)
@@ -144,18 +189,38 @@ class ReplicaDispatcher:
         return outputs
 
     async def _leases(self, graph: TaskGraph) -> list[_Sent]:
-        """One lease per invocation, taken in order: each pick sees the request's earlier picks."""
+        """One lease per invocation, taken in order: each pick sees the request's earlier picks;
+        none yet for a consumer whose replica is picked by load (`_pull` takes it later)."""
         sent: list[_Sent] = []
         try:
             for node in graph.nodes:
                 manager = await self._manager(node)
-                tokens = node.task.pending_tokens(node.input)
-                sent.append(_Sent(node, manager, await self._lease(node.index, manager, tokens)))
+                each = _Sent(node, manager, node.task.pending_tokens(node.input))
+                if not (node.producers and (manager.policy or self.policy) != "static"):
+                    each.lease = await self._lease(node.index, manager, each.tokens)
+                sent.append(each)
         except BaseException:
             for each in sent:
-                each.lease.release()
+                if each.lease is not None:
+                    each.lease.release()
             raise
         return sent
+
+    async def _pull(self, each: _Sent, call: Call, sent: list[_Sent], tracked: _Graph) -> Any:
+        """A consumer's result, its replica picked once its producers' results exist (by the load
+        then); it fetches their payloads from where they were made. A producer's failure reaches
+        the call through its inputs, and fails it as the producer's."""
+        produced = [sent[p].ref for p in call.producers]
+        for ref in produced:
+            with contextlib.suppress(Exception):
+                await ref
+        lease = each.lease = await self._lease(call.index, each.manager, each.tokens)
+        tracked.add(each.manager, lease.replica)
+        try:
+            ref = each.manager.pool.submit(lease.replica, [call], call.producers, produced)[0]
+            return await each.manager.pool.result(ref)
+        finally:
+            lease.release()
 
     async def _manager(self, node: Invocation) -> TaskManager:
         """The task manager of an invocation's deployment (for a plan with executor options: the
@@ -176,14 +241,17 @@ class ReplicaDispatcher:
 
     @staticmethod
     def _submit(request: str, sent: list[_Sent], carrier: dict[str, str], deadline: float | None) -> None:
-        """Send every invocation; those at the same depth on the same replica are independent and
-        travel in one call."""
-        for group in _groups([each.node for each in sent], [each.lease.replica for each in sent]):
+        """Send every invocation that has its lease; those at the same depth on the same replica are
+        independent and travel in one call."""
+        for group in _groups(
+            [each.node for each in sent], [each.lease.replica if each.lease else None for each in sent]
+        ):
             producers = sorted({p for i in group for p in sent[i].node.producers})
             calls = [
                 Call(request, i, sent[i].node.input, sent[i].node.producers, carrier, deadline) for i in group
             ]
             first = sent[group[0]]
+            assert first.lease is not None  # `_groups` leaves out the invocations without one
             refs = first.manager.pool.submit(
                 first.lease.replica, calls, producers, [sent[p].ref for p in producers]
             )
@@ -206,7 +274,7 @@ class ReplicaDispatcher:
             if not isinstance(error, ReplicaDied) or isinstance(error, InputLost):
                 raise error from exc
             log.warning("resending call #%d after its replica died: %s", index, error)
-        lease = await self._lease(index, manager)
+        lease = await self._lease(index, manager, sent.tokens)
         try:
             return await self._result(manager, resend(manager, lease.replica), lease)
         except BaseException as exc:  # noqa: BLE001 - the second failure is final
@@ -240,18 +308,31 @@ class ReplicaDispatcher:
         feeding = asyncio.get_running_loop().create_task(feed())
         self._feeding.add(feeding)  # the loop keeps only weak references to tasks
         feeding.add_done_callback(self._feeding.discard)
-        feeding.add_done_callback(lambda _: sent.lease.release())  # also when cancelled before it ran
+        # Also when cancelled before it ran; a pulled call's own lease goes when its result is in.
+        feeding.add_done_callback(lambda _: _give_back(sent.lease))
         return output, feeding
 
     @staticmethod
-    async def _result(manager: TaskManager, ref: Any, lease: Lease) -> Any:
+    async def _result(manager: TaskManager, ref: Any, lease: Lease | None) -> Any:
+        """The call's result; its lease (None: a pulled call, which holds its own) given back."""
         try:
-            return await manager.pool.result(ref)
+            return await manager.pool.result(ref) if lease is not None else await ref
         finally:
-            lease.release()
+            if lease is not None:
+                lease.release()
 
-    def _failure(self, index: int, manager: TaskManager, lease: Lease, error: BaseException) -> TaskError:
-        """The error a failed call raises; restarts its replica when that replica is the one that died."""
+    def _failure(
+        self, index: int, manager: TaskManager, lease: Lease | None, error: BaseException
+    ) -> TaskError:
+        """The error a failed call raises; restarts its replica when that replica is the one that died
+        (a pulled call that failed before it had one: no replica of its own was involved)."""
+        if lease is None:
+            cause = manager.pool.cause(error)
+            return (
+                cause
+                if isinstance(cause, TaskError)
+                else DispatchError.at(index, manager.name, f"failed: {cause}")
+            )
         replica = lease.replica
         death = manager.pool.death(error, replica)
         if death == "replica":
@@ -266,14 +347,15 @@ class ReplicaDispatcher:
             return cause
         return DispatchError.at(index, manager.name, f"failed: {type(cause).__name__}: {cause}")
 
-    def _track(self, request: str, replicas: list[tuple[TaskManager, Replica]]) -> None:
+    def _track(self, request: str) -> _Graph:
+        """The record of a graph's replicas, released with its request scope (else after `release_after_s`)."""
         scope = _scope.get()
+        tracked = _Graph(request, self, scoped=scope is not None)
         if scope is not None:
-            scope.append((request, replicas, self))
-            for _, replica in replicas:  # a draining replica stays up until the request ends
-                replica.users += 1
+            scope.append(tracked)
         else:
-            asyncio.get_running_loop().call_later(self.release_after_s, self.release, request, replicas)
+            asyncio.get_running_loop().call_later(self.release_after_s, tracked.release)
+        return tracked
 
     def release(self, request: str, replicas: list[tuple[TaskManager, Replica]]) -> None:
         """Queue the release of what a graph left on its replicas; sent in batches, one call per replica."""
@@ -287,6 +369,12 @@ class ReplicaDispatcher:
         batches, self._releases = self._releases, {}
         for manager, replica, requests in batches.values():
             manager.pool.release(replica, requests)
+
+
+def _give_back(lease: Lease | None) -> None:
+    """Release `lease` if there is one (a pulled call may not have taken its own yet)."""
+    if lease is not None:
+        lease.release()
 
 
 def _streams_only(node: Invocation) -> bool:
@@ -303,14 +391,16 @@ async def _fill(stream: Stream[Any], source: Any) -> None:
         await stream.drain(source)
 
 
-def _groups(nodes: list[Invocation], replicas: list[Replica]) -> list[list[int]]:
-    """Invocation indices grouped by (depth in the graph, replica), in an order that respects dependencies."""
+def _groups(nodes: list[Invocation], replicas: list[Replica | None]) -> list[list[int]]:
+    """Invocation indices grouped by (depth in the graph, replica), in an order that respects
+    dependencies; those without a replica yet are left out."""
     depth: list[int] = []
     for node in nodes:
         depth.append(1 + max((depth[p] for p in node.producers), default=-1))
     groups: dict[tuple[int, int], list[int]] = {}
     for index, replica in enumerate(replicas):
-        groups.setdefault((depth[index], id(replica)), []).append(index)
+        if replica is not None:
+            groups.setdefault((depth[index], id(replica)), []).append(index)
     return [groups[key] for key in sorted(groups, key=lambda k: k[0])]
 
 
@@ -327,13 +417,11 @@ def use_clock(clock: RequestClock) -> Iterator[RequestClock]:
 @contextmanager
 def request_scope() -> Iterator[None]:
     """Release the payloads and streams of every graph executed inside when the block ends."""
-    graphs: list[tuple[str, list[tuple[TaskManager, Replica]], ReplicaDispatcher]] = []
+    graphs: list[_Graph] = []
     token = _scope.set(graphs)
     try:
         yield
     finally:
         _scope.reset(token)
-        for request, replicas, dispatcher in graphs:
-            dispatcher.release(request, replicas)
-            for _, replica in replicas:
-                replica.users -= 1
+        for graph in graphs:
+            graph.release()

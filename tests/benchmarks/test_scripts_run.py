@@ -137,3 +137,32 @@ def test_a_plan_change_on_a_full_cluster_under_load_fails_no_request():
     result = run_script(["replan_drain.py", "--requests", "300", "--after", "8"], paper, 240)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert "-> [(4, 2, " in result.stdout and result.stdout.rstrip().endswith("failed 0")
+
+
+@pytest.mark.timeout(300)
+def test_the_modserve_ablation_and_autoscaling_run_and_write_their_results(tmp_path):
+    # Every system of the ablation once, at one load, and the four autoscaling runs, on a short workload.
+    paper = ROOT / "benchmarks" / "paper"
+    args = [
+        "modserve.py",
+        "--requests",
+        "120",
+        "--loads",
+        "0.5",
+        "--encoders",
+        "6",
+        "--burst-requests",
+        "150",
+    ]
+    result = run_script([*args, "--speedup", "16", "--out", str(tmp_path)], paper, 280)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    data = json.loads((tmp_path / "modserve.json").read_text())
+    assert [row["system"] for row in data["rows"]] == ["monolith", "decoupled", "+slo", "+tokens", "+fan-out"]
+    assert [row["system"] for row in data["autoscaling"]] == [
+        "monolith static",
+        "monolith auto",
+        "+fan-out static",
+        "+fan-out auto",
+    ]
+    assert all(row["failed"] == 0 and row["goodput_rps"] > 0 for row in data["rows"] + data["autoscaling"])
+    assert all(row["gpu_hours"] > 0 for row in data["autoscaling"])

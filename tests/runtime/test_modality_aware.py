@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from runtime_apps import ENCODER, plan, png, serving
+from runtime_apps import ENCODER, LLM, plan, png, serving
 
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
@@ -113,3 +113,42 @@ def test_text_requests_meet_their_ttft_slo_during_an_image_burst():
     with_slos, fifo = text_ttfts(slos), text_ttfts("")
     assert max(with_slos) <= 0.4, with_slos
     assert min(fifo) > 0.4, fifo  # the burst is real: arrival order misses the SLO
+
+
+def test_an_llm_picked_by_tokens_is_picked_once_the_images_are_encoded_by_the_load_then():
+    """Pull hand-off: the LLM call of an image request takes its replica when its encoder calls are
+    done (a replica picked at arrival would have been picked blind to the prompts that came since),
+    then fetches the embeddings from the encoder. Here a long and a longer text request arrive while
+    its image is encoded: picked then, it goes behind the shorter one and starts as that ends."""
+    deployed = plan(1, 2, {"latency_s": 0.3}, {"token_s": 0.0005, "items": 1})  # 0.3 s an image
+
+    def run(policy: str):
+        async def scenario(runtime, app):
+            llm = runtime.managers[app.named_unit_tasks()[LLM].deployment_key()]
+            leased, lease = [], llm.lease
+
+            async def timed_lease(*args, **kwargs):
+                leased.append(time.perf_counter())
+                return await lease(*args, **kwargs)
+
+            llm.lease = timed_lease
+            start = time.perf_counter()
+            image = asyncio.ensure_future(
+                first_token_s(runtime, app, ChatRequest.of("see", images=[png(280, 280)]))
+            )
+            await asyncio.sleep(0.01)
+            longer = [
+                asyncio.ensure_future(first_token_s(runtime, app, ChatRequest.of("x" * 4 * n)))
+                for n in (600, 1000)
+            ]
+            ttft = await image
+            await asyncio.gather(*longer)
+            return leased[-1] - start if policy == "tokens" else leased[0] - start, ttft
+
+        return serving(f"    replica_routing = {{{LLM!r}: {policy!r}}}", deployed, scenario)
+
+    pulled_at, pulled_ttft = run("tokens")
+    assert pulled_at >= 0.3  # leased once its image was encoded
+    assert pulled_ttft < 0.45, pulled_ttft  # 0.3 s encoding, then the 600-token prompt's end (0.3 s)
+    static_at, _ = run("static")
+    assert static_at < 0.05  # request-static routing picks at arrival, with no queries
