@@ -49,7 +49,7 @@ class Autoscale(BaseModel):
     a stage above its capacity scales out at once; one below `scale_in_utilization` of a replica
     fewer, for `scale_in_after_s` in a row, scales in (hysteresis). SLO attainment below
     `attainment` over the gateway's last minute (at least `min_requests`) adds a replica to the
-    busiest stage and holds every scale-in. Replicas stay within `min_replicas` (default 1) and
+    busiest stage (once a minute) and holds every scale-in. Replicas stay within `min_replicas` (default 1) and
     `max_replicas`, the plan within `gpus` (default: the cluster's). Changes go through the plan's
     cell diff: new cells first, removed cells drained before they go."""
 

@@ -5,7 +5,7 @@ its load the tokens/s its calls carry (counted by its task manager as leases are
 completions) and its capacity the tokens/s one replica serves within the SLO. The autoscaler looks
 every `interval_s`: a stage over capacity scales out at once; one that a replica fewer would serve
 below `scale_in_utilization` for `scale_in_after_s` in a row scales in (hysteresis); SLO attainment
-below target adds a replica to the busiest stage and holds scale-ins. A change is a new plan — the
+below target adds a replica to the busiest stage (once per SLO window) and holds scale-ins. A change is a new plan — the
 deployed one with the stages' own cells counted anew — applied through the runtime's plan diff:
 cells added start before any is drained, cells removed drain their requests before they go.
 """
@@ -76,6 +76,7 @@ class Autoscaler:
         names = app.named_unit_tasks()
         self.stages = {name: _Stage(names[name].deployment_key()) for name in settings.stages}
         self._unknown: set[str] = set()  # stages whose capacity could not be known (warned once)
+        self._slo_added_at: float | None = None  # when missed SLOs last added a replica
         self._task: asyncio.Task[None] | None = None
 
     def capacity(self, name: str) -> float | None:
@@ -173,9 +174,14 @@ class Autoscaler:
             else:
                 stage.low_since = None
         known = {name: load[name] / (max(1, current[name]) * cap) for name, cap in capacity.items() if cap}
-        if missing_slo and known:
+        # Once per SLO window: the misses before a replica was added stay in the window a while.
+        judged = (
+            self._slo_added_at is None or self.slo is None or now - self._slo_added_at >= self.slo.window_s
+        )
+        if missing_slo and known and judged:
             busiest = max(known, key=known.__getitem__)
             wanted[busiest] = max(wanted[busiest], current[busiest] + 1)
+            self._slo_added_at = now
         for name in wanted:
             low, high = settings.min_replicas.get(name, 1), settings.max_replicas.get(name, math.inf)
             wanted[name] = int(min(max(wanted[name], low), high))
