@@ -75,7 +75,9 @@ class Autoscaler:
         self.changes = 0
         names = app.named_unit_tasks()
         self.stages = {name: _Stage(names[name].deployment_key()) for name in settings.stages}
-        self._unknown: set[str] = set()  # stages whose capacity could not be known (warned once)
+        self._unknown: set[str] = (
+            set()
+        )  # what was warned of once: stages without a capacity, plans of options
         self._slo_added_at: float | None = None  # when missed SLOs last added a replica
         self._task: asyncio.Task[None] | None = None
 
@@ -129,6 +131,14 @@ class Autoscaler:
         the deployed one. Returns the replicas deployed, or None when nothing changed."""
         now = self.clock()
         plan = self.deployed()
+        if plan.executors:  # cells of executor options (`serve --gpus`): its re-planning sizes them
+            if "options" not in self._unknown:
+                self._unknown.add("options")
+                log.warning(
+                    "autoscaling %s stops: its plan is of executor options, re-planned as its traffic drifts",
+                    self.app.name,
+                )
+            return None
         current = {name: _replicas(plan, name) for name in self.stages}
         load = self.load(now)
         wanted = self.wanted(now, current, load)

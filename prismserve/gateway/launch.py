@@ -233,7 +233,7 @@ class GatewayServer:
 
         gpus = None if self.plan_gpus == "all" else int(self.plan_gpus)  # type: ignore[arg-type]
         spec, plan, budget = await plan_at_start(self.runtime, app, self.source, gpus, self.profile_workload)
-        if not self.replan or app.autoscale is not None:  # an autoscaling app's stages follow its load
+        if not self.replan:
             return
         self.replanner = Replanner(
             self.runtime,
