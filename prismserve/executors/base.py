@@ -34,6 +34,14 @@ def queue_key(priority: float = 0.0, service_s: float = 0.0) -> tuple[float, flo
     return (slack, -priority, next(_arrivals))
 
 
+def deadline_priority() -> int:
+    """An engine's priority (smaller first) for the call being served: its request's deadline in
+    milliseconds (earliest deadline first), calls without one after every call with one. What vLLM's
+    `priority` scheduling policy orders by (`engine_args={"scheduling_policy": "priority"}`)."""
+    deadline = current_deadline.get()
+    return round(deadline * 1000) if deadline is not None else 2**62
+
+
 @contextlib.contextmanager
 def media_rejected() -> Iterator[None]:
     """A model's MediaError (media it cannot take) re-raised as the task layer's InvalidInputError:

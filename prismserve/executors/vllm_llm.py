@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from prismserve.executors.base import Executor, ExecutorUnhealthy, media_rejected
+from prismserve.executors.base import Executor, ExecutorUnhealthy, deadline_priority, media_rejected
 from prismserve.executors.text import ReplyText
 from prismserve.models import Encoded, adapter_for
 from prismserve.protocol.chat import FinishReason, TextDelta
@@ -158,7 +158,8 @@ class VLLMExecutor(Executor):
         request_id = f"{os.getpid()}-{next(self._ids)}"
         started = False
         try:
-            async for out in self.engine.generate(prompt, params, request_id):
+            # vLLM orders by it under its `priority` policy (an engine arg), and ignores it under `fcfs`.
+            async for out in self.engine.generate(prompt, params, request_id, priority=deadline_priority()):
                 started = True
                 yield out
         except (VLLMClientError, EngineGenerateError) as exc:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from prismserve.executors.base import current_deadline
+from prismserve.executors.base import current_deadline, deadline_priority
 from prismserve.executors.sim import SimExecutor, SimProfile
 from prismserve.task import TaskInput, TaskOutput, UnitTask
 
@@ -132,3 +132,18 @@ def test_waiting_calls_are_served_by_slack_to_their_deadline(continuous):
 
     asyncio.run(scenario())
     assert order == ["running", "long, due soon", "short, tight", "long, loose", "no slo"]
+
+
+def test_an_engines_priority_is_its_calls_deadline_and_calls_without_one_come_last():
+    """What vLLM's `priority` policy orders by (smaller first): the deadline in milliseconds."""
+
+    def priority(deadline: float | None) -> int:
+        token = current_deadline.set(deadline)
+        try:
+            return deadline_priority()
+        finally:
+            current_deadline.reset(token)
+
+    now = time.time()
+    assert priority(now + 0.5) < priority(now + 2.0) < priority(None)
+    assert priority(now + 0.5) - priority(now) == 500
