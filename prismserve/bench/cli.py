@@ -136,7 +136,7 @@ def build_workload(args: argparse.Namespace):
 
 def _bench(args: argparse.Namespace) -> int:
     from prismserve.bench.loadgen import run_load
-    from prismserve.bench.metrics import SLO, summarize
+    from prismserve.bench.metrics import GoodputLimits, summarize
     from prismserve.bench.workloads import WorkloadError
 
     try:
@@ -163,7 +163,7 @@ def _bench(args: argparse.Namespace) -> int:
             progress=not args.quiet,
         )
     )
-    summary = summarize(results, args.warmup, SLO(args.slo_latency, args.slo_ttft, args.slo_tbt))
+    summary = summarize(results, args.warmup, GoodputLimits(args.slo_latency, args.slo_ttft, args.slo_tbt))
     print(format_summary(summary))
     if args.out:
         Path(args.out).write_text(

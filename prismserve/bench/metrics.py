@@ -14,7 +14,7 @@ PERCENTILES = (50, 90, 95, 99)
 
 
 @dataclass(frozen=True)
-class SLO:
+class GoodputLimits:
     """Limits a request must meet to count toward goodput; None means no limit."""
 
     latency_s: float | None = None
@@ -41,7 +41,7 @@ def percentiles(values: Sequence[float] | np.ndarray) -> dict[str, float | None]
     return {**{f"p{p}": float(np.percentile(array, p)) for p in PERCENTILES}, "mean": float(array.mean())}
 
 
-def summarize(results: list[RequestResult], warmup: int = 0, slo: SLO | None = None) -> dict[str, Any]:
+def summarize(results: list[RequestResult], warmup: int = 0, slo: GoodputLimits | None = None) -> dict[str, Any]:
     """Metrics over the requests after the first `warmup` (by arrival).
 
     `throughput_rps` is completed requests / makespan, the makespan running from the first measured
@@ -56,7 +56,7 @@ def summarize(results: list[RequestResult], warmup: int = 0, slo: SLO | None = N
         raise ValueError(f"no requests left after a warm-up of {warmup}")
     ok = [r for r in measured if r.ok]
     makespan = max(r.done_s for r in measured) - min(r.sent_s for r in measured)
-    slo = slo or SLO()
+    slo = slo or GoodputLimits()
     good = [r for r in ok if slo.met(r)]
     gaps = [g for r in ok for g in np.diff(r.token_s)]
     summary: dict[str, Any] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prismserve.bench.loadgen import RequestResult
-from prismserve.bench.metrics import SLO, summarize
+from prismserve.bench.metrics import GoodputLimits, summarize
 
 
 def result(kind: str, sent: float, done: float, tokens: list[float] = (), ok: bool = True) -> RequestResult:
@@ -45,7 +45,7 @@ def test_goodput_counts_requests_within_every_slo():
         result("text", 0, 1.0, [0.9, 0.95]),  # first token too late
         result("text", 0, 1.0, [0.1, 0.9]),  # tokens too far apart
     ]
-    summary = summarize(results, slo=SLO(latency_s=2.0, ttft_s=0.5, tbt_s=0.5))
+    summary = summarize(results, slo=GoodputLimits(latency_s=2.0, ttft_s=0.5, tbt_s=0.5))
     assert summary["slo_attainment"] == pytest.approx(0.25)
     assert summary["goodput_rps"] == pytest.approx(1 / 3)
     assert summary["slo"] == {"latency_s": 2.0, "ttft_s": 0.5, "tbt_s": 0.5}
