@@ -2,12 +2,15 @@
 
 import asyncio
 import io
+import time
 
 from PIL import Image
 
 from prismserve.planner import Plan
+from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
+from prismserve.task import use_dispatcher
 
 GPUS_PER_NODE = 4
 
@@ -77,6 +80,18 @@ def plan(encoders: int, llms: int, encoder: dict, llm: dict) -> Plan:
             "profiles": {ENCODER: encoder, LLM: llm},
         }
     )
+
+
+async def first_token_s(runtime: RayRuntime, app, request: ChatRequest) -> float:
+    """Seconds from sending `request` to its first streamed token (the whole answer is read)."""
+    start = time.perf_counter()
+    first = None
+    async with runtime.request_scope(app.name, request.request_type):
+        with use_dispatcher(runtime.dispatcher):
+            async for _ in await app.serve(request):
+                first = first or time.perf_counter()
+    assert first is not None
+    return first - start
 
 
 def serving(config: str, deployed: Plan, scenario):

@@ -7,24 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from runtime_apps import ENCODER, LLM, plan, png, serving
+from runtime_apps import ENCODER, LLM, first_token_s, plan, png, serving
 
 from prismserve.protocol.chat import ChatRequest
-from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
 from prismserve.tasklib import MediaTokens
-
-
-async def first_token_s(runtime: RayRuntime, app, request: ChatRequest) -> float:
-    """Seconds from sending `request` to its first streamed token (the whole answer is read)."""
-    start = time.perf_counter()
-    first = None
-    async with runtime.request_scope(app.name, request.request_type):
-        with use_dispatcher(runtime.dispatcher):
-            async for _ in await app.serve(request):
-                first = first or time.perf_counter()
-    assert first is not None
-    return first - start
 
 
 def test_a_request_is_due_by_its_types_slo_for_its_prompt_tokens_text_and_media():
