@@ -18,8 +18,8 @@ SLOs as ModServe's §5.1, `--slo-scale` times the TTFT and TBT of a request alon
 per request type (text, image+text), the TTFT target growing with the prompt's tokens (see
 `isolated_slos`). Prints, per system and load, P50/P99 TTFT, SLO attainment and goodput (requests
 meeting their SLO per second), and the largest load each sustains at `--attainment` (ModServe
-reports the load at P99: 0.99). The decoupled systems use the encoder count of `--encoders` that
-gives them the most goodput at `--split-load`.
+reports the load at P99: 0.99). The decoupled systems use the encoder count (`--encoders`) and
+encoder batch (`--encoder-batches`) that give them the most goodput at `--split-load`.
 
 Then autoscaling (ModServe Figure 16, compressed): an image-driven burst (`burst`) served by the
 monolith and by ModServe (+fan-out), each static at the shape that serves the peak and autoscaled
@@ -194,8 +194,9 @@ SYSTEMS = (
 MONOLITH, MODSERVE = SYSTEMS[0], SYSTEMS[-1]
 
 
-def profiles(speedup: float) -> dict[str, dict[str, float]]:
-    """The sim profiles of the deployments, their times divided by `speedup`."""
+def profiles(speedup: float, encoder_batch: int = 8) -> dict[str, dict[str, float]]:
+    """The sim profiles of the deployments, their times divided by `speedup`; encoders batch up to
+    `encoder_batch` images (the catalog's gain of 2 at 8: fewer gain less, and wait less)."""
     llm = {
         "token_s": PREFILL_S / speedup,
         "continuous": True,
@@ -205,7 +206,7 @@ def profiles(speedup: float) -> dict[str, dict[str, float]]:
         "item_s": TBT_S / speedup,
         "decode_growth": growth(8, 4.0),
     }
-    encoder = {"token_s": ENCODE_S / speedup, "max_batch": 8, "batch_growth": growth(8, 2.0)}
+    encoder = {"token_s": ENCODE_S / speedup, "max_batch": encoder_batch, "batch_growth": growth(8, 2.0)}
     return {
         "model.image": encoder,
         "model.images": encoder,
@@ -214,14 +215,14 @@ def profiles(speedup: float) -> dict[str, dict[str, float]]:
     }
 
 
-def plan(system: System, shape: dict[str, int], speedup: float) -> Plan:
+def plan(system: System, shape: dict[str, int], speedup: float, encoder_batch: int = 8) -> Plan:
     """`system`'s replicas per stage (`shape`) as cells of their own: encoders on 1 GPU, LLMs and
     monoliths on `LLM_GPUS`."""
     cells = [
         {"gpus": 1 if stage == system.encoder else LLM_GPUS, "count": shape[stage], "replicas": {stage: 1}}
         for stage in system.stages
     ]
-    return Plan.model_validate({"cells": cells, "profiles": profiles(speedup)})
+    return Plan.model_validate({"cells": cells, "profiles": profiles(speedup, encoder_batch)})
 
 
 def split(system: System, encoders: int) -> dict[str, int]:
@@ -307,6 +308,7 @@ async def run(
     speedup: float,
     slos: dict[str, dict[str, float]],
     autoscale: dict[str, Any] | None = None,
+    encoder_batch: int = 8,
 ) -> Outcome:
     """Serve `specs` (arrival times already compressed by `speedup`) on `system` with `shape`
     replicas per stage; with `autoscale` (Config.autoscale) its stages scale from there."""
@@ -315,7 +317,7 @@ async def run(
     scaler = None
     try:
         app = await runtime.register_app(app_source(system, slos, autoscale), "vl")
-        await runtime.deploy("vl", plan(system, shape, speedup))
+        await runtime.deploy("vl", plan(system, shape, speedup, encoder_batch))
         window = SLOWindow(window_s=(autoscale or {}).get("window_s", 60.0))
         if autoscale is not None:
             scaler = Autoscaler(runtime, app, window)
@@ -403,49 +405,55 @@ class Row:
     attainment: float
     goodput_rps: float
     failed: int
+    encoder_batch: int = 8
     gpu_hours: float = 0.0  # real time (the run's GPU-seconds times the speedup), for the autoscaling runs
 
 
 def measure(
     system: System,
     timed: list[RequestSpec],
-    shape: dict[str, int],
+    setup: tuple[dict[str, int], int],
     args: Any,
     slos: dict,
     load: float,
-    rate: float,
     autoscale: dict[str, Any] | None = None,
 ) -> Row:
-    """Run `system` on `timed` and summarise it (latencies and rates in real time)."""
-    outcome = asyncio.run(run(system, timed, shape, args.speedup, slos, autoscale))
+    """Run `system` with `setup` (replicas per stage, encoder batch) on `timed`, offered at `load` x
+    the capacity estimate, and summarise it (latencies and rates in real time)."""
+    shape, batch = setup
+    outcome = asyncio.run(run(system, timed, shape, args.speedup, slos, autoscale, batch))
     served = outcome.served
     ttfts = [s.ttft_s * args.speedup for s in served if s.ok]
     good = sum(met(s, slos) for s in served)
+    seconds = timed[-1].arrival_s * args.speedup
     return Row(
         system.name,
         load,
-        rate,
+        len(timed) / seconds,
         shape,
         percentile(ttfts, 0.5),
         percentile(ttfts, 0.99),
         good / len(served),
-        good / (timed[-1].arrival_s * args.speedup),
+        good / seconds,
         sum(not s.ok for s in served),
+        batch,
         outcome.gpu_s * args.speedup / 3600,
     )
 
 
 def print_row(row: Row, gpu_hours: bool = False) -> None:
-    shape = "+".join(str(n) for n in row.shape.values())
+    shape = "+".join(str(n) for n in row.shape.values()) + (
+        f"/{row.encoder_batch}" if len(row.shape) > 1 else ""
+    )
     print(
-        f"{row.system:<15} {shape:>5} {row.load:>5.2f} {row.rate:>6.1f} {row.p50_ttft_s:>9.2f} "
+        f"{row.system:<15} {shape:>7} {row.load:>5.2f} {row.rate:>6.1f} {row.p50_ttft_s:>9.2f} "
         f"{row.p99_ttft_s:>9.2f} {row.attainment:>7.3f} {row.goodput_rps:>8.2f} {row.failed:>6}"
         + (f" {row.gpu_hours:>9.3f}" if gpu_hours else ""),
         flush=True,
     )
 
 
-HEADER = f"{'system':<15} {'reps':>5} {'load':>5} {'req/s':>6} {'P50 TTFT':>9} {'P99 TTFT':>9} {'attain':>7} {'goodput':>8} {'failed':>6}"
+HEADER = f"{'system':<15} {'reps':>7} {'load':>5} {'req/s':>6} {'P50 TTFT':>9} {'P99 TTFT':>9} {'attain':>7} {'goodput':>8} {'failed':>6}"
 
 
 def workload(count: int, image_share: float, seed: int = 0) -> list[RequestSpec]:
@@ -460,27 +468,28 @@ def workload(count: int, image_share: float, seed: int = 0) -> list[RequestSpec]
     ]
 
 
-def ablation(args: Any, specs: list[RequestSpec], slos: dict, capacity: float) -> list[Row]:
-    """Each system at each load; the decoupled ones with the encoder count (of `--encoders`) that
-    gives the most goodput at `--split-load` (ModServe tunes the image:text instance ratio, §5.3)."""
+def ablation(
+    args: Any, specs: list[RequestSpec], slos: dict, capacity: float
+) -> tuple[list[Row], dict[str, tuple[dict[str, int], int]]]:
+    """Each system at each load, and the set-up each ran with: the decoupled ones with the encoder
+    count (`--encoders`) and encoder batch (`--encoder-batches`) that give them the most goodput at
+    `--split-load` (ModServe sizes its pools and each stage's batch from profiles, §4.2, §5.3)."""
     systems = [s for s in SYSTEMS if s.name in args.systems.split(",")]
-    choices = [int(e) for e in args.encoders.split(",")]
-    shapes = {}
+    choices = [(int(e), int(b)) for e in args.encoders.split(",") for b in args.encoder_batches.split(",")]
+    setups = {}
     reference = retime(specs, args.split_load * capacity * args.speedup)
     for system in systems:
         if system.encoder is None or len(choices) == 1:
-            shapes[system.name] = split(system, choices[0])
+            setups[system.name] = (split(system, choices[0][0]), choices[0][1])
             continue
         tried = [
-            measure(
-                system, reference, split(system, e), args, slos, args.split_load, args.split_load * capacity
-            )
-            for e in choices
+            measure(system, reference, (split(system, e), b), args, slos, args.split_load) for e, b in choices
         ]
         best = max(tried, key=lambda row: row.goodput_rps)
-        shapes[system.name] = best.shape
+        setups[system.name] = (best.shape, best.encoder_batch)
         print(
-            f"{system.name}: encoders {choices} at load {args.split_load:g} -> goodput {[round(r.goodput_rps, 2) for r in tried]}; using {best.shape}",
+            f"{system.name}: (encoders, batch) {choices} at load {args.split_load:g} -> goodput "
+            f"{[round(r.goodput_rps, 2) for r in tried]}; using {best.shape}, batch {best.encoder_batch}",
             flush=True,
         )
     rows = []
@@ -488,10 +497,10 @@ def ablation(args: Any, specs: list[RequestSpec], slos: dict, capacity: float) -
     for load in [float(x) for x in args.loads.split(",")]:
         timed = retime(specs, load * capacity * args.speedup)
         for system in systems:
-            row = measure(system, timed, shapes[system.name], args, slos, load, load * capacity)
+            row = measure(system, timed, setups[system.name], args, slos, load)
             rows.append(row)
             print_row(row)
-    return rows
+    return rows, setups
 
 
 def burst(args: Any, capacity: float) -> list[RequestSpec]:
@@ -510,27 +519,31 @@ def burst(args: Any, capacity: float) -> list[RequestSpec]:
     return out
 
 
-def autoscaling(args: Any, specs: list[RequestSpec], slos: dict, capacity: float) -> list[Row]:
-    """Static (the shape that meets the SLO at the peak, all the time) against autoscaled (from the
-    base load's shape, stages scaled by their token load), for the monolith and ModServe."""
+def autoscaling(
+    args: Any, specs: list[RequestSpec], slos: dict, capacity: float, modserve: tuple[dict[str, int], int]
+) -> list[Row]:
+    """Static (a shape that serves the peak, all the time) against autoscaled (from a small shape,
+    stages scaled by their token load) for the monolith and ModServe (`modserve`: its set-up in the
+    ablation, here the static one)."""
     timed = burst(args, capacity)
     media = statistics.mean(media_tokens(s) for s in specs)
     text = statistics.mean(s.text_tokens for s in specs)
     per_token = (media * ENCODE_S / SPEED + (media + text) * PREFILL_S) / (media + text)  # monolith, batch 1
-    capacities = {  # tokens/s a replica serves within the SLO: 80 % of its full batch (compressed time)
-        "model.whole": 0.8 * 1.5 / per_token * args.speedup,
-        "model.image": 0.8 * 2.0 / ENCODE_S * args.speedup,
-        "model.llm": 0.8 * 1.5 / PREFILL_S * args.speedup,
+    batch = modserve[1]
+    share = args.autoscale_utilization  # of a replica's full-batch rate: its capacity within the SLO
+    capacities = {  # tokens/s (compressed time)
+        "model.whole": share * 1.5 / per_token * args.speedup,
+        "model.image": share * batch / (1 + growth(8, 2.0) * (batch - 1)) / ENCODE_S * args.speedup,
+        "model.llm": share * 1.5 / PREFILL_S * args.speedup,
     }
     interval = args.autoscale_interval / args.speedup
     rows = []
-    print(
-        f"{'system':<10} {'reps':>5} {'load':>5} {'req/s':>6} {'P50 TTFT':>9} {'P99 TTFT':>9} {'attain':>7} {'goodput':>8} {'failed':>6} GPU-hours"
+    print(f"\n{HEADER} GPU-hours")
+    runs = (
+        (MONOLITH, ({"model.whole": GPUS // LLM_GPUS}, 8), ({"model.whole": 3}, 8)),
+        (MODSERVE, modserve, ({"model.image": 2, "model.llm": 2}, batch)),
     )
-    for system, static, start in (
-        (MONOLITH, {"model.whole": 8}, {"model.whole": 3}),
-        (MODSERVE, {"model.image": 6, "model.llm": 5}, {"model.image": 2, "model.llm": 2}),
-    ):
+    for system, static, start in runs:
         settings = {
             "stages": list(system.stages),
             "capacity": {stage: capacities[stage] for stage in system.stages},
@@ -540,27 +553,18 @@ def autoscaling(args: Any, specs: list[RequestSpec], slos: dict, capacity: float
             "scale_in_after_s": 4 * interval,
             "min_requests": 20,
         }
-        for label, shape, scaled in (
+        for label, setup, scaled in (
             (f"{system.name} static", static, None),
             (f"{system.name} auto", start, settings),
         ):
-            row = measure(
-                system,
-                timed,
-                shape,
-                args,
-                slos,
-                args.peak_load,
-                len(timed) / timed[-1].arrival_s / args.speedup,
-                scaled,
-            )
+            row = measure(system, timed, setup, args, slos, args.peak_load, scaled)
             row.system = label
             rows.append(row)
             print_row(row, gpu_hours=True)
     hours = {r.system: r.gpu_hours for r in rows}
     print(
-        f"autoscaled ModServe: {1 - hours['+fan-out auto'] / hours['monolith auto']:.0%} fewer GPU-hours than the "
-        f"autoscaled monolith, {1 - hours['+fan-out auto'] / hours['+fan-out static']:.0%} fewer than its static shape"
+        f"GPU-hours of autoscaled ModServe / autoscaled monolith: {hours['+fan-out auto'] / hours['monolith auto']:.2f}; "
+        f"/ its static shape: {hours['+fan-out auto'] / hours['+fan-out static']:.2f}"
     )
     return rows
 
@@ -575,11 +579,18 @@ def main() -> None:
     parser.add_argument("--speedup", type=float, default=8.0, help="sim time runs this much faster")
     parser.add_argument("--systems", default=",".join(s.name for s in SYSTEMS))
     parser.add_argument("--encoders", default="4,6,8", help="encoder GPUs the decoupled systems may use")
-    parser.add_argument("--split-load", type=float, default=0.6)
+    parser.add_argument("--encoder-batches", default="2,8", help="encoder batch sizes they may use")
+    parser.add_argument("--split-load", type=float, default=0.8)
     parser.add_argument("--burst-requests", type=int, default=1800, help="0: no autoscaling runs")
     parser.add_argument("--base-load", type=float, default=0.3)
     parser.add_argument("--peak-load", type=float, default=0.7)
     parser.add_argument("--autoscale-interval", type=float, default=8.0, help="seconds (real time)")
+    parser.add_argument(
+        "--autoscale-utilization",
+        type=float,
+        default=0.6,
+        help="a replica's capacity within the SLO, x its full-batch rate",
+    )
     parser.add_argument("--out", help="write the results as JSON in this folder")
     args = parser.parse_args()
 
@@ -597,7 +608,7 @@ def main() -> None:
         ),
         flush=True,
     )
-    rows = ablation(args, specs, slos, capacity) if args.requests else []
+    rows, setups = ablation(args, specs, slos, capacity)
     best = {}
     for name in dict.fromkeys(r.system for r in rows):
         ok = [r.rate for r in rows if r.system == name and r.attainment >= args.attainment]
@@ -611,7 +622,8 @@ def main() -> None:
                 else "the monolith met it at none"
             )
             print(f"  {name:<10} {rate:>6.1f} req/s  ({ratio})")
-    scaled = autoscaling(args, specs, slos, capacity) if args.burst_requests else []
+    modserve = setups.get(MODSERVE.name, (split(MODSERVE, 6), 8))
+    scaled = autoscaling(args, specs, slos, capacity, modserve) if args.burst_requests else []
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
