@@ -41,7 +41,9 @@ def percentiles(values: Sequence[float] | np.ndarray) -> dict[str, float | None]
     return {**{f"p{p}": float(np.percentile(array, p)) for p in PERCENTILES}, "mean": float(array.mean())}
 
 
-def summarize(results: list[RequestResult], warmup: int = 0, slo: GoodputLimits | None = None) -> dict[str, Any]:
+def summarize(
+    results: list[RequestResult], warmup: int = 0, slo: GoodputLimits | None = None
+) -> dict[str, Any]:
     """Metrics over the requests after the first `warmup` (by arrival).
 
     `throughput_rps` is completed requests / makespan, the makespan running from the first measured
