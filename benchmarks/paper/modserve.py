@@ -494,7 +494,7 @@ def ablation(
         )
     rows = []
     print(HEADER)
-    for load in [float(x) for x in args.loads.split(",")]:
+    for load in [float(x) for x in args.loads.split(",") if x]:
         timed = retime(specs, load * capacity * args.speedup)
         for system in systems:
             row = measure(system, timed, setups[system.name], args, slos, load)
@@ -503,29 +503,30 @@ def ablation(
     return rows, setups
 
 
-def burst(args: Any, capacity: float) -> list[RequestSpec]:
+def burst(args: Any) -> list[RequestSpec]:
     """An image-driven burst (ModServe's Figure 16, compressed): `--burst-requests` ServeGen requests,
-    a third at `--base-load` of the capacity estimate with `--image-share` image requests, a third
-    at `--peak-load` all with images, a third at the base again; Poisson arrivals in each."""
+    a third with `--image-share` image requests at `--base-load` of their capacity estimate, a third
+    all with images at `--peak-load` of theirs, a third like the first; Poisson arrivals in each."""
     n = args.burst_requests // 3
     rng = random.Random(2)
     mixed, images = workload(2 * n, args.image_share, seed=3), workload(n, 1.0, seed=4)
     phases = [(mixed[:n], args.base_load), (images, args.peak_load), (mixed[n:], args.base_load)]
     out, t = [], 0.0
     for specs, load in phases:
+        rate = load * capacity_estimate(specs)
         for spec in specs:
-            t += rng.expovariate(load * capacity * args.speedup)
+            t += rng.expovariate(rate * args.speedup)
             out.append(RequestSpec(t, spec.text_tokens, spec.output_tokens, spec.images))
     return out
 
 
 def autoscaling(
-    args: Any, specs: list[RequestSpec], slos: dict, capacity: float, modserve: tuple[dict[str, int], int]
+    args: Any, specs: list[RequestSpec], slos: dict, modserve: tuple[dict[str, int], int]
 ) -> list[Row]:
     """Static (a shape that serves the peak, all the time) against autoscaled (from a small shape,
     stages scaled by their token load) for the monolith and ModServe (`modserve`: its set-up in the
     ablation, here the static one)."""
-    timed = burst(args, capacity)
+    timed = burst(args)
     media = statistics.mean(media_tokens(s) for s in specs)
     text = statistics.mean(s.text_tokens for s in specs)
     per_token = (media * ENCODE_S / SPEED + (media + text) * PREFILL_S) / (media + text)  # monolith, batch 1
@@ -623,7 +624,7 @@ def main() -> None:
             )
             print(f"  {name:<10} {rate:>6.1f} req/s  ({ratio})")
     modserve = setups.get(MODSERVE.name, (split(MODSERVE, 6), 8))
-    scaled = autoscaling(args, specs, slos, capacity, modserve) if args.burst_requests else []
+    scaled = autoscaling(args, specs, slos, modserve) if args.burst_requests else []
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
