@@ -138,7 +138,7 @@ def _check_serving(app: App, filename: str) -> None:
             field = "".join(f".{part}" for part in error["loc"])
             raise AppLoadError(
                 f"{filename}: Config.slos[{kind!r}]{field}: {error['msg']}; an SLO gives any of ttft_s, "
-                "tbt_s and e2e_s (seconds)"
+                "ttft_per_token_s, tbt_s and e2e_s (seconds)"
             ) from None
     names = app.named_unit_tasks()
     if app.config.autoscale is not None:

@@ -85,9 +85,8 @@ class Served:
         self.start = time.perf_counter()
         self.first: float | None = None  # when the first chunk went out (streams)
         self.sent = 0  # chunks sent
-        self.clock: RequestClock | None = (
-            None  # its prompt tokens as its calls counted them (its TTFT target)
-        )
+        # The request's clock: its prompt tokens as its calls counted them (its TTFT target).
+        self.clock: RequestClock | None = None
 
     async def response(self) -> BaseModel:
         """The whole (non-streaming) response; the span records the error itself, the client gets `failure`'s."""
