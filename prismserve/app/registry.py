@@ -59,6 +59,10 @@ class AppRegistry:
                 released.append(self._deployments.pop(key))
         return released
 
+    def find(self, name: str) -> App | None:
+        """The app called `name`, or None."""
+        return self._apps.get(name)
+
     def get(self, name: str) -> App:
         """The app called `name`."""
         try:

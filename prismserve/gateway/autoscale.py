@@ -12,8 +12,6 @@ cells added start before any is drained, cells removed drain their requests befo
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -24,6 +22,7 @@ from typing import Any
 
 from prismserve.app import App, Autoscale
 from prismserve.executors.sim import SimProfile
+from prismserve.gateway.periodic import Periodic
 from prismserve.gateway.slo import SLOWindow
 from prismserve.planner import CellPlan, Plan
 
@@ -53,7 +52,7 @@ class AutoscaleStatus:
     changes: int
 
 
-class Autoscaler:
+class Autoscaler(Periodic):
     """Scales the stages of one app (`app.autoscale`) on `runtime`, which must place cells (the Ray
     runtime). `slo` is the gateway's window of the app's SLO outcomes (None: no attainment trigger)."""
 
@@ -79,7 +78,9 @@ class Autoscaler:
             set()
         )  # what was warned of once: stages without a capacity, plans of options
         self._slo_added_at: float | None = None  # when missed SLOs last added a replica
-        self._task: asyncio.Task[None] | None = None
+        self.interval_s = settings.interval_s
+        self.what = f"autoscaling {app.name}"
+        self.last_load: dict[str, float] = {}  # tokens/s per stage at the last check
 
     def capacity(self, name: str) -> float | None:
         """Tokens/s one replica of stage `name` serves within the SLO: the app's figure, else its
@@ -103,29 +104,6 @@ class Autoscaler:
             )
         return None
 
-    def start(self) -> None:
-        """Check every `interval_s` in the running event loop, until `close()`."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def close(self) -> None:
-        """Stop checking."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.interval_s)
-            try:
-                await self.check()
-            except Exception:  # noqa: BLE001 - a failed check must not stop the next ones
-                log.exception(
-                    "autoscaling %s failed; trying again in %.0f s", self.app.name, self.settings.interval_s
-                )
-
     async def check(self) -> dict[str, int] | None:
         """Sample the stages' load; deploy a plan with the replicas they need if that differs from
         the deployed one. Returns the replicas deployed, or None when nothing changed."""
@@ -140,7 +118,7 @@ class Autoscaler:
                 )
             return None
         current = {name: _replicas(plan, name) for name in self.stages}
-        load = self.load(now)
+        load = self.last_load = self.load(now)
         wanted = self.wanted(now, current, load)
         wanted = self._within_budget(plan, wanted, current, load)
         if wanted == current:
@@ -267,14 +245,10 @@ class Autoscaler:
         return plan.model_copy(update={"cells": kept})
 
     def status(self) -> AutoscaleStatus:
-        """Replicas and last load per stage, changes made."""
+        """Replicas and the last check's load per stage, changes made."""
         plan = self.deployed()
-        load = {}
-        for name, stage in self.stages.items():
-            samples = stage.samples
-            if len(samples) > 1 and samples[-1][0] > samples[0][0]:
-                load[name] = (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
-        return AutoscaleStatus({name: _replicas(plan, name) for name in self.stages}, load, self.changes)
+        replicas = {name: _replicas(plan, name) for name in self.stages}
+        return AutoscaleStatus(replicas, dict(self.last_load), self.changes)
 
 
 def _replicas(plan: Plan, name: str) -> int:

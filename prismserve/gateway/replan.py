@@ -15,7 +15,6 @@ ones drained). Rates are compared in the spec's units: `speedup` converts (an em
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -23,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from prismserve.gateway.periodic import Periodic
 from prismserve.planner import (
     Plan,
     PlannerError,
@@ -67,7 +67,7 @@ class ReplanStatus:
     last_replan_wall_time: float | None
 
 
-class Replanner:
+class Replanner(Periodic):
     """Watches one app's traffic and re-plans it when the mix or the load drifts from its plan.
 
     `spec` is the plan spec of the app's model at the mix `plan` was made for (executors named as
@@ -172,7 +172,7 @@ class Replanner:
         self._quiet_until = float("-inf")
         self._capacity: float | None = None  # of `plan` at the mix of the last check, spec units
         self._drift: float | None = None
-        self._task: asyncio.Task[None] | None = None
+        self.what = f"re-planning {app_name}"  # a failed re-plan leaves the plan deployed
 
     # --- estimates -------------------------------------------------------------------------------
 
@@ -333,27 +333,6 @@ class Replanner:
     async def deploy(self) -> None:
         """Deploy the plan the watcher holds as current (the plan for `spec` unless one was given)."""
         await self.runtime.deploy(self.app_name, self.plan_to_deployment(self.plan))
-
-    def start(self) -> None:
-        """Check every `interval_s` in the running event loop, until `close()`."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def close(self) -> None:
-        """Stop checking."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.check()
-            except Exception:  # noqa: BLE001 - a failed re-plan leaves the plan deployed; keep watching
-                log.exception("re-planning %s failed", self.app_name)
 
 
 def total_variation(observed: Mapping[str, float], planned: Mapping[str, float]) -> float:

@@ -72,7 +72,7 @@ class Runtime(ABC):
 
     def _clock(self, app_name: str | None, request_type: str | None) -> RequestClock:
         """The clock of a request of `request_type` to `app_name` arriving now, with its SLO's due time."""
-        app = self.registry.apps.get(app_name) if app_name is not None else None
+        app = self.registry.find(app_name) if app_name is not None else None
         slo = app.slo(request_type or "default") if app is not None else None
         return RequestClock(time.time(), slo.first_due_s if slo is not None else None)
 

@@ -316,7 +316,7 @@ class ReplicaDispatcher:
     async def _result(manager: TaskManager, ref: Any, lease: Lease | None) -> Any:
         """The call's result; its lease (None: a pulled call, which holds its own) given back."""
         try:
-            return await manager.pool.result(ref) if lease is not None else await ref
+            return await manager.pool.result(ref)
         finally:
             if lease is not None:
                 lease.release()

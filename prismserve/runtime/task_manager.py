@@ -70,7 +70,6 @@ class Replica:
     healthy: bool = False
     in_flight: int = 0  # leases held: changed by Lease only
     pending_tokens: int = 0  # tokens of the leases held: changed by Lease only
-    tokens: int = 0  # tokens of every lease taken (what the autoscaler reads as load)
     restarts: int = 0
     starting: asyncio.Task[None] | None = None
     spec: ExecutorSpec | None = None
@@ -101,7 +100,6 @@ class Lease:
         self.tokens = tokens
         self._held = True
         replica.calls += 1
-        replica.tokens += tokens
         if not replica.in_flight:
             replica.busy_since = time.perf_counter()
         replica.in_flight += 1
