@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class SLO(BaseModel):
@@ -66,6 +66,22 @@ class Autoscale(BaseModel):
     scale_in_utilization: float = Field(default=0.7, gt=0, le=1)
     attainment: float = Field(default=0.99, ge=0, le=1)
     min_requests: int = Field(default=50, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscale:
+        for name, tokens_per_s in self.capacity.items():
+            if not tokens_per_s > 0:
+                raise ValueError(f"capacity[{name!r}] must be > 0 tokens/s, got {tokens_per_s}")
+        for name, low in self.min_replicas.items():
+            if low < 1:
+                raise ValueError(f"min_replicas[{name!r}] must be >= 1, got {low}")
+            high = self.max_replicas.get(name)
+            if high is not None and high < low:
+                raise ValueError(f"max_replicas[{name!r}] ({high}) is below min_replicas ({low})")
+        for name, high in self.max_replicas.items():
+            if high < 1:
+                raise ValueError(f"max_replicas[{name!r}] must be >= 1, got {high}")
+        return self
 
 
 class AppConfig:

@@ -131,6 +131,7 @@ def _check_serving(app: App, filename: str) -> None:
     if not isinstance(slos, dict):
         raise AppLoadError(f"{filename}: Config.slos must be a dict of request type -> SLO")
     for kind, slo in slos.items():
+        _check_chat_type(app, kind, filename)
         try:
             SLO.model_validate(slo)
         except ValidationError as exc:
@@ -155,14 +156,41 @@ def _check_serving(app: App, filename: str) -> None:
             )
 
 
+def _check_chat_type(app: App, kind: Any, filename: str) -> None:
+    """Refuse an SLO for a chat app under a name no request of the app has (`ChatRequest.request_type`:
+    its input modalities sorted and joined by '+', then `->audio` when speech is asked for), which
+    would never apply; other apps name their request types themselves."""
+    from prismserve.protocol.chat import ChatRequest
+
+    if kind == "default" or not (
+        isinstance(app.request_type, type) and issubclass(app.request_type, ChatRequest)
+    ):
+        return
+    inputs, _, output = str(kind).partition("->")
+    parts = inputs.split("+")
+    valid = (
+        "text" in parts
+        and set(parts) <= app.config.input_modalities
+        and (not output or (output == "audio" and "audio" in app.config.output_modalities))
+    )
+    canonical = "+".join(sorted(set(parts))) + (f"->{output}" if output else "")
+    if not valid or canonical != kind:
+        hint = f"write {canonical!r}" if valid else "name input modalities the app takes, 'text' among them"
+        raise AppLoadError(
+            f"{filename}: Config.slos names request type {kind!r}, which no chat request has: {hint} "
+            "(input modalities sorted and joined by '+', then '->audio' for speech), or 'default'"
+        )
+
+
 def _check_autoscale(value: Any, names: dict[str, Any], filename: str) -> None:
     """Refuse autoscaling settings that do not parse or name deployments the app does not have."""
     try:
         autoscale = Autoscale.model_validate(value)
     except ValidationError as exc:
         error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"])
-        raise AppLoadError(f"{filename}: Config.autoscale.{field}: {error['msg']}") from None
+        field = "".join(f".{part}" for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        raise AppLoadError(f"{filename}: Config.autoscale{field}: {message}") from None
     named = {*autoscale.stages, *autoscale.capacity, *autoscale.min_replicas, *autoscale.max_replicas}
     unknown = sorted(named - set(names))
     if unknown:

@@ -230,9 +230,32 @@ def test_hub_ids_are_app_names():
             "replica_routing = {'m.llm': 'fastest'}",
             r"replica_routing\['m\.llm'\] is 'fastest': use one of static, dynamic, tokens",
         ),
+        (
+            "autoscale = {'stages': ['m.llm'], 'capacity': {'m.llm': 0}}",
+            r"Config\.autoscale: capacity\['m\.llm'\] must be > 0",
+        ),
+        (
+            "autoscale = {'stages': ['m.llm'], 'min_replicas': {'m.llm': 0}}",
+            r"Config\.autoscale: min_replicas\['m\.llm'\] must be >= 1",
+        ),
+        (
+            "autoscale = {'stages': ['m.llm'], 'min_replicas': {'m.llm': 3}, 'max_replicas': {'m.llm': 2}}",
+            r"max_replicas\['m\.llm'\] \(2\) is below min_replicas \(3\)",
+        ),
+        (
+            "autoscale = {'stages': ['m.nowhere']}",
+            r"Config\.autoscale names \['m\.nowhere'\], not deployments",
+        ),
+        (
+            "slos = {'text+image': {'ttft_s': 1}}\n    input_modalities = frozenset({'text', 'image'})",
+            r"Config\.slos names request type 'text\+image', which no chat request has: write 'image\+text'",
+        ),
+        ("slos = {'image': {'ttft_s': 1}}", r"request type 'image', which no chat request has: name input"),
+        ("slos = {'text->audio': {'ttft_s': 1}}", r"request type 'text->audio', which no chat request has"),
+        ("autoscale = {'stages': []}", r"Config\.autoscale\.stages: Tuple should have at least 1 item"),
     ],
 )
-def test_bad_slos_and_replica_routing_are_refused_at_load(config, pattern):
+def test_bad_slos_replica_routing_and_autoscaling_are_refused_at_load(config, pattern):
     source = HEADER + f"class Config(AppConfig):\n    tasks = {{'m': MLLMTask(model_id='m')}}\n    {config}\n"
     source += "async def serve(request: ChatRequest) -> ChatRequest:\n    return request\n"
     with pytest.raises(AppLoadError, match=pattern):
