@@ -22,6 +22,7 @@ vl = MLLMTask(
     encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1",
     engine=os.environ.get("PRISMSERVE_ENGINE", "transformers"),
     vllm={"dtype": os.environ.get("PRISMSERVE_VLLM_DTYPE", "auto")},
+    media_tokens={"image": "fixed"},  # token-aware routing: 256 tokens per image, whatever its size
 )
 
 

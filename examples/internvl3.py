@@ -22,6 +22,8 @@ vl = MLLMTask(
     encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1",
     engine=os.environ.get("PRISMSERVE_ENGINE", "transformers"),
     vllm={"dtype": os.environ.get("PRISMSERVE_VLLM_DTYPE", "auto")},
+    # Token-aware routing counts 256 tokens per 448-px tile, as InternVL's processor cuts images.
+    media_tokens={"image": "tiles"},
 )
 
 
