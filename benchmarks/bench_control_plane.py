@@ -57,7 +57,7 @@ async def latency(runtime, app, dispatcher, requests: int, request: ChatRequest 
     with use_dispatcher(dispatcher):
         for _ in range(requests):
             start = time.perf_counter()
-            async with runtime.request_scope(app.name):
+            async with runtime.request(app.name):
                 answer = await app.serve(request)
             samples.append(time.perf_counter() - start)
             assert len(answer.tokens) == 4
@@ -70,7 +70,7 @@ async def throughput(runtime, app, dispatcher, requests: int, concurrency: int) 
     async def client():
         with use_dispatcher(dispatcher):
             for _ in remaining:
-                async with runtime.request_scope(app.name):
+                async with runtime.request(app.name):
                     await app.serve(REQUEST)
 
     start = time.perf_counter()
@@ -101,7 +101,7 @@ async def breakdown(runtime, app, pool: TimedWire, requests: int) -> dict[str, f
     phases: dict[str, list[float]] = {}
     for _ in range(requests):
         pool.marks = marks = {}
-        async with runtime.request_scope(app.name):
+        async with runtime.request(app.name):
             start = clock()
             graph = task.record(REQUEST)
             recorded = clock()

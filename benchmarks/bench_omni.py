@@ -60,7 +60,7 @@ async def one(app, request: ChatRequest, runtime) -> tuple[float, float, float |
     of one request, served as the gateway serves it."""
     start = time.perf_counter()
     first = first_audio = None
-    async with runtime.request_scope(app.name):
+    async with runtime.request(app.name):
         async for chunk in await app.serve(request):
             if chunk.text and first is None:
                 first = time.perf_counter() - start

@@ -50,7 +50,7 @@ async def run_policy(runtime, app, policy: str, clients: int, seconds: float) ->
             while time.perf_counter() < deadline:
                 request = ChatRequest.of(f"c{k} r{i}", images=[b"img"] if (k + i) % 2 else [])
                 start = time.perf_counter()
-                async with runtime.request_scope(app.name):
+                async with runtime.request(app.name):
                     await app.serve(request)
                 latencies.append(time.perf_counter() - start)
                 i += 1

@@ -78,8 +78,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     from prismserve.bench.cli import add_bench_command, add_workloads_command
     from prismserve.planner.cli import add_plan_command
-    from prismserve.profile.cli import add_profile_command
-    from prismserve.serve_cli import add_serve_command
+    from prismserve.serve.profile_command import add_profile_command
+    from prismserve.serve.serve_command import add_serve_command
 
     add_serve_command(sub)
     add_plan_command(sub)
@@ -156,7 +156,7 @@ def _tiny(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> int:
-    from prismserve.gateway.client import ClientError, run_client
+    from prismserve.serve.client import ClientError, run_client
 
     try:
         return run_client(args)

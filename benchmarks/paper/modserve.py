@@ -23,7 +23,7 @@ encoder batch (`--encoder-batches`) that give them the most goodput at `--split-
 
 Then autoscaling (ModServe Figure 16, compressed): an image-driven burst (`burst`) served by the
 monolith and by ModServe (+fan-out), each static at the shape that serves the peak and autoscaled
-(prismserve.gateway.autoscale) from a small shape, its stages' capacities from the cost model;
+(prismserve.control.autoscale) from a small shape, its stages' capacities from the cost model;
 prints GPU-hours (real time) and SLO attainment of each. Replicas start at once here (a real one
 takes tens of seconds to load), and times run `--speedup` times faster than real.
 
@@ -49,14 +49,13 @@ from PIL import Image
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.app.config import SLO
 from prismserve.bench.workloads import Arrivals, RequestSpec, image_size, servegen
+from prismserve.control.autoscale import Autoscaler
+from prismserve.control.slo import SLOWindow
 from prismserve.emulate.costs import InternVL3Costs
-from prismserve.gateway.autoscale import Autoscaler
-from prismserve.gateway.slo import SLOWindow
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.task import use_dispatcher
 from prismserve.tasklib import MediaTokens
 
 GPUS = 16
@@ -288,17 +287,18 @@ async def serve_one(runtime: RayRuntime, app: Any, request: ChatRequest) -> Serv
     first = last = None
     items = 0
     try:
-        async with runtime.request_scope(app.name, request.request_type) as clock:
-            with use_dispatcher(runtime.dispatcher):
-                output = await app.serve(request)
-                async for _ in output.text:
-                    last = time.perf_counter()
-                    first = first or last
-                    items += 1
+        async with runtime.request(app.name, request.request_type) as clock:
+            output = await app.serve(request)
+            async for _ in output.text:
+                last = time.perf_counter()
+                first = first or last
+                items += 1
     except Exception:  # noqa: BLE001 - counted as failed, and as missing its SLO
         return Served(request.request_type, math.inf, math.inf, ok=False)
     assert first is not None and last is not None
-    return Served(request.request_type, first - start, (last - first) / max(1, items - 1), clock.tokens)
+    return Served(
+        request.request_type, first - start, (last - first) / max(1, items - 1), clock.ledger.tokens
+    )
 
 
 async def run(

@@ -17,7 +17,8 @@ from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.model import EmulatedModel
 from prismserve.protocol.chat import ChatCompletion, ChatRequest
 from prismserve.task import DataHandle, Task, TaskInput, TaskOutput, UnitTask, replayable_choice
-from prismserve.task.routing import current_routing, planned_choice
+from prismserve.task.context import current_request
+from prismserve.task.routing import planned_choice
 
 
 class StageInput(TaskInput):
@@ -83,7 +84,7 @@ def request_spec(request: ChatRequest) -> RequestSpec:
 class EmulatedTask(Task[ChatRequest, StageOutput]):
     """An emulated model served along planned paths; `executors` maps executor names to their unit tasks.
 
-    Path probabilities come from the plan deployed for the app (`current_routing`), else `routing`.
+    Path probabilities come from the plan deployed for the app (`RequestContext.routing`), else `routing`.
     """
 
     spec: InstanceOf[EmulatedModel]
@@ -102,7 +103,7 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
         needs = self.spec.costs.needs(spec)
         paths = self._paths.get(needs) or self._paths.setdefault(needs, self.spec.paths(needs))
         names = sorted(paths)
-        planned = (current_routing.get() or self.routing).get(request.request_type)
+        planned = (current_request().routing or self.routing).get(request.request_type)
         # A type the plan does not route is spread over all its paths.
         weights = (
             [planned.get(n, 0.0) for n in names] if planned and any(planned.get(n) for n in names) else None

@@ -8,19 +8,15 @@ import contextlib
 import itertools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
 from prismserve.errors import ExecutorUnhealthy as ExecutorUnhealthy  # its users import it from here
 from prismserve.models.base import MediaError
 from prismserve.task import InvalidInputError, UnitTask
+from prismserve.task.context import current_request
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
-
-# The Unix time by which the request of the invocation being served owes its first output (its
-# SLO; None: none), set by the replica around each invocation: queues serve the least slack first.
-current_deadline: ContextVar[float | None] = ContextVar("prismserve_deadline", default=None)
 
 _arrivals = itertools.count()
 
@@ -28,8 +24,9 @@ _arrivals = itertools.count()
 def queue_key(priority: float = 0.0, service_s: float = 0.0) -> tuple[float, float, int]:
     """Where a call waits in an executor's queue (the smallest key is served first): by slack, its
     request's deadline less the `service_s` it needs here (calls without a deadline after those with
-    one), then by `priority` (higher first), then in arrival order."""
-    deadline = current_deadline.get()
+    one), then by `priority` (higher first), then in arrival order. The deadline is the request
+    context's, set by the replica around each invocation."""
+    deadline = current_request().deadline
     slack = deadline - service_s if deadline is not None else math.inf
     return (slack, -priority, next(_arrivals))
 
@@ -38,7 +35,7 @@ def deadline_priority() -> int:
     """An engine's priority (smaller first) for the call being served: its request's deadline in
     milliseconds (earliest deadline first), calls without one after every call with one. What vLLM's
     `priority` scheduling policy orders by (`engine_args={"scheduling_policy": "priority"}`)."""
-    deadline = current_deadline.get()
+    deadline = current_request().deadline
     return round(deadline * 1000) if deadline is not None else 2**62
 
 

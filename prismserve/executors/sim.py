@@ -60,6 +60,12 @@ class SimProfile(BaseModel):
         """Seconds one batch of `size` requests of mean work `work` takes."""
         return self.latency_s * work * (1 + self.batch_growth * (size - 1))
 
+    def full_batch_rate(self) -> float | None:
+        """Tokens/s one replica serves with its batch full (None: its time does not follow tokens)."""
+        if self.token_s <= 0:
+            return None
+        return self.max_batch / (self.token_s * (1 + self.batch_growth * (self.max_batch - 1)))
+
 
 ValueFunction = Callable[[UnitTask[Any, Any], Any], Any]
 

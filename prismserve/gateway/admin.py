@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import hmac
-import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from prismserve.app import App
+from prismserve.control import Plan
 from prismserve.errors import AuthError, NotFoundError, PlacementError
-from prismserve.gateway.autoscale import attach_autoscaler
 from prismserve.gateway.http import read_model, state
 from prismserve.gateway.openapi import errors, json_body
 from prismserve.gateway.serving import find_app
-from prismserve.planner import Plan
 from prismserve.protocol.admin import AppInfo, AppList, Deployed, RegisterApp, RuntimeStatus, Unregistered
 
 # Declares the scheme in /openapi.json; auto_error=False: a missing token is our 401 with our error body.
@@ -34,8 +32,6 @@ def require_admin(
     if not (token and hmac.compare_digest(token.encode(), state(request).admin_token.encode())):
         raise AuthError("admin API: missing or wrong bearer token (Authorization: Bearer <token>)")
 
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)], responses=errors(401))
 
@@ -68,7 +64,7 @@ async def register(request: Request) -> AppInfo:
         app = await gateway.runtime.register_app(body.source, body.name, filename=f"{body.name}.py")
     except PlacementError as exc:
         raise PlacementError(f"app {body.name!r} cannot be deployed: {exc}") from None
-    attach_autoscaler(gateway, app)
+    gateway.controls.registered(app)
     return describe(app)
 
 
@@ -76,10 +72,7 @@ async def register(request: Request) -> AppInfo:
 async def unregister(name: str, request: Request) -> Unregistered:
     """Unregister an app; deployments no other app uses stop."""
     gateway = state(request)
-    scaler = gateway.autoscalers.pop(name, None)
-    if scaler is not None:
-        gateway.metrics.autoscalers.pop(name, None)
-        await scaler.close()
+    await gateway.controls.unregistered(name)
     await gateway.runtime.unregister_app(name)
     return Unregistered(unregistered=name)
 
@@ -102,10 +95,7 @@ async def deploy(name: str, request: Request) -> Deployed:
     gateway = state(request)
     find_app(gateway.runtime, name)
     plan = await read_model(request, Plan, "invalid plan: ")
-    watcher = gateway.replanners.pop(name, None)
-    if watcher is not None:
-        await watcher.close()
-        log.warning("a plan was posted for %s: re-planning it stops", name)
+    await gateway.controls.plan_posted(name)
     await gateway.runtime.deploy(name, plan)
     return Deployed(app=name, gpus=plan.total_gpus, replicas=plan.replicas())
 

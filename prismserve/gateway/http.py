@@ -14,12 +14,11 @@ from fastapi import Request
 from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
 
+from prismserve.control import Controls
 from prismserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
-from prismserve.gateway.autoscale import Autoscaler
 from prismserve.gateway.errors import HTTPError, invalid
 from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.metrics import GatewayMetrics
-from prismserve.gateway.replan import Replanner
 from prismserve.runtime import Runtime
 
 
@@ -28,16 +27,13 @@ class GatewayState:
     """What the routes need, kept on `app.state.gateway`."""
 
     runtime: Runtime
+    controls: Controls  # the apps' control loops: fed each request's type and SLO outcome
     metrics: GatewayMetrics
     tracer: Tracer
     admin_token: str
     max_request_bytes: int
     api_key: str | None = None  # the /v1 routes' bearer key; None: they are open
     media: MediaPolicy = field(default_factory=MediaPolicy)  # how chat requests' media URLs are fetched
-    # Per app, the watcher its requests feed (`attach_replanner`); the metrics read the same dict.
-    replanners: dict[str, Replanner] = field(default_factory=dict)
-    # Per app that declares autoscaling, its autoscaler (`attach_autoscaler`); the metrics read them too.
-    autoscalers: dict[str, Autoscaler] = field(default_factory=dict)
 
 
 _CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")

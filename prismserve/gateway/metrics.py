@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from prismserve.gateway.slo import SLOWindow
+from prismserve.control import Controls
 from prismserve.runtime import Runtime
-
-if TYPE_CHECKING:
-    from prismserve.gateway.autoscale import Autoscaler
-    from prismserve.gateway.replan import Replanner
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class GatewayMetrics:
-    """Requests, latencies per app and request type, SLO attainment and goodput per app
-    (`slo_windows`), per-deployment queue depth, and the state of the apps' re-planning watchers
-    (`replanners`, by app)."""
+    """Requests, latencies per app and request type, per-deployment queue depth, and what the
+    apps' control loops (`controls`) know: SLO attainment and goodput, re-planning, autoscaling."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, controls: Controls) -> None:
         self.runtime = runtime
-        self.replanners: dict[str, Replanner] = {}
-        self.autoscalers: dict[str, Autoscaler] = {}
-        self.slo_windows: dict[str, SLOWindow] = {}
+        self.controls = controls
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "prismserve_requests",
@@ -137,7 +128,7 @@ class GatewayMetrics:
         self._autoscaling()
         self.goodput.clear()
         self.slo_attainment.clear()
-        for app, window in self.slo_windows.items():
+        for app, window in self.controls.slo_windows.items():
             self.goodput.labels(app).set(window.goodput())
             attainment = window.attainment()
             if attainment is not None:
@@ -147,20 +138,13 @@ class GatewayMetrics:
     def slo_outcome(self, app: str, request_type: str, met: bool) -> None:
         """Count a request of a type with an SLO that ended, meeting it or not."""
         self.slo_requests.labels(app, request_type, "met" if met else "missed").inc()
-        self.slo_window(app).record(met)
-
-    def slo_window(self, app: str) -> SLOWindow:
-        """The app's sliding window of SLO outcomes (made on first use)."""
-        window = self.slo_windows.get(app)
-        if window is None:
-            window = self.slo_windows[app] = SLOWindow()
-        return window
+        self.controls.slo_window(app).record(met)
 
     def _autoscaling(self) -> None:
         """The autoscalers' gauges, read now."""
         for gauge in (self.autoscale_replicas, self.autoscale_load, self.autoscale_changes):
             gauge.clear()
-        for app, scaler in self.autoscalers.items():
+        for app, scaler in self.controls.autoscalers.items():
             status = scaler.status()
             for name, replicas in status.replicas.items():
                 self.autoscale_replicas.labels(app, name).set(replicas)
@@ -172,7 +156,7 @@ class GatewayMetrics:
         """The re-planning watchers' gauges, read now."""
         for gauge in (self.replan_rate, self.replan_share, self.replan_capacity, self.replan_drift):
             gauge.clear()
-        for app, replanner in self.replanners.items():
+        for app, replanner in self.controls.replanners.items():
             status = replanner.status()
             self.replan_rate.labels(app).set(status.rate)
             for request_type, share in status.shares.items():

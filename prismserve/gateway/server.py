@@ -11,6 +11,7 @@ from opentelemetry.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prismserve import __version__
+from prismserve.control import Controls
 from prismserve.errors import NotFoundError, PrismserveError
 from prismserve.gateway import admin, audio_api, images_api, inference, models_api, openai_api
 from prismserve.gateway.api_key import UNAUTHORIZED, require_api_key
@@ -52,16 +53,16 @@ def create_gateway(
         raise ValueError(f"max_request_bytes must be positive, not {max_request_bytes}")
     app = FastAPI(title="prismserve", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     tracer = get_tracer("prismserve.gateway", tracer_provider)
-    gateway_metrics = GatewayMetrics(runtime)
+    controls = Controls(runtime)
     app.state.gateway = GatewayState(
         runtime,
-        gateway_metrics,
+        controls,
+        GatewayMetrics(runtime, controls),
         tracer,
         admin_token,
         max_request_bytes,
         api_key,
         media or MediaPolicy(),
-        replanners=gateway_metrics.replanners,
     )
     app.include_router(admin.router)
     keyed: dict[str, Any] = (

@@ -1,4 +1,4 @@
-"""Running an app's serve() for one HTTP request: dispatcher, request scope, tracing, metrics, errors."""
+"""Running an app's serve() for one HTTP request: the runtime's request, tracing, metrics, errors."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from prismserve.gateway.errors import HTTPError, as_http_error, invalid
 from prismserve.gateway.http import malformed_json, request_id, state
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.runtime import Runtime
-from prismserve.runtime.dispatcher import RequestClock
-from prismserve.task import use_dispatcher
+from prismserve.task.context import RequestContext
 
 
 def find_app(runtime: Runtime, name: str) -> App:
@@ -57,9 +56,7 @@ def serving(request: Request, app: App, body: BaseModel) -> Served:
     """Start serving `body` through `app` for the HTTP `request` (its gateway, its request id)."""
     gateway = state(request)
     served = Served(gateway.runtime, gateway.metrics, gateway.tracer, app, body, request_id(request))
-    replanner = gateway.replanners.get(app.name)
-    if replanner is not None:  # the app's traffic is watched for re-planning (gateway/replan.py)
-        replanner.observe(served.kind)
+    gateway.controls.observe(app.name, served.kind)  # an app re-planned as its traffic drifts
     return served
 
 
@@ -85,18 +82,17 @@ class Served:
         self.start = time.perf_counter()
         self.first: float | None = None  # when the first chunk went out (streams)
         self.sent = 0  # chunks sent
-        # The request's clock: its prompt tokens as its calls counted them (its TTFT target).
-        self.clock: RequestClock | None = None
+        # The request's context: its prompt tokens as its calls counted them (its TTFT target).
+        self.context: RequestContext | None = None
 
     async def response(self) -> BaseModel:
         """The whole (non-streaming) response; the span records the error itself, the client gets `failure`'s."""
         try:
             with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
-                async with self.runtime.request_scope(self.app.name, self.kind) as self.clock:
-                    with use_dispatcher(self.runtime.dispatcher):
-                        result = await self.app.serve(self.request)
-                        if self.app.streaming:
-                            raise AppResponseError("the app streams: ask for its answer as a stream")
+                async with self.runtime.request(self.app.name, self.kind, self.request_id) as self.context:
+                    result = await self.app.serve(self.request)
+                    if self.app.streaming:
+                        raise AppResponseError("the app streams: ask for its answer as a stream")
         except asyncio.CancelledError:
             self._done("cancelled")
             raise
@@ -132,15 +128,14 @@ class Served:
         status = "error"
         try:
             with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
-                async with self.runtime.request_scope(self.app.name, self.kind) as self.clock:
-                    with use_dispatcher(self.runtime.dispatcher):
-                        async for chunk in _as_stream(await self.app.serve(self.request)):
-                            if self.first is None:
-                                self.first = time.perf_counter()
-                                elapsed = self.first - self.start
-                                self.metrics.first_chunk.labels(self.app.name, self.kind).observe(elapsed)
-                            self.sent += 1
-                            await queue.put(("chunk", chunk))
+                async with self.runtime.request(self.app.name, self.kind, self.request_id) as self.context:
+                    async for chunk in _as_stream(await self.app.serve(self.request)):
+                        if self.first is None:
+                            self.first = time.perf_counter()
+                            elapsed = self.first - self.start
+                            self.metrics.first_chunk.labels(self.app.name, self.kind).observe(elapsed)
+                        self.sent += 1
+                        await queue.put(("chunk", chunk))
             status = "ok"
             await queue.put(("end", None))
         except asyncio.CancelledError:
@@ -170,8 +165,9 @@ class Served:
         if slo is not None and status != "cancelled":  # a client that left says nothing of the SLO
             first = self.first if self.first is not None else end  # a whole response: all at once
             tbt = (end - first) / (self.sent - 1) if self.sent > 1 else None
+            ledger = self.context.ledger if self.context is not None else None
             met = status == "ok" and slo.met(
-                first - self.start, tbt, end - self.start, self.clock.tokens if self.clock else 0
+                first - self.start, tbt, end - self.start, ledger.tokens if ledger is not None else 0
             )
             self.metrics.slo_outcome(self.app.name, self.kind, met)
 

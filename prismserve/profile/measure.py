@@ -16,21 +16,20 @@ from typing import Any
 from prismserve.app import App
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.base import Runtime
-from prismserve.task import Stream, use_dispatcher
+from prismserve.task import Stream
 
 
 async def serve_one(runtime: Runtime, app: App, request: ChatRequest) -> None:
     """Serve one request to its end (a stream read to its last chunk)."""
-    async with runtime.request_scope(app.name, request.request_type):
-        with use_dispatcher(runtime.dispatcher):
-            result: Any = await app.serve(request)
-            if app.streaming:
-                async for _ in result:
-                    pass
-            else:  # an answer holding streams is not served until they are read
-                for value in vars(result).values():
-                    if isinstance(value, Stream):
-                        await value.collect()
+    async with runtime.request(app.name, request.request_type):
+        result: Any = await app.serve(request)
+        if app.streaming:
+            async for _ in result:
+                pass
+        else:  # an answer holding streams is not served until they are read
+            for value in vars(result).values():
+                if isinstance(value, Stream):
+                    await value.collect()
 
 
 def busy(runtime: Any) -> dict[str, tuple[float, int]]:

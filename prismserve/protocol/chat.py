@@ -12,8 +12,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prismserve.task import TaskInput
-
 Modality = Literal["text", "audio"]
 
 
@@ -101,7 +99,7 @@ class Sampling(BaseModel):
         return {name: getattr(self, name) for name in Sampling.model_fields}
 
 
-class ChatRequest(TaskInput, Sampling):
+class ChatRequest(Sampling):
     """A multimodal chat request: messages with text, images, audio and video; text and/or audio out;
     sampled as `Sampling` says."""
 

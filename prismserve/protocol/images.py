@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from prismserve.task import TaskInput
-
 _BASE64 = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
 
-class ImageRequest(TaskInput):
+class ImageRequest(BaseModel):
     """Generate `n` images of `width` x `height` pixels from a prompt."""
 
     prompt: str = Field(min_length=1, max_length=4000)

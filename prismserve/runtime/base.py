@@ -13,20 +13,19 @@ from pydantic import ValidationError
 from prismserve.app import App, AppLoadError, AppRegistry, load_app_source
 from prismserve.errors import InvalidRequestError
 from prismserve.executors.sim import SimProfile
-from prismserve.planner import Plan
-from prismserve.runtime.dispatcher import RequestClock, use_clock
-from prismserve.runtime.layout import Layout, check_layout, use_targets
+from prismserve.planner import CellPlan, Plan
+from prismserve.runtime.layout import Layout, check_layout
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
-from prismserve.runtime.task_manager import use_request_era
-from prismserve.task import Dispatcher
-from prismserve.task.routing import Routing, use_routing
-from prismserve.task.session import use_app_task_names
+from prismserve.runtime.task_manager import current_era
+from prismserve.task import Dispatcher, use_dispatcher
+from prismserve.task.context import RequestContext, RequestLedger, use_request
+from prismserve.task.routing import Routing
 
 
 class Runtime(ABC):
     """Apps, their deployments, and the dispatcher that task calls in serve() run on.
 
-    The gateway calls `app.serve(request)` inside `use_dispatcher(runtime.dispatcher)`.
+    The gateway calls `app.serve(request)` inside `runtime.request(...)`.
     """
 
     def __init__(self) -> None:
@@ -49,36 +48,42 @@ class Runtime(ABC):
         """Stop every executor the runtime started."""
 
     @contextlib.asynccontextmanager
-    async def request_scope(
-        self, app_name: str | None = None, request_type: str | None = None
-    ) -> AsyncIterator[RequestClock]:
-        """Wrap the handling of one request of `app_name` (until its response is fully sent): its
-        routers follow the plan deployed for that app, its calls go along a path of `request_type`
-        picked by the plan when the plan names executor options, carrying the deadline of the
-        type's SLO, errors name unit tasks by their paths in the app, and what its task graphs left
-        behind (payloads, streams) is released when the block ends. Yields the request's clock (its
-        start and tokens, for judging its SLO)."""
-        plan = self.plans.get(app_name) if app_name is not None else None
-        placed = self.layouts.get(app_name) if app_name is not None else None
-        with (
-            use_clock(self._clock(app_name, request_type)) as clock,
-            use_routing(plan.routing if plan is not None else None),
-            use_targets(placed.targets(request_type) if placed is not None else None),
-            use_app_task_names(self._task_names.get(app_name) if app_name is not None else None),
-            use_request_era(),
-            self._graph_scope(),
-        ):
-            yield clock
+    async def request(
+        self, app_name: str | None = None, request_type: str | None = None, request_id: str = ""
+    ) -> AsyncIterator[RequestContext]:
+        """Serve one request of `app_name` inside the block (until its response is fully sent): its
+        task calls run on this runtime's dispatcher, its routers follow the plan deployed for that
+        app, its calls go along a path of `request_type` picked by the plan when the plan names
+        executor options, carrying the deadline of the type's SLO, errors name unit tasks by their
+        paths in the app, and what its task graphs left behind (payloads, streams) is released when
+        the block ends. Yields the request's context (its start, and the tokens its calls counted:
+        what its SLO is judged by)."""
+        with use_request(self._context(app_name, request_type, request_id)) as context:
+            try:
+                with use_dispatcher(self.dispatcher):
+                    yield context
+            finally:
+                assert context.ledger is not None  # made with one
+                context.ledger.end()
 
-    def _clock(self, app_name: str | None, request_type: str | None) -> RequestClock:
-        """The clock of a request of `request_type` to `app_name` arriving now, with its SLO's due time."""
+    def _context(self, app_name: str | None, request_type: str | None, request_id: str) -> RequestContext:
+        """The context of a request of `request_type` to `app_name` arriving now."""
         app = self.registry.find(app_name) if app_name is not None else None
         slo = app.slo(request_type or "default") if app is not None else None
-        return RequestClock(time.time(), slo.first_due_s if slo is not None else None)
-
-    def _graph_scope(self) -> contextlib.AbstractContextManager[None]:
-        """Where the graphs executed for one request are tracked until it ends."""
-        return contextlib.nullcontext()
+        plan = self.plans.get(app_name) if app_name is not None else None
+        placed = self.layouts.get(app_name) if app_name is not None else None
+        return RequestContext(
+            id=request_id,
+            app=app_name,
+            request_type=request_type,
+            start=time.time(),
+            due_s=slo.first_due_s if slo is not None else None,
+            era=current_era(),
+            routing=plan.routing if plan is not None else None,
+            targets=placed.targets(request_type) if placed is not None else None,
+            task_names=self._task_names.get(app_name) if app_name is not None else None,
+            ledger=RequestLedger(),
+        )
 
     async def register_app(self, source: str, name: str, filename: str | None = None) -> App:
         """Load, validate and register an app from its source; deploy what it needs.
@@ -153,6 +158,30 @@ class Runtime(ABC):
     def queue_depths(self) -> dict[str, int]:
         """Invocations queued or running per deployment key."""
         return {}
+
+    # What the control loops read (`prismserve.control.RuntimeControl`); a runtime that places no
+    # cells has nothing for them to scale.
+
+    @property
+    def places_cells(self) -> bool:
+        """Whether this runtime places cells on a cluster's GPUs."""
+        return False
+
+    def app_cells(self, app_name: str) -> list[CellPlan]:
+        """The cells the app's deployments run on now, their replicas by deployment key."""
+        return []
+
+    def gpu_count(self) -> int:
+        """The GPUs this runtime may place cells on."""
+        return 0
+
+    def tokens_leased(self, key: str) -> int:
+        """Tokens the calls of deployment `key` have carried since it started (0: no such deployment)."""
+        return 0
+
+    def full_batch_rate(self, key: str) -> float | None:
+        """Tokens/s one replica of deployment `key` serves at full batch, where its executor knows it."""
+        return None
 
     async def _on_register(self, app: App) -> None:  # noqa: B027 - a hook: doing nothing is right for some runtimes
         """Start the deployments a newly registered app needs."""

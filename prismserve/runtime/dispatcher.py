@@ -14,9 +14,7 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,38 +22,15 @@ from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 
 from prismserve.errors import InputLost, ReplicaDied
-from prismserve.runtime.layout import current_targets
 from prismserve.runtime.replica import Call, localize
 from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, TaskManager
 from prismserve.task import DispatchError, InvalidInputError, Stream, TaskError, TaskGraph
+from prismserve.task.context import current_request
 from prismserve.task.graph import Invocation, data_id
 from prismserve.task.routing import RoutingPolicy
 
 log = logging.getLogger(__name__)
 _tracer = otel_trace.get_tracer("prismserve.dispatcher")
-
-
-@dataclass(slots=True)
-class RequestClock:
-    """When the request being served began (Unix time), when its first output is due by its SLO
-    (`due`: seconds for a request of n prompt tokens; None: no SLO), and its prompt tokens as its
-    calls count them (the largest call's: an LLM's prompt, media included). Calls carry the
-    deadline to the executors, whose queues serve the least slack first."""
-
-    start: float
-    due: Callable[[int], float | None] | None = None
-    tokens: int = 0
-
-    def deadline(self) -> float | None:
-        """The Unix time the request's first output is due by (None: no SLO)."""
-        due = self.due(self.tokens) if self.due is not None else None
-        return None if due is None else self.start + due
-
-
-request_clock: ContextVar[RequestClock | None] = ContextVar("prismserve_request_clock", default=None)
-
-# Graphs executed inside a request scope: released together when the scope closes.
-_scope: ContextVar[list[_Graph] | None] = ContextVar("prismserve_request_scope", default=None)
 
 
 @dataclass(slots=True)
@@ -77,7 +52,7 @@ class _Sent:
 @dataclass(slots=True)
 class _Graph:
     """An executed graph's replicas, whose payloads and streams are released together: when its
-    request scope closes (`scoped`: counted in the replicas' `users` until then), else after a while."""
+    request ends (`scoped`: counted in the replicas' `users` until then), else after a while."""
 
     request: str
     dispatcher: ReplicaDispatcher
@@ -148,10 +123,10 @@ class ReplicaDispatcher:
         if otel_trace.get_current_span().is_recording():
             propagate.inject(carrier)
         sent = await self._leases(graph)
-        clock = request_clock.get()
-        if clock is not None:
-            clock.tokens = max([clock.tokens, *(each.tokens for each in sent)])
-        deadline = clock.deadline() if clock is not None else None
+        context = current_request()
+        if context.ledger is not None:  # the request's prompt as its calls count it: its SLO's deadline
+            context.ledger.tokens = max([context.ledger.tokens, *(each.tokens for each in sent)])
+        deadline = context.first_due()
         try:
             self._submit(request, sent, carrier, deadline)
         except BaseException:
@@ -225,7 +200,7 @@ class ReplicaDispatcher:
     async def _manager(self, node: Invocation) -> TaskManager:
         """The task manager of an invocation's deployment (for a plan with executor options: the
         deployment of the option the request's path sends it to)."""
-        targets = current_targets.get()
+        targets = current_request().targets
         manager = self.managers.get(targets.get(node.task_key, node.task_key) if targets else node.task_key)
         if manager is None:
             raise DispatchError.at(
@@ -348,11 +323,11 @@ class ReplicaDispatcher:
         return DispatchError.at(index, manager.name, f"failed: {type(cause).__name__}: {cause}")
 
     def _track(self, request: str) -> _Graph:
-        """The record of a graph's replicas, released with its request scope (else after `release_after_s`)."""
-        scope = _scope.get()
-        tracked = _Graph(request, self, scoped=scope is not None)
-        if scope is not None:
-            scope.append(tracked)
+        """The record of a graph's replicas, released when its request ends (else after `release_after_s`)."""
+        ledger = current_request().ledger
+        tracked = _Graph(request, self, scoped=ledger is not None)
+        if ledger is not None:
+            ledger.at_end.append(tracked.release)
         else:
             asyncio.get_running_loop().call_later(self.release_after_s, tracked.release)
         return tracked
@@ -402,26 +377,3 @@ def _groups(nodes: list[Invocation], replicas: list[Replica | None]) -> list[lis
         if replica is not None:
             groups.setdefault((depth[index], id(replica)), []).append(index)
     return [groups[key] for key in sorted(groups, key=lambda k: k[0])]
-
-
-@contextmanager
-def use_clock(clock: RequestClock) -> Iterator[RequestClock]:
-    """Serve the request inside the block on `clock` (its start, its SLO's deadline)."""
-    token = request_clock.set(clock)
-    try:
-        yield clock
-    finally:
-        request_clock.reset(token)
-
-
-@contextmanager
-def request_scope() -> Iterator[None]:
-    """Release the payloads and streams of every graph executed inside when the block ends."""
-    graphs: list[_Graph] = []
-    token = _scope.set(graphs)
-    try:
-        yield
-    finally:
-        _scope.reset(token)
-        for graph in graphs:
-            graph.release()

@@ -8,14 +8,12 @@ another deployment (the shape is part of its identity), so every option gets rep
 
 Request-static routing then needs no `Router` in the app (000 §5.3): per request, a path of its
 type is picked by the plan's probabilities (smooth weighted round-robin), and each unit-task call goes to the replicas of the
-option on that path that runs its deployment (`current_targets`, read by the dispatcher).
+option on that path that runs its deployment (the request context's `targets`, read by the dispatcher).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,19 +23,6 @@ from prismserve.task import UnitTask
 from prismserve.task.base import _check_gpus
 from prismserve.task.errors import TaskDefinitionError
 from prismserve.task.routing import round_robin
-
-# For the request being served: deployment key the app's graph names -> key of the replicas to use.
-current_targets: ContextVar[Mapping[str, str] | None] = ContextVar("prismserve_targets", default=None)
-
-
-@contextmanager
-def use_targets(targets: Mapping[str, str] | None) -> Iterator[None]:
-    """Send the unit-task calls made inside the block to the deployments `targets` names."""
-    token = current_targets.set(targets)
-    try:
-        yield
-    finally:
-        current_targets.reset(token)
 
 
 def variant(task: UnitTask[Any, Any], gpus: float) -> UnitTask[Any, Any]:

@@ -17,7 +17,7 @@ from prismserve.offline import DEVICE_VARIABLE
 from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
-from prismserve.runtime.dispatcher import ReplicaDispatcher, request_scope
+from prismserve.runtime.dispatcher import ReplicaDispatcher
 from prismserve.runtime.layout import Layout, layout, variant
 from prismserve.runtime.pool import RayActorPool, ReplicaPool, WirePool
 from prismserve.runtime.resources import ResourceManager, first_fit_decreasing
@@ -118,11 +118,31 @@ class RayRuntime(Runtime):
             await manager.close()
         self.managers.clear()
 
-    def _graph_scope(self) -> contextlib.AbstractContextManager[None]:
-        return request_scope()
-
     def queue_depths(self) -> dict[str, int]:
         return {key: manager.queue_depth() for key, manager in self.managers.items()}
+
+    @property
+    def places_cells(self) -> bool:
+        return True
+
+    def app_cells(self, app_name: str) -> list[CellPlan]:
+        return [
+            CellPlan(gpus=cell.gpus, replicas=dict(cell.replicas))
+            for cell in self.resources.cells
+            if cell.owner == app_name
+        ]
+
+    def gpu_count(self) -> int:
+        return int(sum(self.resources.inventory().values()))
+
+    def tokens_leased(self, key: str) -> int:
+        manager = self.managers.get(key)
+        return manager.tokens if manager is not None else 0
+
+    def full_batch_rate(self, key: str) -> float | None:
+        manager = self.managers.get(key)
+        spec = manager.spec if manager is not None else None
+        return spec.profile.full_batch_rate() if spec is not None and spec.backend == "sim" else None
 
     async def _on_register(self, app: App) -> None:
         if isinstance(self.pool, RayActorPool):

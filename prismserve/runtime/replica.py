@@ -14,12 +14,12 @@ from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 from pydantic import BaseModel
 
-from prismserve.executors.base import current_deadline
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.dataplane import INLINE_BYTES, ShmSlab, payload_size
 from prismserve.runtime.streams import RemoteStream, RemoteStreamRef, StreamTable
 from prismserve.runtime.wire import ReplicaAddress, WireServer
 from prismserve.task import DataHandle, DispatchError, InvalidInputError, Stream, UnitTask
+from prismserve.task.context import RequestContext, use_request
 from prismserve.task.graph import fill_placeholders
 
 _tracer = otel_trace.get_tracer("prismserve.executor")
@@ -183,11 +183,17 @@ class ExecutorReplica:
 
     async def _invoke(self, call: Call, produced: dict[int, Any]) -> Any:
         context = propagate.extract(call.trace) if call.trace else None
-        with _tracer.start_as_current_span(
-            f"execute {type(self.task).__name__}", context=context, attributes={"prismserve.call": call.index}
+        with (
+            _tracer.start_as_current_span(
+                f"execute {type(self.task).__name__}",
+                context=context,
+                attributes={"prismserve.call": call.index},
+            ),
+            use_request(
+                RequestContext(id=call.request, deadline=call.deadline)
+            ),  # the executor's queue reads it
         ):
             self._active += 1
-            current_deadline.set(call.deadline)  # this call's task only: the executor's queue reads it
             try:
                 task_input = await self._input(call, produced)
                 if self.streaming:

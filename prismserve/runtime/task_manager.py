@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import math
 import time
-from collections.abc import Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,17 +16,22 @@ from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import ReplicaPool, WirePool
 from prismserve.runtime.wire import ReplicaAddress
 from prismserve.task import UnitTask
+from prismserve.task.context import current_request
 from prismserve.task.routing import RoutingPolicy
 
 log = logging.getLogger(__name__)
 
 _replica_ids = itertools.count()
 
-# Plan switches so far in this process, and how many there had been when the request being served
-# began (None outside a request scope). A replica drained by a later switch holds the request's
-# earlier work, so the request goes on there; a request begun after the switch waits for the new ones.
+# Plan switches so far in this process. A request's context counts those before it began (its
+# `era`): a replica drained by a later switch holds the request's earlier work, so the request goes
+# on there; a request begun after the switch waits for the new ones.
 _switches = 0
-request_era: ContextVar[int | None] = ContextVar("prismserve_request_era", default=None)
+
+
+def current_era() -> int:
+    """Plan switches so far: the era of a request beginning now."""
+    return _switches
 
 
 def next_era() -> int:
@@ -37,16 +39,6 @@ def next_era() -> int:
     global _switches
     _switches += 1
     return _switches
-
-
-@contextlib.contextmanager
-def use_request_era() -> Iterator[None]:
-    """Mark the request served inside the block as begun now (before any later plan switch)."""
-    token = request_era.set(_switches)
-    try:
-        yield
-    finally:
-        request_era.reset(token)
 
 
 @dataclass(eq=False)
@@ -269,8 +261,8 @@ class TaskManager:
         draining replica is taken only when no other can be.
         """
         if not any(r.healthy and not r.draining for r in self.replicas):
-            era = request_era.get()
-            if era is None:  # outside a request scope: as for a restart
+            era = current_request().era
+            if era is None:  # outside a request: as for a restart
                 await self.wait_healthy(self.restart_wait_s)
             elif any(r.healthy and r.drain_era > era for r in self.replicas):
                 pass  # a request begun before the switch finishes on the old replicas, at once

@@ -1,22 +1,23 @@
-"""The deployed plan's path probabilities for the request being served: context, not task state.
+"""Routing: how a request's path is chosen (the plan's probabilities, realised by smooth weighted
+round-robin), and how a deployment's replica is picked.
 
 A plan is deployed for an app, and its routing (`routing[request_type][path]`, 000 §5.3) reaches
-the app's routers through this context variable, set by the runtime around each request. Task
-objects (often module-level in an app file, shared by apps) are never changed by a deployment.
+the app's routers through the request's context (`RequestContext.routing`), set by the runtime
+around each request. Task objects (often module-level in an app file, shared by apps) are never
+changed by a deployment.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Hashable, Sequence
 from typing import Literal
 
+from prismserve.task.context import Routing
 from prismserve.task.errors import TaskUsageError
 from prismserve.task.session import current_session, replayable_choice
 
-Routing = Mapping[str, Mapping[str, float]]
+__all__ = ["ROUTING_POLICIES", "Routing", "RoutingPolicy", "planned_choice", "round_robin"]
 
 # How a deployment's replica is picked for an invocation: `static` (the fewest leases, round-robin
 # among ties; no replica asked anything), `dynamic` (least loaded: each replica asked its queue
@@ -24,19 +25,6 @@ Routing = Mapping[str, Mapping[str, float]]
 # manager as leases come and go, from each invocation's `UnitTask.pending_tokens`).
 RoutingPolicy = Literal["static", "dynamic", "tokens"]
 ROUTING_POLICIES: tuple[RoutingPolicy, ...] = ("static", "dynamic", "tokens")
-
-current_routing: ContextVar[Routing | None] = ContextVar("prismserve_routing", default=None)
-
-
-@contextmanager
-def use_routing(routing: Routing | None) -> Iterator[None]:
-    """Route the requests served inside the block by `routing` (None: each router's own default)."""
-    token = current_routing.set(routing)
-    try:
-        yield
-    finally:
-        current_routing.reset(token)
-
 
 # Smooth weighted round-robin state per (key, weights): a deployment's new routing starts afresh.
 _CREDITS: dict[tuple[Hashable, tuple[float, ...]], list[float]] = {}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
 
+from prismserve.task.context import current_request
 from prismserve.task.data import PLAIN_TYPES, DataHandle, Stream
 from prismserve.task.errors import RecordError, ReplayDivergenceError, TaskUsageError
 from prismserve.task.graph import Invocation, TaskGraph, output_value, producer_of
@@ -84,7 +84,7 @@ class Session:
         if self.root is None:
             return type(task).__name__
         path = self.root.path_to(task)
-        names = app_task_names.get()
+        names = current_request().task_names
         prefix = names.get(id(self.root)) if names is not None else None
         if prefix is not None:
             path = f"{prefix}.{path}" if path else prefix
@@ -132,20 +132,6 @@ class Session:
 
 
 current_session: ContextVar[Session | None] = ContextVar("current_session", default=None)
-
-# The served app's names of its tasks (id of the task -> name), set per request by the runtime, so
-# that divergence errors name a unit task by its path in the app; task objects are not changed.
-app_task_names: ContextVar[Mapping[int, str] | None] = ContextVar("prismserve_app_task_names", default=None)
-
-
-@contextmanager
-def use_app_task_names(names: Mapping[int, str] | None) -> Iterator[None]:
-    """Name the root tasks of the requests served inside the block as `names` says."""
-    token = app_task_names.set(names)
-    try:
-        yield
-    finally:
-        app_task_names.reset(token)
 
 
 def replayable_choice(n: int, p: Sequence[float] | None = None) -> int:

@@ -8,7 +8,8 @@ from pydantic import Field, InstanceOf, model_validator
 
 from prismserve.errors import InvalidRequestError
 from prismserve.task import Task, replayable_choice
-from prismserve.task.routing import Routing, current_routing, planned_choice
+from prismserve.task.context import current_request
+from prismserve.task.routing import Routing, planned_choice
 
 
 class Router(Task[Any, Any]):
@@ -16,7 +17,7 @@ class Router(Task[Any, Any]):
 
     `paths` maps path names (as in the plan, e.g. `E->L`) to composites that each run the whole
     request a different way. The probabilities come from the plan deployed for the app being served
-    (`prismserve.task.routing.current_routing`, set by the runtime per request), else from
+    (`RequestContext.routing`, set by the runtime per request), else from
     `routing`; a request type they do not mention is spread evenly over all paths. The choice is made with
     `planned_choice` (the plan's split as smooth weighted round-robin, not independent draws),
     recorded as `replayable_choice` records, so replay follows the recorded path. Chat requests name their type
@@ -46,7 +47,7 @@ class Router(Task[Any, Any]):
 
     def invoke(self, request: Any) -> Any:
         names = list(self.paths)
-        probabilities = (current_routing.get() or self.routing).get(self.request_type(request))
+        probabilities = (current_request().routing or self.routing).get(self.request_type(request))
         weights = [probabilities.get(n, 0.0) for n in names] if probabilities else None
         if weights is None:
             return self.paths[names[replayable_choice(len(names))]].invoke(request)

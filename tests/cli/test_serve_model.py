@@ -23,10 +23,10 @@ from fake_hub import FakeHub, fake_hub
 
 from prismserve.app import load_app_source
 from prismserve.cli import _build_parser
-from prismserve.gateway.launch import ServeOptions, StartupError, app_source, prepare_server
 from prismserve.models import EngineSettings, SettingError, families, family_for, family_of
 from prismserve.models.builtin import BUILTIN, QWEN2_5_OMNI, QWEN2_5_VL, QWEN_IMAGE
-from prismserve.serve_cli import ConfigError, settings
+from prismserve.serve.launch import ServeOptions, StartupError, app_source, prepare_server
+from prismserve.serve.serve_command import ConfigError, settings
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_APP = REPO / "tests" / "toy" / "omni_app.py"

@@ -19,7 +19,7 @@ from prismserve.planner import plan_for_budget
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
-from prismserve.task.routing import use_routing
+from prismserve.task.context import RequestContext, use_request
 from prismserve.tasklib.media_tokens import internvl_tiles
 
 
@@ -91,7 +91,7 @@ def test_requests_follow_the_routed_path_with_the_work_of_each_role():
     routing = {request.request_type: {"I->IVAL->G": 1.0}}
 
     async def run():
-        with use_dispatcher(LocalDispatcher({"sim": sim})), use_routing(routing):
+        with use_dispatcher(LocalDispatcher({"sim": sim})), use_request(RequestContext(routing=routing)):
             return await task(request)
 
     asyncio.run(run())
@@ -119,7 +119,7 @@ def test_the_planned_split_is_realised_evenly_and_later_hops_are_served_first():
     routing = {request.request_type: {"E->PD": 0.61, "EPD": 0.39}}  # weights no other test uses
     names = sorted(INTERNVL3.paths(("E", "P", "D")))
     taken = {"E->PD": 0, "EPD": 0}
-    with use_routing(routing):
+    with use_request(RequestContext(routing=routing)):
         for n in range(1, 201):
             graph = task.record(request)
             name = names[graph.choices[0]]

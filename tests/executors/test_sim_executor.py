@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from prismserve.executors.base import current_deadline, deadline_priority
+from prismserve.executors.base import deadline_priority
 from prismserve.executors.sim import SimExecutor, SimProfile
 from prismserve.task import TaskInput, TaskOutput, UnitTask
+from prismserve.task.context import RequestContext, use_request
 
 
 class WorkInput(TaskInput):
@@ -117,8 +118,8 @@ def test_waiting_calls_are_served_by_slack_to_their_deadline(continuous):
 
     async def one(name: str, tokens: int, deadline_in: float | None, delay: float) -> None:
         await asyncio.sleep(delay)
-        current_deadline.set(None if deadline_in is None else time.time() + deadline_in)
-        await executor.run(TokenInput(tokens=tokens))
+        with use_request(RequestContext(deadline=None if deadline_in is None else time.time() + deadline_in)):
+            await executor.run(TokenInput(tokens=tokens))
         order.append(name)
 
     async def scenario() -> None:
@@ -138,11 +139,8 @@ def test_an_engines_priority_is_its_calls_deadline_and_calls_without_one_come_la
     """What vLLM's `priority` policy orders by (smaller first): the deadline in milliseconds."""
 
     def priority(deadline: float | None) -> int:
-        token = current_deadline.set(deadline)
-        try:
+        with use_request(RequestContext(deadline=deadline)):
             return deadline_priority()
-        finally:
-            current_deadline.reset(token)
 
     now = time.time()
     assert priority(now + 0.5) < priority(now + 2.0) < priority(None)

@@ -22,8 +22,8 @@ from toy import APP_PATH
 from toy.executors import EXECUTORS
 
 from prismserve.cli import main
-from prismserve.gateway.launch import ServeOptions, prepare_server, run_server
 from prismserve.runtime import LocalRuntime
+from prismserve.serve.launch import ServeOptions, prepare_server, run_server
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -89,8 +89,7 @@ def test_serve_with_gpus_plans_at_start_and_watches_the_traffic_unless_told_not_
         _wait_for_health(server.url, timeout=120)
         plan = httpx.get(f"{server.url}/admin/apps/omni/plan", headers={"Authorization": "Bearer t"})
         assert plan.status_code == 200 and plan.json()["executors"]
-        assert (server.replanner is not None) == replan
-        watched = server.server.config.app.state.gateway.replanners
+        watched = server.controls.replanners
         assert list(watched) == (["omni"] if replan else [])
     finally:
         server.stop()

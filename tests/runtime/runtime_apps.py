@@ -10,7 +10,6 @@ from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.task import use_dispatcher
 
 GPUS_PER_NODE = 4
 
@@ -86,10 +85,9 @@ async def first_token_s(runtime: RayRuntime, app, request: ChatRequest) -> float
     """Seconds from sending `request` to its first streamed token (the whole answer is read)."""
     start = time.perf_counter()
     first = None
-    async with runtime.request_scope(app.name, request.request_type):
-        with use_dispatcher(runtime.dispatcher):
-            async for _ in await app.serve(request):
-                first = first or time.perf_counter()
+    async with runtime.request(app.name, request.request_type):
+        async for _ in await app.serve(request):
+            first = first or time.perf_counter()
     assert first is not None
     return first - start
 

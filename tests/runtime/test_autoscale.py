@@ -12,9 +12,9 @@ from runtime_apps import ENCODER, LLM, SIM_MLLM, first_token_s, plan, png, servi
 
 from prismserve.bench.loadgen import run_load
 from prismserve.bench.workloads import RequestSpec
+from prismserve.control.autoscale import Autoscaler
+from prismserve.control.slo import SLOWindow
 from prismserve.gateway import create_gateway
-from prismserve.gateway.autoscale import Autoscaler
-from prismserve.gateway.slo import SLOWindow
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
@@ -166,7 +166,7 @@ def test_an_app_registered_with_autoscaling_is_scaled_behind_the_gateway_and_sto
             time.sleep(0.1)
         metrics = admin.get("/metrics").text
         assert admin.delete("/admin/apps/vl").status_code == 200
-        assert gateway.state.gateway.autoscalers == {}
+        assert gateway.state.gateway.controls.autoscalers == {}
     assert [r.error for r in results if not r.ok] == []
     assert peak >= 3 and replicas(metrics) == 1
     assert 'prismserve_autoscale_changes{app="vl"}' in metrics

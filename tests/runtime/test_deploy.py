@@ -28,26 +28,27 @@ def paths_taken(runtime: LocalRuntime, app_name: str, requests: int = 40, scoped
     app = runtime.registry.get(app_name)
 
     async def serve_all():
-        with use_dispatcher(dispatcher):
-            for i in range(requests):
-                if scoped:
-                    async with runtime.request_scope(app_name):
+        for i in range(requests):
+            if scoped:
+                async with runtime.request(app_name):
+                    with use_dispatcher(dispatcher):  # inside: the runtime's request sets its own
                         await app.serve(ChatRequest.of(f"q{i}"))
-                else:
+            else:
+                with use_dispatcher(dispatcher):
                     await app.serve(ChatRequest.of(f"q{i}"))
 
     asyncio.run(serve_all())
     return taken
 
 
-def test_the_plan_routes_its_app_only_inside_the_request_scope():
+def test_the_plan_routes_its_app_only_inside_its_requests():
     runtime = LocalRuntime(EXECUTORS)
     asyncio.run(runtime.register_app(ROUTED_MLLM, "planned"))
     asyncio.run(runtime.register_app(ROUTED_MLLM, "unplanned"))
     asyncio.run(runtime.deploy("planned", Plan.model_validate(ONLY_EL)))
 
     assert paths_taken(runtime, "planned") == Counter({"EL": 40})
-    # The same app's routers outside a request scope, and another app, keep their own (even) split.
+    # The same app's routers outside a request of the runtime, and another app, keep their own (even) split.
     assert set(paths_taken(runtime, "planned", scoped=False)) == {"EL", "E->L"}
     assert set(paths_taken(runtime, "unplanned")) == {"EL", "E->L"}
     router = runtime.registry.get("planned").tasks["router"]

@@ -13,7 +13,6 @@ from test_resources import run
 from prismserve.errors import InvalidRequestError
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
-from prismserve.task import use_dispatcher
 
 E, L = "mllm.encoders.image", "mllm.llm"
 PLAN = {
@@ -46,9 +45,8 @@ def test_executor_options_are_realised_and_each_request_follows_a_sampled_path()
             request = (
                 ChatRequest.of(f"q{index}", images=[b"a"]) if index < 40 else ChatRequest.of("text only")
             )
-            async with runtime.request_scope("mllm", request.request_type):
-                with use_dispatcher(runtime.dispatcher):
-                    answer = await app.serve(request)
+            async with runtime.request("mllm", request.request_type):
+                answer = await app.serve(request)
             assert answer.tokens[-1] in (f"q{index}", "only")
         return cells, calls_by_shape(runtime, "EncoderTask"), calls_by_shape(runtime, "LLMTask")
 

@@ -10,7 +10,6 @@ import time
 from runtime_apps import ENCODER, LLM, first_token_s, plan, png, serving
 
 from prismserve.protocol.chat import ChatRequest
-from prismserve.task import use_dispatcher
 from prismserve.tasklib import MediaTokens
 
 
@@ -21,16 +20,15 @@ def test_a_request_is_due_by_its_types_slo_for_its_prompt_tokens_text_and_media(
     request = ChatRequest.of("x" * 400, images=[png(280, 560)] * 2)  # 100 text + 2 x 200 media tokens
 
     async def scenario(runtime, app):
-        async with runtime.request_scope(app.name, request.request_type) as clock:
-            with use_dispatcher(runtime.dispatcher):
-                async for _ in await app.serve(request):
-                    pass
+        async with runtime.request(app.name, request.request_type) as clock:
+            async for _ in await app.serve(request):
+                pass
         return clock
 
     clock = serving(
         '    slos = {"image+text": {"ttft_s": 0.5, "ttft_per_token_s": 0.01}}', deployed, scenario
     )
-    assert clock.tokens == 500 and clock.deadline() == clock.start + 0.5 + 0.01 * 500
+    assert clock.ledger.tokens == 500 and clock.first_due() == clock.start + 0.5 + 0.01 * 500
 
 
 def test_a_burst_of_8_image_requests_spreads_its_images_over_the_encoders_by_their_tokens():

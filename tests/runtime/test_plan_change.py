@@ -15,8 +15,8 @@ from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.runtime.task_manager import Lease, Placement, TaskManager, next_era, use_request_era
-from prismserve.task import use_dispatcher
+from prismserve.runtime.task_manager import Lease, Placement, TaskManager, current_era, next_era
+from prismserve.task.context import RequestContext, use_request
 
 SPEEDUP = 100  # sim times / 100: a short request takes milliseconds, 3000 output tokens half a second
 TEXT_FIRST = Plan.model_validate(  # the planner's 4-GPU plan for 10 % images
@@ -74,9 +74,8 @@ def record(runtime: RayRuntime) -> list[tuple[str, int, Plan | None]]:
 
 
 async def ask(runtime, app, tokens: int = 16):
-    async with runtime.request_scope("vl", "text"):
-        with use_dispatcher(runtime.dispatcher):
-            return await app.serve(ChatRequest.of("how are the cars parked", max_tokens=tokens))
+    async with runtime.request("vl", "text"):
+        return await app.serve(ChatRequest.of("how are the cars parked", max_tokens=tokens))
 
 
 async def until(condition, timeout_s: float = 10.0) -> None:
@@ -201,13 +200,15 @@ def test_with_new_replicas_expected_a_request_begun_before_the_switch_goes_on_at
             "enc", EncoderTask(model_id="m", modality="image"), ExecutorSpec(), 0, pool=InProcessPool()
         )
         old = await manager.add_replica(Placement(None, 0, 1))
-        with use_request_era():  # a request begins; while it runs, a plan switch drains `old`
+        with use_request(
+            RequestContext(era=current_era())
+        ):  # a request begins; while it runs, a plan switch drains `old`
             manager.expect(1)
             old.draining, old.drain_era = True, next_era()
             manager.restart_wait_s = 60.0
             before = await asyncio.wait_for(manager.lease(), 10)  # its next call: at once
         manager.restart_wait_s = 0.1  # what a restart waits: not what bounds the wait for a plan's replicas
-        with use_request_era():  # a request begun after the switch
+        with use_request(RequestContext(era=current_era())):  # a request begun after the switch
             after = asyncio.ensure_future(manager.lease())
         await asyncio.sleep(0.3)
         assert not after.done()

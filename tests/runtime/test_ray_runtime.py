@@ -57,9 +57,8 @@ def test_concurrent_text_and_image_requests_follow_the_planned_paths(ray_cluster
         requests = [ChatRequest.of(f"q{i} words", images=[bytes([i % 7])] * (i % 2)) for i in range(240)]
 
         async def one(request):
-            with use_dispatcher(runtime.dispatcher):
-                async with runtime.request_scope("mllm"):  # the plan deployed for the app routes it
-                    return await app.serve(request)
+            async with runtime.request("mllm"):  # the plan deployed for the app routes it
+                return await app.serve(request)
 
         original = runtime.dispatcher.execute
 

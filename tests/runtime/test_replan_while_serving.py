@@ -15,10 +15,10 @@ from runtime_apps import started_with_gateway
 
 from prismserve.bench.loadgen import run_load
 from prismserve.bench.workloads import RequestSpec
+from prismserve.control import Replanner
 from prismserve.emulate import INTERNVL3
 from prismserve.emulate.app import app_source
 from prismserve.gateway import create_gateway
-from prismserve.gateway.replan import Replanner, attach_replanner
 from prismserve.planner import plan_for_budget, spec_at_mix
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
@@ -85,7 +85,7 @@ def test_a_mix_shift_is_replanned_and_applied_without_losing_a_request(serve_gat
         first = deployment(plan).model_dump(mode="json")
         response = admin.post(f"/admin/apps/{INTERNVL3.name}/plan", json=first)
         assert response.status_code == 200, response.text
-        attach_replanner(gateway, replanner)  # after: a plan posted takes over from a watcher
+        gateway.state.gateway.controls.watch(replanner)  # after: a plan posted takes over from a watcher
         (old_cell,) = [c["id"] for c in admin.get("/admin/status").json()["cells"]]
         events.clear()
 

@@ -55,9 +55,8 @@ def test_a_new_plan_keeps_identical_cells_and_changes_only_the_rest():
         only_el = {"cells": ROUTED_PLAN["cells"][:1], "routing": {"text": {"EL": 1.0}}}  # E->L's LLM cells go
         await runtime.deploy("mllm", Plan.model_validate(only_el))
         third = cells_of(runtime)
-        async with runtime.request_scope("mllm"):
-            with use_dispatcher(runtime.dispatcher):
-                answer = await app.serve(ChatRequest.of("still served"))
+        async with runtime.request("mllm"):
+            answer = await app.serve(ChatRequest.of("still served"))
         return first, second, third, runtime.resources.free_gpus(), answer
 
     first, second, third, free, answer = run(scenario)

@@ -426,9 +426,8 @@ async def serve(request: ChatRequest) -> Answer:
     async def scenario():
         runtime = LocalRuntime(EXECUTORS)
         app = await runtime.register_app(source, "chat")
-        with use_dispatcher(runtime.dispatcher):
-            async with runtime.request_scope("chat"):
-                await app.serve(ChatRequest.of("x"))
+        async with runtime.request("chat"):
+            await app.serve(ChatRequest.of("x"))
 
     with pytest.raises(
         ReplayDivergenceError, match=r"omni\.llm \(LLMTask\) got input\.embeddings\[0\] from call #1"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prismserve.gateway.launch import TOKEN_VARIABLE
+from prismserve.serve.launch import TOKEN_VARIABLE
 
 
 class ClientError(Exception):

@@ -18,12 +18,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from prismserve.app import App, Autoscale
-from prismserve.executors.sim import SimProfile
-from prismserve.gateway.periodic import Periodic
-from prismserve.gateway.slo import SLOWindow
+from prismserve.control.periodic import Periodic
+from prismserve.control.runtime_control import RuntimeControl
+from prismserve.control.slo import SLOWindow
 from prismserve.planner import CellPlan, Plan
 
 log = logging.getLogger(__name__)
@@ -54,11 +53,11 @@ class AutoscaleStatus:
 
 class Autoscaler(Periodic):
     """Scales the stages of one app (`app.autoscale`) on `runtime`, which must place cells (the Ray
-    runtime). `slo` is the gateway's window of the app's SLO outcomes (None: no attainment trigger)."""
+    runtime). `slo` is the window of the app's SLO outcomes (None: no attainment trigger)."""
 
     def __init__(
         self,
-        runtime: Any,
+        runtime: RuntimeControl,
         app: App,
         slo: SLOWindow | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -88,11 +87,9 @@ class Autoscaler(Periodic):
         given = self.settings.capacity.get(name)
         if given is not None:
             return given
-        manager = self.runtime.managers.get(self.stages[name].key)
-        profile: SimProfile | None = getattr(getattr(manager, "spec", None), "profile", None)
-        if profile is not None and profile.token_s > 0:
-            growth = 1 + profile.batch_growth * (profile.max_batch - 1)
-            return SIM_UTILIZATION * profile.max_batch / (profile.token_s * growth)
+        full = self.runtime.full_batch_rate(self.stages[name].key)
+        if full is not None:
+            return SIM_UTILIZATION * full
         if name not in self._unknown:
             self._unknown.add(name)
             log.warning(
@@ -180,7 +177,7 @@ class Autoscaler(Periodic):
     ) -> dict[str, int]:
         """`wanted` with scale-outs given up, least utilised stage first, until `plan` scaled to it
         fits the GPU budget."""
-        budget = self.settings.gpus or int(sum(self.runtime.resources.inventory().values()))
+        budget = self.settings.gpus or self.runtime.gpu_count()
         fitting = dict(wanted)
         growing = sorted(
             (s for s in wanted if wanted[s] > current[s]),
@@ -203,9 +200,8 @@ class Autoscaler(Periodic):
         """Tokens/s each stage's calls carried over the last `window_s` (once an interval has passed)."""
         rates = {}
         for name, stage in self.stages.items():
-            manager = self.runtime.managers.get(stage.key)
             samples = stage.samples
-            samples.append((now, manager.tokens if manager is not None else 0))
+            samples.append((now, self.runtime.tokens_leased(stage.key)))
             while len(samples) > 2 and samples[1][0] <= now - self.settings.window_s:
                 samples.popleft()
             (then, before), (_, tokens) = samples[0], samples[-1]
@@ -221,8 +217,7 @@ class Autoscaler(Periodic):
         names = {task.deployment_key(): name for name, task in self.app.named_unit_tasks().items()}
         cells = [
             CellPlan(gpus=cell.gpus, replicas={names[k]: n for k, n in cell.replicas.items() if k in names})
-            for cell in self.runtime.resources.cells
-            if cell.owner == self.app.name
+            for cell in self.runtime.app_cells(self.app.name)
         ]
         return Plan(cells=cells)
 
@@ -260,19 +255,3 @@ def _only(cell: CellPlan) -> str | None:
     """The one deployment a cell holds, or None when it holds several (or none)."""
     held = [name for name, n in cell.replicas.items() if n]
     return held[0] if len(held) == 1 else None
-
-
-def attach_autoscaler(state: Any, app: App) -> Autoscaler | None:
-    """Start autoscaling `app` if it asks for it, fed by the gateway's SLO outcomes (`state`: the
-    gateway's `GatewayState`); None when it does not, or the runtime places no cells (logged)."""
-    if app.autoscale is None:
-        return None
-    runtime = state.runtime
-    if getattr(runtime, "resources", None) is None:
-        log.warning("app %s asks for autoscaling, which needs the Ray runtime: serving it unscaled", app.name)
-        return None
-    scaler = Autoscaler(runtime, app, state.metrics.slo_window(app.name))
-    state.autoscalers[app.name] = scaler
-    state.metrics.autoscalers[app.name] = scaler
-    scaler.start()
-    return scaler

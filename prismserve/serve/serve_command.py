@@ -250,8 +250,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from prismserve.gateway.errors import validation_message
-    from prismserve.gateway.launch import ServeOptions, run_server
     from prismserve.models.family import EngineSettings
+    from prismserve.serve.launch import ServeOptions, run_server
 
     try:
         engine = EngineSettings(**{key: options[key] for key in ENGINE_SETTINGS})

@@ -20,9 +20,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from prismserve.gateway.periodic import Periodic
+from prismserve.control.periodic import Periodic
+from prismserve.control.runtime_control import RuntimeControl
 from prismserve.planner import (
     Plan,
     PlannerError,
@@ -32,7 +32,6 @@ from prismserve.planner import (
     plan_for_target,
     spec_at_mix,
 )
-from prismserve.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +77,13 @@ class Replanner(Periodic):
     `deploy()` applies); `plan_to_deployment` turns a planner plan into the runtime's plan
     (identity by default; an emulated model needs `EmulatedModel.deployment_plan(plan, speedup)`).
 
-    Feed it with `observe(request_type)` (the gateway does for the app's requests once
-    `attach_replanner` registered it) and run `start()` in the serving event loop, or call
-    `check()` yourself.
+    Feed it with `observe(request_type)` (the gateway does for the app's requests once it is
+    `Controls.watch`ed) and run `start()` in the serving event loop, or call `check()` yourself.
     """
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: RuntimeControl,
         app_name: str,
         spec: PlanSpec,
         *,
@@ -339,9 +337,3 @@ def total_variation(observed: Mapping[str, float], planned: Mapping[str, float])
     """Half the L1 distance between two mixes: the share of requests that would have to change type."""
     types = set(observed) | set(planned)
     return 0.5 * sum(abs(observed.get(t, 0.0) - planned.get(t, 0.0)) for t in types)
-
-
-def attach_replanner(gateway: Any, replanner: Replanner) -> None:
-    """Feed `replanner` every request of its app that `gateway` (create_gateway's app) serves, and
-    show its state in the gateway's /metrics. Start it with `replanner.start()` in the serving loop."""
-    gateway.state.gateway.replanners[replanner.app_name] = replanner

@@ -54,9 +54,9 @@ def run_profile(args: argparse.Namespace) -> int:
     from prismserve.app import AppLoadError
     from prismserve.bench.workloads import WorkloadError
     from prismserve.errors import PrismserveError
-    from prismserve.gateway.launch import ServeOptions, StartupError, app_source
     from prismserve.planner import PlannerError
     from prismserve.profile import check_workload
+    from prismserve.serve.launch import ServeOptions, StartupError, app_source
 
     if args.offline:
         from prismserve.offline import go_offline

@@ -8,8 +8,8 @@ import logging
 import pytest
 from toy.specs import ENCODER_LLM
 
+from prismserve.control import Controls, Replanner, total_variation
 from prismserve.gateway.metrics import GatewayMetrics
-from prismserve.gateway.replan import Replanner, total_variation
 from prismserve.planner import Plan, parse_spec, plan_for_budget, plan_for_target, spec_at_mix
 from prismserve.runtime import LocalRuntime
 
@@ -100,7 +100,7 @@ def test_on_a_budget_load_beyond_the_plans_capacity_replans_nothing(caplog):
     saturated deployment would only drain its cells under that load."""
     runtime = RecordingRuntime()
     replanner = watcher(runtime)
-    with caplog.at_level(logging.INFO, logger="prismserve.gateway.replan"):
+    with caplog.at_level(logging.INFO, logger="prismserve.control.replan"):
         Traffic(replanner, rate=13.0).run(20, images=1)  # above the 12 req/s the plan sustains
     assert replanner.status().capacity == pytest.approx(12.0)
     assert runtime.deployed == [] and "re-plan" not in caplog.text
@@ -109,7 +109,7 @@ def test_on_a_budget_load_beyond_the_plans_capacity_replans_nothing(caplog):
 def test_a_plan_that_is_not_better_by_the_margin_is_not_deployed(caplog):
     runtime = RecordingRuntime()
     replanner = watcher(runtime, margin=0.25)
-    with caplog.at_level(logging.INFO, logger="prismserve.gateway.replan"):
+    with caplog.at_level(logging.INFO, logger="prismserve.control.replan"):
         Traffic(replanner).run(20, images=3)  # 30 % images: drifted by 0.2
     # The plan for 30 % images (2 E + 2 L: 8 req/s) is 20 % above the one running (1 E: 6.7 req/s).
     assert runtime.deployed == []
@@ -140,8 +140,9 @@ def test_the_metrics_show_the_watchers_state():
     runtime = RecordingRuntime()
     replanner = watcher(runtime)
     Traffic(replanner).run(5, images=1)
-    metrics = GatewayMetrics(runtime)
-    metrics.replanners["app"] = replanner
+    controls = Controls(runtime)
+    controls.watch(replanner)
+    metrics = GatewayMetrics(runtime, controls)
     replanner.clock = lambda: 5.0
     text = metrics.exposition().decode()
     assert 'prismserve_replan_observed_rps{app="app"} 10.0' in text
@@ -166,7 +167,6 @@ def test_a_plan_posted_through_the_admin_api_takes_over_from_the_watcher(serve_g
     from toy.executors import EXECUTORS
 
     from prismserve.gateway import create_gateway
-    from prismserve.gateway.replan import attach_replanner
 
     runtime = RecordingRuntime(EXECUTORS)
     gateway = create_gateway(runtime, admin_token="t")
@@ -179,7 +179,9 @@ def test_a_plan_posted_through_the_admin_api_takes_over_from_the_watcher(serve_g
             admin.post("/admin/apps", json={"name": "app", "source": MLLM_APP_PATH.read_text()}).status_code
             == 201
         )
-        attach_replanner(gateway, replanner)
+        gateway.state.gateway.controls.watch(replanner)
         assert admin.post("/admin/apps/app/plan", json={"cells": []}).status_code == 200
-    assert "app" not in gateway.state.gateway.replanners  # it no longer re-plans over the posted plan
+    assert (
+        "app" not in gateway.state.gateway.controls.replanners
+    )  # it no longer re-plans over the posted plan
     assert runtime.deployed == [Plan(cells=[])]

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import uvicorn
     from opentelemetry.sdk.trace import TracerProvider
 
-    from prismserve.gateway.replan import Replanner
+    from prismserve.control import Controls
 
 TOKEN_VARIABLE = "PRISMSERVE_ADMIN_TOKEN"
 API_KEY_VARIABLE = "PRISMSERVE_API_KEY"
@@ -174,7 +174,6 @@ class GatewayServer:
     plan_gpus: int | str | None = None  # plan for this many GPUs at start ("all": the cluster's)
     profile_workload: str = "any2any"
     replan: bool = True  # watch the traffic of a plan made at start and re-plan as it drifts
-    replanner: Replanner | None = None
 
     @property
     def url(self) -> str:
@@ -183,9 +182,9 @@ class GatewayServer:
         return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
     @property
-    def _gateway(self) -> Any:
-        """The `GatewayState` of the app uvicorn serves."""
-        return self.server.config.app.state.gateway  # type: ignore[union-attr]
+    def controls(self) -> Controls:
+        """The control loops of the gateway uvicorn serves."""
+        return self.server.config.app.state.gateway.controls  # type: ignore[union-attr]
 
     async def serve(self) -> int:
         """Start the runtime, register the app, apply the plan, serve until stopped; returns the exit code."""
@@ -204,10 +203,7 @@ class GatewayServer:
             self.listener.close()
             # Ctrl-C: uvicorn hands the signal back once it has stopped, and asyncio's runner then
             # cancels this task; the runtime must still close (replicas, models) before we exit.
-            if self.replanner is not None:
-                await self.replanner.close()
-            for scaler in self._gateway.autoscalers.values():
-                await scaler.close()
+            await self.controls.close()
             cancelled = await _to_the_end(self.runtime.close())
             if self.tracer_provider is not None:
                 self.tracer_provider.shutdown()  # flush spans still queued for the OTLP exporter
@@ -222,20 +218,18 @@ class GatewayServer:
             await self.runtime.deploy(self.app_name, self.plan)
         if self.plan_gpus is not None:
             await self._plan(app)
-        from prismserve.gateway.autoscale import attach_autoscaler
-
-        attach_autoscaler(self._gateway, app)
+        self.controls.registered(app)
 
     async def _plan(self, app: App) -> None:
         """Profile, plan for the GPUs asked for and deploy; then (`replan`) re-plan as the traffic drifts."""
-        from prismserve.gateway.replan import Replanner, attach_replanner
+        from prismserve.control import Replanner
         from prismserve.profile import deployable, plan_at_start
 
         gpus = None if self.plan_gpus == "all" else int(self.plan_gpus)  # type: ignore[arg-type]
         spec, plan, budget = await plan_at_start(self.runtime, app, self.source, gpus, self.profile_workload)
         if not self.replan:
             return
-        self.replanner = Replanner(
+        replanner = Replanner(
             self.runtime,
             app.name,
             spec,
@@ -243,8 +237,8 @@ class GatewayServer:
             plan=plan,
             plan_to_deployment=lambda p: deployable(p, spec, app),
         )
-        attach_replanner(self.server.config.app, self.replanner)
-        self.replanner.start()
+        self.controls.watch(replanner)
+        replanner.start()
 
     def _announce(self) -> None:
         model = getattr(self.app.module, "MODEL", None)
