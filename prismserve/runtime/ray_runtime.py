@@ -290,8 +290,7 @@ class RayRuntime(Runtime):
             "replicas": [
                 {
                     "id": r.id,
-                    "healthy": r.healthy,
-                    "draining": r.draining,
+                    "state": r.state.value,
                     "in_flight": r.in_flight,
                     "restarts": r.restarts,
                     "gpus": r.placement.gpus,

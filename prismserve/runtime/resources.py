@@ -256,7 +256,7 @@ class ResourceManager:
         (`drain_timeout_s`), when it is removed anyway (logged). Returns whether it drained in time."""
         era = next_era() if era is None else era
         for _, replica in cell.members:
-            replica.draining, replica.drain_era = True, era
+            replica.drain(era)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.drain_timeout_s if timeout_s is None else timeout_s)
         while _busy(cell) and loop.time() < deadline:

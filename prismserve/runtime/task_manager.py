@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 import logging
 import math
@@ -51,6 +52,17 @@ class Placement:
     cell_id: int = -1
 
 
+class ReplicaState(enum.Enum):
+    """Where a replica is in its life. Leases go to running replicas, and to draining ones only
+    when no running one can take them; the others take none."""
+
+    STARTING = "starting"  # its first start: loading
+    RUNNING = "running"
+    DRAINING = "draining"  # its cell is being removed: it finishes what its requests began
+    RESTARTING = "restarting"  # it failed and is being replaced (or waits for the next try)
+    STOPPING = "stopping"  # removed: its actor is being stopped
+
+
 @dataclass(eq=False)
 class Replica:
     """One executor replica: its actor and where it runs."""
@@ -59,22 +71,32 @@ class Replica:
     placement: Placement
     handle: Any = None
     info: dict[str, Any] = field(default_factory=dict)
-    healthy: bool = False
+    state: ReplicaState = ReplicaState.STARTING
     in_flight: int = 0  # leases held: changed by Lease only
     pending_tokens: int = 0  # tokens of the leases held: changed by Lease only
     restarts: int = 0
-    starting: asyncio.Task[None] | None = None
+    starting: asyncio.Task[None] | None = None  # its restart, while one is under way
     spec: ExecutorSpec | None = None
     actor_id: str = ""  # tells this replica's death from its producers' in a failed call
     address: ReplicaAddress | None = None  # its socket (runtime/wire.py)
     late: int = 0  # health checks in a row it did not answer in time
-    draining: bool = False  # its cell is being removed: no new leases while another replica can take them
-    drain_era: int = 0  # the plan switch that drains it: requests begun before it may still use it
+    drain_era: int = 0  # the plan switch that drains it (0: none): requests begun before it may still use it
     users: int = 0  # open request scopes whose graphs ran on it (their payloads and streams are here)
     # What the profiler reads: leases taken, and seconds with at least one lease held (busy).
     calls: int = 0
     busy_s: float = 0.0
     busy_since: float = 0.0
+
+    @property
+    def up(self) -> bool:
+        """Whether it answers calls: running or draining."""
+        return self.state is ReplicaState.RUNNING or self.state is ReplicaState.DRAINING
+
+    def drain(self, era: int) -> None:
+        """Take no new leases while others can (from plan switch `era` on); once back up if it is restarting."""
+        self.drain_era = era
+        if self.up:
+            self.state = ReplicaState.DRAINING
 
 
 class Lease:
@@ -182,6 +204,7 @@ class TaskManager:
         """Stop a replica and forget it."""
         if replica in self.replicas:
             self.replicas.remove(replica)
+        replica.state = ReplicaState.STOPPING
         await self.pool.stop(replica)
         replica.address = None  # a late release (a request that ended after) finds nothing to send to
 
@@ -194,12 +217,12 @@ class TaskManager:
                 f"replica {replica.id} of {self.name} did not start within {self.start_timeout_s:.0f} s: "
                 f"set {START_TIMEOUT_VARIABLE} (seconds) where prismserve serves to allow it longer"
             ) from None
-        replica.healthy = True
+        replica.state = ReplicaState.DRAINING if replica.drain_era else ReplicaState.RUNNING
 
     def restart(self, replica: Replica, reason: str = "it failed") -> asyncio.Task[None]:
         """Replace a replica by a new one on the same placement (once at a time)."""
         if replica.starting is None or replica.starting.done():
-            replica.healthy = False
+            replica.state = ReplicaState.RESTARTING
             replica.starting = asyncio.get_running_loop().create_task(self._restart(replica, reason))
         return replica.starting
 
@@ -227,8 +250,12 @@ class TaskManager:
         """Ping every healthy replica; restart those that died, say they cannot serve, or left
         `LATE_CHECKS` pings in a row unanswered within `timeout_s`, and those that failed to restart."""
         for replica in list(self.replicas):
-            if not replica.healthy:
-                if replica.starting is not None and replica.starting.done():
+            if not replica.up:
+                if (
+                    replica.state is ReplicaState.RESTARTING
+                    and replica.starting is not None
+                    and replica.starting.done()
+                ):
                     self.restart(replica, "its last restart failed")
                 continue
             try:
@@ -260,11 +287,11 @@ class TaskManager:
         the place of draining ones, waits for one (at most `restart_wait_s`) instead of failing; a
         draining replica is taken only when no other can be.
         """
-        if not any(r.healthy and not r.draining for r in self.replicas):
+        if not any(r.state is ReplicaState.RUNNING for r in self.replicas):
             era = current_request().era
             if era is None:  # outside a request: as for a restart
                 await self.wait_healthy(self.restart_wait_s)
-            elif any(r.healthy and r.drain_era > era for r in self.replicas):
+            elif any(r.state is ReplicaState.DRAINING and r.drain_era > era for r in self.replicas):
                 pass  # a request begun before the switch finishes on the old replicas, at once
             else:  # a request begun after it waits for the new ones (they start once the old drained)
                 await self.wait_healthy(math.inf)
@@ -275,9 +302,9 @@ class TaskManager:
         return Lease(self._pick("pending_tokens" if policy == "tokens" else "in_flight"), tokens)
 
     def _pick(self, count: str) -> Replica:
-        """The healthy replica with the least of `count` (`in_flight`: leases, request-static
+        """The running replica with the least of `count` (`in_flight`: leases, request-static
         routing; `pending_tokens`: token-aware), round-robin among ties; draining replicas only when
-        no other is healthy.
+        no replica is running.
 
         Plain round-robin left replicas of static-batching executors unevenly loaded under
         heavy-tailed requests (benchmarks/README.md); the counts are free, kept as calls go out.
@@ -286,10 +313,10 @@ class TaskManager:
         best: Replica | None = None
         for step in range(len(replicas)):
             replica = replicas[(self._next + step) % len(replicas)]
-            if replica.healthy and (
+            if replica.up and (
                 best is None
-                or (best.draining and not replica.draining)
-                or (best.draining == replica.draining and getattr(replica, count) < getattr(best, count))
+                or (best.state is ReplicaState.DRAINING and replica.state is ReplicaState.RUNNING)
+                or (best.state is replica.state and getattr(replica, count) < getattr(best, count))
             ):
                 best = replica
         if best is None:
@@ -298,10 +325,10 @@ class TaskManager:
         return best
 
     async def _least_loaded(self) -> Replica:
-        """Ask every healthy replica for its queue depth and take the shortest (dynamic routing);
-        draining replicas only when no other is healthy."""
-        healthy = [r for r in self.replicas if r.healthy and not r.draining] or [
-            r for r in self.replicas if r.healthy
+        """Ask every running replica for its queue depth and take the shortest (dynamic routing);
+        draining replicas only when no replica is running."""
+        healthy = [r for r in self.replicas if r.state is ReplicaState.RUNNING] or [
+            r for r in self.replicas if r.up
         ]
         if not healthy:
             raise NoReplicaError(f"{self.name} has no healthy replica (of {len(self.replicas)})")
@@ -312,11 +339,11 @@ class TaskManager:
         return healthy[min(scored)[1]]
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Wait until some replica that is not draining is healthy (restarts in progress, replicas a
-        plan change is starting), at most `timeout_s`; at once if none is starting or expected."""
+        """Wait until some replica is running (restarts in progress, replicas a plan change is
+        starting), at most `timeout_s`; at once if none is starting or expected."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while not any(r.healthy and not r.draining for r in self.replicas):
+        while not any(r.state is ReplicaState.RUNNING for r in self.replicas):
             starting = [r.starting for r in self.replicas if r.starting is not None and not r.starting.done()]
             left = deadline - loop.time()
             if (not starting and not self.expected) or left <= 0:

@@ -105,7 +105,7 @@ def test_an_encoder_stopped_under_its_call_is_restarted_alone_and_the_graph_runs
     answer, calls, encoder_replica, llm_replica = asyncio.run(scenario())
     assert answer == tokens("x", [b"a"])
     assert calls == Counter({"encoder:a": 2, "llm": 1})  # run again; the abandoned LLM call never ran
-    assert encoder_replica.restarts == 1 and encoder_replica.healthy and encoder_replica.in_flight == 0
+    assert encoder_replica.restarts == 1 and encoder_replica.up and encoder_replica.in_flight == 0
     assert llm_replica.restarts == 0 and llm_replica.in_flight == 0  # its input was lost, it did not die
 
 

@@ -126,7 +126,9 @@ class TestQwenVL:
             "mm-encoder",
             "mm-llm",
         ]  # image, video
-        assert all(len(d["replicas"]) == 1 and d["replicas"][0]["healthy"] for d in deployments.values())
+        assert all(
+            len(d["replicas"]) == 1 and d["replicas"][0]["state"] == "running" for d in deployments.values()
+        )
 
     def test_video_clip_and_text_to_text_equals_the_monolith(self, vl):
         url, _, tiny_vl = vl
@@ -343,10 +345,10 @@ class TestVLLM:
                     for d in admin.get("/admin/status").json()["deployments"].values()
                     if d["executor_kind"] == "mm-llm-vllm"
                 ]
-                if llm[0]["replicas"][0]["restarts"] == 1 and llm[0]["replicas"][0]["healthy"]:
+                if llm[0]["replicas"][0]["restarts"] == 1 and llm[0]["replicas"][0]["state"] == "running":
                     break
                 time.sleep(1)
-            assert llm[0]["replicas"][0]["healthy"] and llm[0]["replicas"][0]["restarts"] == 1
+            assert llm[0]["replicas"][0]["state"] == "running" and llm[0]["replicas"][0]["restarts"] == 1
             assert ask_about_cars(url, "qwen2_5_vl") == expected
 
     def test_monolith_on_vllm_answers_the_same_and_rejects_bad_images(self, gateway):
@@ -361,7 +363,7 @@ class TestVLLM:
             replicas = [
                 r for d in admin.get("/admin/status").json()["deployments"].values() for r in d["replicas"]
             ]
-        assert len(replicas) == 1 and replicas[0]["healthy"] and replicas[0]["restarts"] == 0
+        assert len(replicas) == 1 and replicas[0]["state"] == "running" and replicas[0]["restarts"] == 0
 
 
 @pytest.mark.parametrize(("family", "example_file"), OMNI_EXAMPLES)
@@ -376,7 +378,9 @@ def test_omni_thinker_on_vllm_speaks_as_the_transformers_monolith(gateway, famil
         check_speech(url, admin, model, app, kinds=kinds)
         thinker = [d for d in admin.get("/admin/status").json()["deployments"].values()
                    if d["executor_kind"] == "mm-thinker-vllm"][0]["replicas"][0]  # fmt: skip
-        assert thinker["python"] == envs.runtime_env("vllm")["py_executable"] and thinker["healthy"]
+        assert (
+            thinker["python"] == envs.runtime_env("vllm")["py_executable"] and thinker["state"] == "running"
+        )
 
 
 def test_vllm_without_its_environment_is_refused_at_registration(gateway, tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.runtime.task_manager import Lease, Placement, TaskManager, current_era, next_era
+from prismserve.runtime.task_manager import Lease, Placement, ReplicaState, TaskManager, current_era, next_era
 from prismserve.task.context import RequestContext, use_request
 
 SPEEDUP = 100  # sim times / 100: a short request takes milliseconds, 3000 output tokens half a second
@@ -173,9 +173,9 @@ def test_a_draining_replica_takes_leases_only_when_no_other_can_and_leases_wait_
         )
         first = await manager.add_replica(Placement(None, 0, 1))
         second = await manager.add_replica(Placement(None, 1, 1))
-        first.draining = True
+        first.drain(next_era())
         picks = {(await manager.lease()).replica.id for _ in range(4)}
-        second.draining = True
+        second.drain(next_era())
         fallback = (await manager.lease()).replica  # nothing expected: a draining replica serves
         manager.expect(1)
         waiting = asyncio.ensure_future(manager.lease())
@@ -187,7 +187,7 @@ def test_a_draining_replica_takes_leases_only_when_no_other_can_and_leases_wait_
 
     picks, second, fallback, waited = asyncio.run(scenario())
     assert picks == {second}
-    assert fallback.draining and waited
+    assert fallback.state is ReplicaState.DRAINING and waited
 
 
 def test_with_new_replicas_expected_a_request_begun_before_the_switch_goes_on_at_once_and_a_later_one_waits():
@@ -204,7 +204,7 @@ def test_with_new_replicas_expected_a_request_begun_before_the_switch_goes_on_at
             RequestContext(era=current_era())
         ):  # a request begins; while it runs, a plan switch drains `old`
             manager.expect(1)
-            old.draining, old.drain_era = True, next_era()
+            old.drain(next_era())
             manager.restart_wait_s = 60.0
             before = await asyncio.wait_for(manager.lease(), 10)  # its next call: at once
         manager.restart_wait_s = 0.1  # what a restart waits: not what bounds the wait for a plan's replicas

@@ -223,7 +223,7 @@ def test_killed_replica_is_restarted_and_no_other_request_is_lost(ray_cluster):
 
         results = await asyncio.gather(*(one(i) for i in range(20)))
         for _ in range(200):  # the health checker restarts the replica: poll with a deadline
-            if victim.healthy and victim.restarts:
+            if victim.up and victim.restarts:
                 break
             await asyncio.sleep(0.05)
         after = await one(99)
@@ -236,7 +236,7 @@ def test_killed_replica_is_restarted_and_no_other_request_is_lost(ray_cluster):
     # Requests that met the dead replica were retried on a healthy one: none lost.
     assert failures == []
     assert all(r[-1] == f"r{i}" for i, r in enumerate(results))
-    assert victim.restarts == 1 and victim.healthy
+    assert victim.restarts == 1 and victim.up
     assert after[-1] == "r99"
 
 
@@ -332,7 +332,7 @@ def test_a_killed_encoder_restarts_alone_its_slab_is_reclaimed_and_the_request_i
 
     answer, victim, llm_restarts, left = run(scenario)
     assert answer.tokens == ["t0", "t1", "t2", "t3"]  # run again once the encoder was back
-    assert victim.restarts == 1 and victim.healthy
+    assert victim.restarts == 1 and victim.up
     assert llm_restarts == [0]  # the healthy consumer was left alone
     assert left == []  # the dead replica's 64 MiB slab is gone from /dev/shm
 
@@ -345,10 +345,10 @@ def test_requests_wait_for_the_only_replica_while_it_restarts(ray_cluster):
         victim = _manager(runtime, "LLMTask").replicas[0]
         ray.kill(victim.handle, no_restart=True)
         for _ in range(400):  # the health checker notices and starts a new actor
-            if not victim.healthy:
+            if not victim.up:
                 break
             await asyncio.sleep(0.01)
-        assert not victim.healthy
+        assert not victim.up
         with use_dispatcher(runtime.dispatcher):
             answers = await asyncio.gather(*(app.serve(ChatRequest.of(f"w{i}")) for i in range(4)))
         return answers, victim

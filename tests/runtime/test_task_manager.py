@@ -9,7 +9,13 @@ from toy.tasks import EncoderTask
 
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import InProcessPool
-from prismserve.runtime.task_manager import Lease, NoReplicaError, Placement, TaskManager
+from prismserve.runtime.task_manager import (
+    Lease,
+    NoReplicaError,
+    Placement,
+    TaskManager,
+    next_era,
+)
 
 
 class FakePool(InProcessPool):
@@ -66,6 +72,38 @@ def test_each_lease_sees_the_leases_taken_before_it():
     assert busy.in_flight == idle.in_flight == 3
 
 
+def test_a_replica_goes_through_its_states_and_one_restarted_while_draining_comes_back_draining():
+    async def scenario():
+        pool = FakePool(start_s=0.05)
+        manager = await manager_with(1, pool)
+        (replica,) = manager.replicas
+        states = [replica.state]
+        restart = manager.restart(replica, "test")
+        states.append(replica.state)
+        await restart
+        states.append(replica.state)
+        replica.drain(next_era())
+        states.append(replica.state)
+        restart = manager.restart(replica, "test")
+        replica.drain(next_era())  # its cell is removed by a later plan change while it restarts
+        states.append(replica.state)
+        await restart
+        states.append(replica.state)
+        await manager.remove_replica(replica)
+        states.append(replica.state)
+        return states
+
+    assert [state.value for state in asyncio.run(scenario())] == [
+        "running",
+        "restarting",
+        "running",
+        "draining",
+        "restarting",
+        "draining",
+        "stopping",
+    ]
+
+
 def test_in_flight_counts_stay_exact_across_restarts_and_double_releases():
     async def scenario():
         manager = await manager_with(1, FakePool())
@@ -84,7 +122,7 @@ def test_in_flight_counts_stay_exact_across_restarts_and_double_releases():
     during, after, replica, fresh, manager = asyncio.run(scenario())
     assert during == 3  # the restart does not forget calls still out
     assert after == 0  # and they give their leases back once: never negative
-    assert replica.restarts == 2 and replica.healthy
+    assert replica.restarts == 2 and replica.up
     assert fresh.replica is replica and manager.queue_depth() == 1
 
 
@@ -95,12 +133,12 @@ def test_a_lease_waits_for_the_only_replica_to_restart():
         (replica,) = manager.replicas
         pool.start_s = 0.3
         manager.restart(replica, "test")
-        assert not replica.healthy
+        assert not replica.up
         lease = await manager.lease()
         return lease, replica
 
     lease, replica = asyncio.run(scenario())
-    assert lease.replica is replica and replica.healthy and replica.restarts == 1
+    assert lease.replica is replica and replica.up and replica.restarts == 1
 
 
 def test_the_wait_for_a_restart_is_bounded():
@@ -131,7 +169,7 @@ def test_a_failed_restart_fails_the_lease_without_waiting_it_out():
         await manager.replicas[0].starting
         return await manager.lease()
 
-    assert asyncio.run(scenario()).replica.healthy
+    assert asyncio.run(scenario()).replica.up
 
 
 def test_a_busy_replica_that_answers_health_checks_late_is_restarted_only_after_three_in_a_row():
@@ -146,13 +184,13 @@ def test_a_busy_replica_that_answers_health_checks_late_is_restarted_only_after_
         pool.answer_s = 0.2
         for _ in range(2):
             await manager.check_health(timeout_s=0.05)
-        forgiven = (replica.healthy, replica.restarts)
+        forgiven = (replica.up, replica.restarts)
         pool.answer_s = 0.0
         await manager.check_health(timeout_s=0.05)  # in time: the count starts over
         pool.answer_s = 0.2
         for _ in range(2):
             await manager.check_health(timeout_s=0.05)
-        still = (replica.healthy, replica.restarts)
+        still = (replica.up, replica.restarts)
         await manager.check_health(timeout_s=0.05)
         await replica.starting
         late = replica.restarts
