@@ -27,11 +27,10 @@ from typing import Any
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.bench.workloads import workloads_dir
 from prismserve.executors.hf_engine import HFEngine
-from prismserve.models import Generated, MediaInput, adapter_for
+from prismserve.models import Generated, MediaInput, adapter_for, tiny
 from prismserve.offline import go_offline
 from prismserve.protocol.chat import ChatRequest
 from prismserve.tasklib import conversation
-from prismserve.testing import tiny
 
 Generate = Callable[[dict[str, Any], int], Awaitable[Generated]]
 

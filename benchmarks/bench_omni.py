@@ -38,12 +38,12 @@ from typing import Any
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.demo import app_source, media
+from prismserve.models import tiny
 from prismserve.offline import go_offline
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
-from prismserve.testing import tiny
 
 
 def requests(image: bytes, audio: bytes, max_tokens: int) -> list[ChatRequest]:

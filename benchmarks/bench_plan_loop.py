@@ -33,7 +33,7 @@ import prismserve  # noqa: F401  (telemetry off)
 from prismserve.bench.loadgen import run_load
 from prismserve.bench.metrics import summarize
 from prismserve.bench.workloads import RequestSpec, poisson_times, write_requests
-from prismserve.testing import tiny
+from prismserve.models import tiny
 
 PLANNED = re.compile(r"planned '(?P<name>[^']+)' for (?P<gpus>\d+) GPUs: (?P<rps>[0-9.e+-]+) req/s predicted")
 

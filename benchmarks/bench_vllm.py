@@ -28,10 +28,10 @@ from bench_omni import load
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.demo import media
+from prismserve.models import tiny
 from prismserve.offline import go_offline
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
-from prismserve.testing import tiny
 
 APP_SOURCE = """
 from collections.abc import AsyncIterator

@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 
 import prismserve  # noqa: F401  (telemetry off)
-from prismserve.models import adapter_for
+from prismserve.models import adapter_for, tiny
 from prismserve.offline import go_offline
-from prismserve.testing import tiny
 
 RATE = 24_000  # audio samples per second
 PUSH = 25  # codes per push: the talker's chunk

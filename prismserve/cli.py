@@ -139,7 +139,7 @@ def _tiny(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     try:
-        from prismserve.testing import tiny
+        from prismserve.models import tiny
     except ImportError as exc:
         print(
             f"error: tiny checkpoints need the models extra (pip install 'prismserve[models]'): {exc}",

@@ -137,7 +137,7 @@ def chat_bodies(image: bytes, audio: bytes) -> list[dict[str, Any]]:
 
 
 def _tiny_model() -> str:
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     path = str(tiny.build("qwen2.5-omni"))
     print(f"tiny Qwen2.5-Omni (random weights) at {path}")

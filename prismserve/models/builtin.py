@@ -9,7 +9,7 @@ from prismserve.models.family import ModelFamily, chat_app, image_app
 _VISION = frozenset({"text", "image"})
 _OMNI_IN = frozenset({"text", "image", "audio"})
 _SPEECH = frozenset({"text", "audio"})
-_TINY = "prismserve.testing.tiny:"
+_TINY = "prismserve.models.tiny:"
 
 QWEN2_5_VL = ModelFamily(
     name="qwen2.5-vl",

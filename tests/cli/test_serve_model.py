@@ -244,7 +244,7 @@ def test_hub_ids_download_from_the_hub_and_failures_are_one_line(tmp_path, tiny_
 
 @pytest.fixture(scope="module")
 def tiny_omni_dir() -> Path:
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     return tiny.build("qwen2.5-omni")
 

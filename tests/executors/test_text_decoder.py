@@ -29,7 +29,7 @@ class CountingTokenizer:
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     return AutoTokenizer.from_pretrained(str(tiny.build("qwen2.5-vl")))
 

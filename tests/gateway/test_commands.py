@@ -259,7 +259,7 @@ def stopped(process: subprocess.Popen[str], stop: signal.Signals, deadline: floa
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_serve_in_process_runs_the_apps_real_executors_and_exits_cleanly_when_stopped(stop):
     """A tiny Qwen2.5-VL (image encoder fissioned from the transformers LLM) served without Ray."""
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     model = str(tiny.build("qwen2.5-vl"))
     image = "data:image/png;base64," + base64.b64encode(png((56, 56))).decode()

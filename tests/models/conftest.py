@@ -13,7 +13,7 @@ from prismserve.bench.workloads import workloads_dir
 
 @pytest.fixture(scope="session")
 def tiny_vl() -> str:
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     return str(tiny.build("qwen2.5-vl"))
 
@@ -38,7 +38,7 @@ def media_path(name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_omni() -> str:
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     return str(tiny.build("qwen2.5-omni"))
 
@@ -50,20 +50,20 @@ def query_wav() -> bytes:
 
 @pytest.fixture(scope="session")
 def tiny_image() -> str:
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     return str(tiny.build("qwen-image"))
 
 
 @pytest.fixture(scope="session")
 def tiny_internvl() -> str:
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     return str(tiny.build("internvl3"))
 
 
 @pytest.fixture(scope="session")
 def tiny_gemma3() -> str:
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     return str(tiny.build("gemma3"))

@@ -86,7 +86,7 @@ def staggered_streams(
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def monolith(request):
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     adapter = adapter_for(str(tiny.build(request.param)))
     adapter.load_llm(with_encoders=True)
@@ -117,7 +117,7 @@ def test_concurrent_requests_get_the_tokens_they_get_alone(monolith, cars_jpg, s
 def test_fissioned_llm_batches_embedding_prompts(family, cars_jpg, small_png, query_wav):
     """Prompts fed as precomputed encoder outputs (`inputs_embeds`, `mm_encoder_outputs`) batch too;
     the thinker's hidden states (the talker's conditioning) equal `generate`'s."""
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     path = str(tiny.build(family))
     encoder, llm = adapter_for(path), adapter_for(path)
@@ -234,7 +234,7 @@ def test_qwen3_talker_batches_frames_as_talk_makes_them(cars_jpg, small_png, que
     each row fed its own reply text at its own step, its own M-RoPE deltas and sampling rules)
     streams every request the frames `talk` (transformers' `generate`) makes for it alone, with
     `generate`'s logits at every step; a cancelled and a sampled neighbour change nothing."""
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     path = str(tiny.build("qwen3-omni"))
     thinker, talker = adapter_for(path), adapter_for(path)
@@ -320,8 +320,8 @@ def test_a_talker_fed_its_reply_as_the_thinker_makes_it_talks_as_on_the_whole_re
     """The talker starts on the thinker's first conditioning item and is fed the rest row by row:
     it waits at each step whose reply row has not come (its neighbour decodes on meanwhile), and
     both get the codes and logits the talker's `generate` gives them on the whole conditioning."""
+    from prismserve.models import tiny
     from prismserve.models.conditioning import merged
-    from prismserve.testing import tiny
 
     path = str(tiny.build(family))
     thinker, talker = adapter_for(path), adapter_for(path)

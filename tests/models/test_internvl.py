@@ -70,7 +70,7 @@ def run(app_source: str, request: ChatRequest, graphs: list) -> dict:
 
 
 def test_two_llms_share_one_encoder_call_per_image(tiny_internvl, cars_jpg, monkeypatch):
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     tuned = str(tiny.build("internvl3-tuned"))
     monkeypatch.setenv("PRISMSERVE_MODEL", tiny_internvl)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 @pytest.fixture(scope="module")
 def tiny_qwen3() -> str:
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     return str(tiny.build("qwen3-omni"))
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prismserve.cli import main
-from prismserve.models import adapter_for
-from prismserve.testing import tiny
+from prismserve.models import adapter_for, tiny
 
 
 def test_tiny_command_builds_once_into_the_cache(tmp_path, capsys):

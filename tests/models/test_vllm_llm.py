@@ -26,7 +26,7 @@ CAUSAL_ON_CPU = {"gemma3"}
 
 @pytest.mark.parametrize("family", ["gemma3", "internvl3", "qwen2.5-vl"])
 def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, small_png, tmp_path):
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     path = str(tiny.build(family))
     encoder, llm, monolith = (adapter_for(path) for _ in range(3))

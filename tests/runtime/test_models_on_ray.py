@@ -60,7 +60,7 @@ def example(
 ) -> Iterator[tuple[str, httpx.Client, str]]:
     """The example app `example_file` (named after it) on `family`'s tiny checkpoint, unregistered after;
     `settings` are more of the environment variables it reads."""
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     url, admin = gateway
     model = str(tiny.build(family))
@@ -424,7 +424,7 @@ def test_a_model_replica_on_a_gpu_without_cuda_fails_registration_unless_told_to
     import ray
 
     from prismserve.errors import ReplicaStartError
-    from prismserve.testing import tiny
+    from prismserve.models import tiny
 
     source = encoder_app(str(tiny.build("qwen2.5-vl")))
     png = io.BytesIO()

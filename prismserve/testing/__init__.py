@@ -1,1 +1,0 @@
-"""Testing helpers: tiny random-weight checkpoints of every supported family (`tiny.build`)."""
