@@ -110,9 +110,11 @@ def _check(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     kind = (
-        f"streams {app.response_type.__name__}" if app.streaming else f"returns {app.response_type.__name__}"
+        f"streams {app.response_model.__name__}"
+        if app.streaming
+        else f"returns {app.response_model.__name__}"
     )
-    print(f"app {app.name!r}: serve({app.request_type.__name__}) {kind}; tasks: {', '.join(app.tasks)}")
+    print(f"app {app.name!r}: serve({app.request_model.__name__}) {kind}; tasks: {', '.join(app.tasks)}")
     units = app.named_unit_tasks()
     print(f"{len(units)} unit-task deployments (equivalent unit tasks shared; plans name them by path):")
     for path, task in units.items():

@@ -151,7 +151,7 @@ async def _in_process(as_json: bool) -> None:
     registry = AppRegistry()
     app = load_app_source(app_source(_tiny_model()), "omni", "<demo app>")
     registry.register(app)
-    print(f"app {app.name!r}: request {app.request_type.__name__}, streams {app.response_type.__name__}")
+    print(f"app {app.name!r}: request {app.request_model.__name__}, streams {app.response_model.__name__}")
     print(f"deployments: {len(registry.deployments)}")
     for key in registry.deployments:
         print(f"  {key}")

@@ -25,8 +25,8 @@ class App:
     config: type[AppConfig]
     tasks: dict[str, Task[Any, Any]]
     serve_fn: Callable[[Any], Any]
-    request_type: type[BaseModel]
-    response_type: type[BaseModel]  # the chunk type when `streaming`
+    request_model: type[BaseModel]  # what serve() takes (its requests' type labels are `request_type`s)
+    response_model: type[BaseModel]  # the chunk model when `streaming`
     streaming: bool
     created: float = field(default_factory=time.time)  # when it was loaded (GET /v1/models)
 
@@ -66,11 +66,11 @@ class App:
 
     def parse_request(self, data: Any) -> BaseModel:
         """The request as the app's request type; raises pydantic's ValidationError on bad input."""
-        if isinstance(data, self.request_type):
+        if isinstance(data, self.request_model):
             return data
         if isinstance(data, (str, bytes)):
-            return self.request_type.model_validate_json(data)
-        return self.request_type.model_validate(data)
+            return self.request_model.model_validate_json(data)
+        return self.request_model.model_validate(data)
 
     async def serve(self, request: Any) -> BaseModel | AsyncIterator[BaseModel]:
         """Run serve() on a request: a response model, or an async iterator of chunks when streaming.

@@ -50,8 +50,8 @@ def load_app_source(source: str, name: str, filename: str = "<app>") -> App:
         )
     module = _execute(source, name, filename)
     tasks = _config_tasks(module, filename)
-    serve, request_type, response_type, streaming = _serve_signature(module, filename)
-    app = App(name, module, module.Config, tasks, serve, request_type, response_type, streaming)
+    serve, request_model, response_model, streaming = _serve_signature(module, filename)
+    app = App(name, module, module.Config, tasks, serve, request_model, response_model, streaming)
     _check_serving(app, filename)
     return app
 
@@ -163,7 +163,7 @@ def _check_chat_type(app: App, kind: Any, filename: str) -> None:
     from prismserve.protocol.chat import ChatRequest
 
     if kind == "default" or not (
-        isinstance(app.request_type, type) and issubclass(app.request_type, ChatRequest)
+        isinstance(app.request_model, type) and issubclass(app.request_model, ChatRequest)
     ):
         return
     inputs, _, output = str(kind).partition("->")
@@ -213,10 +213,10 @@ def _serve_signature(module: ModuleType, filename: str) -> tuple[Any, type[BaseM
         hints = typing.get_type_hints(serve)
     except Exception as exc:  # noqa: BLE001 - unresolvable annotations
         raise AppLoadError(f"{filename}: cannot resolve serve's annotations: {exc}") from None
-    request_type = hints.get(params[0].name)
-    if not _is_model(request_type):
+    request_model = hints.get(params[0].name)
+    if not _is_model(request_model):
         raise AppLoadError(
-            f"{filename}: serve's request parameter must be annotated with a pydantic model, got {request_type!r}"
+            f"{filename}: serve's request parameter must be annotated with a pydantic model, got {request_model!r}"
         )
     if "return" not in hints:
         raise AppLoadError(
@@ -224,13 +224,15 @@ def _serve_signature(module: ModuleType, filename: str) -> tuple[Any, type[BaseM
         )
     returned = hints["return"]
     streaming = typing.get_origin(returned) in _STREAM_ORIGINS
-    response_type = typing.get_args(returned)[0] if streaming and typing.get_args(returned) else returned
+    response_model = typing.get_args(returned)[0] if streaming and typing.get_args(returned) else returned
     if streaming_fn and not streaming:
         raise AppLoadError(f"{filename}: serve yields, so its return type must be AsyncIterator[Model]")
-    if not _is_model(response_type):
+    if not _is_model(response_model):
         what = "streamed chunk" if streaming else "response"
-        raise AppLoadError(f"{filename}: serve's {what} type must be a pydantic model, got {response_type!r}")
-    return serve, request_type, response_type, streaming
+        raise AppLoadError(
+            f"{filename}: serve's {what} type must be a pydantic model, got {response_model!r}"
+        )
+    return serve, request_model, response_model, streaming
 
 
 def _is_model(tp: Any) -> TypeGuard[type[BaseModel]]:

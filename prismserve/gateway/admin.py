@@ -40,8 +40,8 @@ def describe(app: App) -> AppInfo:
     """An app as the admin API lists it."""
     return AppInfo(
         name=app.name,
-        request_type=app.request_type.__name__,
-        response_type=app.response_type.__name__,
+        request_model=app.request_model.__name__,
+        response_model=app.response_model.__name__,
         streaming=app.streaming,
         input_modalities=sorted(app.config.input_modalities),
         output_modalities=sorted(app.config.output_modalities),

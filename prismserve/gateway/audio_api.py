@@ -154,7 +154,7 @@ async def transcriptions(request: Request) -> Response:
 def _check_chat_app(app: App, route: str) -> None:
     if not speaks_chat(app):
         raise InvalidRequestError(
-            f"app {app.name!r} does not take chat requests (its serve() takes {app.request_type.__name__}), "
+            f"app {app.name!r} does not take chat requests (its serve() takes {app.request_model.__name__}), "
             f"which {route} sends; use POST /v1/apps/{app.name}/invoke"
         )
 

@@ -18,7 +18,7 @@ from prismserve.protocol.chat import ChatRequest
 
 def speaks_chat(app: App) -> bool:
     """True when the app's serve() takes a ChatRequest (or a subclass)."""
-    return isinstance(app.request_type, type) and issubclass(app.request_type, ChatRequest)
+    return isinstance(app.request_model, type) and issubclass(app.request_model, ChatRequest)
 
 
 def parse_chat_json(app: App, body: bytes) -> ChatRequest:
@@ -44,7 +44,7 @@ def chat_request(app: App, fields: object, prefix: str = "") -> ChatRequest:
     """The app's ChatRequest of `fields`, checked (`check_chat_request`); a 400 whose message starts
     with `prefix` if it does not validate."""
     try:
-        request: ChatRequest = app.request_type.model_validate(fields)  # type: ignore[assignment]
+        request: ChatRequest = app.request_model.model_validate(fields)  # type: ignore[assignment]
     except ValidationError as exc:
         raise invalid(exc, prefix) from None
     check_chat_request(app, request)

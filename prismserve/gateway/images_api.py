@@ -61,9 +61,9 @@ async def images_generations(request: Request) -> JSONResponse:
     """OpenAI image generation, served by the app named in `model`."""
     body = await read_model(request, OpenAIImageRequest)
     app = find_app(state(request).runtime, body.model)
-    if not (isinstance(app.request_type, type) and issubclass(app.request_type, ImageRequest)):
+    if not (isinstance(app.request_model, type) and issubclass(app.request_model, ImageRequest)):
         raise InvalidRequestError(
-            f"app {app.name!r} does not generate images (its serve() takes {app.request_type.__name__})"
+            f"app {app.name!r} does not generate images (its serve() takes {app.request_model.__name__})"
         )
     if body.response_format == "url":
         raise InvalidRequestError(

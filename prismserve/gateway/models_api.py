@@ -25,7 +25,7 @@ def model_card(app: App) -> ModelCard:
         max_model_len=lengths.pop() if len(lengths) == 1 else None,
         input_modalities=sorted(app.config.input_modalities),
         output_modalities=(
-            ["image"] if issubclass(app.request_type, ImageRequest) else sorted(app.config.output_modalities)
+            ["image"] if issubclass(app.request_model, ImageRequest) else sorted(app.config.output_modalities)
         ),
     )
 

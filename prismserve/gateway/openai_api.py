@@ -101,7 +101,7 @@ async def chat_completions(request: Request) -> Response:
     app = find_app(gateway.runtime, body.model)
     if not speaks_chat(app):
         raise InvalidRequestError(
-            f"app {app.name!r} does not take chat requests (its serve() takes {app.request_type.__name__}); "
+            f"app {app.name!r} does not take chat requests (its serve() takes {app.request_model.__name__}); "
             f"use POST /v1/apps/{app.name}/invoke",
         )
     speaks = "audio" in (body.modalities or [])

@@ -20,8 +20,8 @@ class AppInfo(BaseModel):
     """An app as the admin API lists it."""
 
     name: str
-    request_type: str
-    response_type: str
+    request_model: str = Field(description="the model its serve() takes (ChatRequest, ImageRequest …)")
+    response_model: str = Field(description="the model it answers with (the chunk model when it streams)")
     streaming: bool
     input_modalities: list[str]
     output_modalities: list[str]

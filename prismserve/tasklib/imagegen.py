@@ -8,7 +8,7 @@ from pydantic import Field
 
 from prismserve.protocol.images import ImageRequest, ImageResponse
 from prismserve.task import DataHandle, Task, TaskOutput, replayable_choice
-from prismserve.tasklib.layout import component_gpus
+from prismserve.tasklib.gpus import component_gpus
 from prismserve.tasklib.units import ImageGeneratorTask, ImageGenInput, PromptInput, TextEncoderTask
 
 

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart, TextDelta, TextPart, VideoPart
 from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
-from prismserve.tasklib.layout import component_gpus
+from prismserve.tasklib.gpus import component_gpus
 from prismserve.tasklib.media_tokens import MediaTokens
 from prismserve.tasklib.units import (
     EncodedMedia,

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from prismserve.protocol.chat import ChatChunk, ChatRequest, TextDelta
 from prismserve.task import Stream, Task, TaskDefinitionError, TaskOutput, UnitTask
-from prismserve.tasklib.layout import component_gpus
+from prismserve.tasklib.gpus import component_gpus
 from prismserve.tasklib.mllm import TextOutput, llm_input
 from prismserve.tasklib.units import (
     EncoderTask,

@@ -76,7 +76,7 @@ def test_app_with_a_response_model_loads_and_serves(tmp_path):
     path.write_text(ANSWER_APP)
     app = load_app(path)
     assert app.name == "answer"
-    assert app.request_type.__name__ == "ChatRequest" and app.response_type.__name__ == "Answer"
+    assert app.request_model.__name__ == "ChatRequest" and app.response_model.__name__ == "Answer"
     assert not app.streaming
     assert list(app.tasks) == ["mllm"]
     answer = serve(app, {"messages": [{"role": "user", "content": [{"type": "text", "text": "two words"}]}]})
@@ -85,7 +85,7 @@ def test_app_with_a_response_model_loads_and_serves(tmp_path):
 
 def test_streaming_app_yields_typed_chunks():
     app = load_app_source(STREAM_APP, "stream")
-    assert app.streaming and app.response_type.__name__ == "Token"
+    assert app.streaming and app.response_model.__name__ == "Token"
     chunks = serve(app, '{"messages": [{"role": "user", "content": [{"type": "text", "text": "a b"}]}]}')
     assert [c.token for c in chunks] == ["[0 media, 0.000]", "user:", "a", "b"]
 
