@@ -31,3 +31,51 @@ def test_nothing_in_the_package_imports_the_test_fixtures():
             elif isinstance(node, ast.Import):
                 imported.update(alias.name.split(".")[0] for alias in node.names)
     assert "toy" not in imported and "tests" not in imported
+
+
+def _imported_modules(tree: ast.Module, module: str) -> set[str]:
+    """Every module `tree` (the module named `module`) imports, anywhere in it: at the top, inside
+    functions, under TYPE_CHECKING; relative imports resolved, `from a import b` counted as `a.b`."""
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = module.split(".")[: -node.level]
+                base = ".".join([*parent, base] if base else parent)
+            imported.add(base)
+            imported.update(f"{base}.{alias.name}" for alias in node.names)
+    return imported
+
+
+def test_no_executor_imports_the_task_library():
+    """The executors meet the task library in the task layer's contract (`prismserve.task.components`),
+    never by importing it: the task library may change without the engines, and the other way round."""
+    offending = {}
+    for path, tree in _modules().items():
+        if "executors" not in path.relative_to(PACKAGE).parts[:1]:
+            continue
+        module = ".".join(("prismserve", *path.relative_to(PACKAGE).with_suffix("").parts))
+        hits = {m for m in _imported_modules(tree, module) if m.split(".")[:2] == ["prismserve", "tasklib"]}
+        if hits:
+            offending[module] = sorted(hits)
+    assert offending == {}
+
+
+def test_the_import_walk_sees_imports_in_functions_under_type_checking_and_relative_ones():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from prismserve.tasklib.units import LLMTask\n"
+        "def f():\n    import prismserve.tasklib.mllm\n"
+        "from ..tasklib import omni\n"
+        "from prismserve import tasklib\n"
+    )
+    imported = _imported_modules(ast.parse(source), "prismserve.executors.x")
+    assert {
+        "prismserve.tasklib.units",
+        "prismserve.tasklib.mllm",
+        "prismserve.tasklib.omni",
+        "prismserve.tasklib",
+    } <= imported

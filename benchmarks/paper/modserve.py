@@ -88,7 +88,7 @@ COUNTING = MediaTokens(image="tiles")  # InternVL: 256 tokens per 448-px tile
 
 class Encoder(EncoderTask):
     executor_kind = "sim"
-    executor_class = None
+    executor_ref = None
 
 
 class Images(TaskInput):
@@ -106,7 +106,7 @@ class RequestEncoder(UnitTask[Images, EncoderOutput]):
 
 class LLM(LLMTask):
     executor_kind = "sim"
-    executor_class = None
+    executor_ref = None
     default_gpus = {llm_gpus}
     max_gpus = None
 

@@ -7,16 +7,20 @@ import bisect
 import contextlib
 import itertools
 import math
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from prismserve.errors import ExecutorUnhealthy as ExecutorUnhealthy  # its users import it from here
 from prismserve.models.base import MediaError
-from prismserve.task import InvalidInputError, UnitTask
+from prismserve.task import ExecutorSettings, InvalidInputError, TaskInput
 from prismserve.task.context import current_request
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+SettingsT = TypeVar("SettingsT", bound=ExecutorSettings)
+InputT = TypeVar("InputT", bound=TaskInput)
+OutputT = TypeVar("OutputT")
 
 _arrivals = itertools.count()
 
@@ -55,9 +59,12 @@ def call_soon(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> Non
         loop.call_soon_threadsafe(callback, *args)
 
 
-class Executor:
+class Executor(Generic[SettingsT, InputT, OutputT]):
     """Runs one unit task's invocations inside a replica.
 
+    Generic over the settings it reads from its task (`self.task`), the input type it serves and
+    the output type it gives (`Executor[EncoderSettings, MediaItem, EncoderOutput]`, from
+    `prismserve.task.components`): the contract a unit task's `executor_ref` is checked against.
     `run` serves tasks whose output is a TaskOutput, `stream` those whose output is a Stream.
     Inputs arrive with every data handle already fetched; outputs may hold raw values in
     DataHandle fields (the replica moves them to the data plane). Engines that batch (vLLM's
@@ -65,7 +72,20 @@ class Executor:
     or with `Batcher`.
     """
 
-    def __init__(self, task: UnitTask[Any, Any]) -> None:
+    # The type arguments, readable on the class: a unit task's settings, input and output types
+    # must fit them (TypeVars while a generic subclass leaves them open, None on Executor itself).
+    settings_type: ClassVar[Any] = None
+    input_type: ClassVar[Any] = None
+    output_type: ClassVar[Any] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            origin = typing.get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Executor):
+                cls.settings_type, cls.input_type, cls.output_type = _type_arguments(origin, base)
+
+    def __init__(self, task: SettingsT) -> None:
         self.task = task
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -93,6 +113,18 @@ class Executor:
 
     async def close(self) -> None:
         """Release the engine's resources."""
+
+
+def _type_arguments(origin: type[Executor[Any, Any, Any]], base: Any) -> tuple[Any, Any, Any]:
+    """Executor's (settings, input, output) type arguments that the parametrised `base` (an
+    `origin[...]`) gives: its arguments put in for the type variables `origin` left open."""
+    parameters = getattr(origin, "__parameters__", ())
+    bound = dict(zip(parameters, typing.get_args(base), strict=True))
+    declared = (
+        parameters if origin is Executor else (origin.settings_type, origin.input_type, origin.output_type)
+    )
+    settings, task_input, output = (bound.get(t, t) if isinstance(t, TypeVar) else t for t in declared)
+    return settings, task_input, output
 
 
 class Batcher(Generic[ItemT, ResultT]):

@@ -9,13 +9,11 @@ from prismserve.executors.base import Batcher, Executor, media_rejected
 from prismserve.executors.loading import model_adapter
 from prismserve.models import Encoded
 from prismserve.task import DataHandle, InvalidInputError
-from prismserve.tasklib.units import EncoderOutput, EncoderTask, MediaItem
+from prismserve.task.components import EncoderOutput, EncoderSettings, MediaItem
 
 
-class EncoderExecutor(Executor):
+class EncoderExecutor(Executor[EncoderSettings, MediaItem, EncoderOutput]):
     """Encodes media items of one modality; concurrent calls share one encoder forward pass."""
-
-    task: EncoderTask
 
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)

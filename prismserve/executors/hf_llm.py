@@ -1,5 +1,6 @@
 """LLMs on transformers: `HFLLMExecutor` streams text (with the encoders too it is the monolith);
-`ThinkerExecutor` also hands an Omni talker its conditioning.
+`ThinkerExecutor` also hands an Omni talker its conditioning. Both, and the Omni monolith
+(`speech.OmniMonolithExecutor`), run the generation loop of `HFGeneration`.
 
 The transformers backend covers what vLLM cannot run (and the paper's monolithic baseline, 000 §7.1):
 concurrent requests are batched by `HFEngine` (continuous batching in a worker thread), tokens handed
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
@@ -21,15 +22,18 @@ from prismserve.models import Encoded, MediaInput
 from prismserve.models.conditioning import ConditioningBuilder
 from prismserve.protocol.chat import TextDelta
 from prismserve.task import Stream
-from prismserve.tasklib.units import LLMInput, LLMTask, OmniMonolithTask, ThinkerOutput, ThinkerTask
+from prismserve.task.components import LLMInput, LLMSettings, ModelSettings, ThinkerOutput
 
 _END = object()
 
+GenerationSettingsT = TypeVar("GenerationSettingsT", bound=ModelSettings)
+GenerationOutputT = TypeVar("GenerationOutputT")
 
-class HFLLMExecutor(Executor):
-    """Streams the text an LLM generates for a conversation with precomputed embeddings or raw media."""
 
-    task: LLMTask | ThinkerTask | OmniMonolithTask  # the Omni monolith reuses the generation loop
+class HFGeneration(Executor[GenerationSettingsT, LLMInput, GenerationOutputT]):
+    """An LLM on transformers generating for a conversation with precomputed embeddings or raw media:
+    the loop the text LLM, the Omni thinker and the Omni monolith share."""
+
     max_batch = 32  # rows decoded together; more requests wait for a row to free
 
     async def load(self) -> None:
@@ -43,8 +47,8 @@ class HFLLMExecutor(Executor):
 
     @property
     def takes_media(self) -> bool:
-        """Whether this deployment holds the encoders (takes raw media); the Omni monolith always does."""
-        return isinstance(self.task, OmniMonolithTask) or self.task.with_encoders
+        """Whether this deployment holds the encoders (takes raw media)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say whether it takes raw media")
 
     async def inputs(self, task_input: Any) -> tuple[LLMInput, dict[str, Any]]:
         """The request and the model inputs built from it; bad media is an InvalidInputError."""
@@ -100,17 +104,29 @@ class HFLLMExecutor(Executor):
         finally:
             stop.set()  # a consumer that went away frees the engine at the next token
 
+
+class HFLLMExecutor(HFGeneration[LLMSettings, Stream[TextDelta]]):
+    """Streams the text an LLM generates for a conversation with precomputed embeddings or raw media."""
+
+    @property
+    def takes_media(self) -> bool:
+        """Whether this deployment holds the encoders (takes raw media)."""
+        return self.task.with_encoders
+
     async def stream(self, task_input: Any) -> AsyncIterator[TextDelta]:
         request, inputs = await self.inputs(task_input)
         async for text in self.texts(request, inputs):
             yield text
 
 
-class ThinkerExecutor(HFLLMExecutor):
+class ThinkerExecutor(HFGeneration[LLMSettings, ThinkerOutput]):
     """An Omni thinker: streams text and, when speech is asked for, the talker's conditioning while
     it generates (the talker starts on its first tokens)."""
 
-    task: ThinkerTask
+    @property
+    def takes_media(self) -> bool:
+        """Whether this deployment holds the encoders (takes raw media)."""
+        return self.task.with_encoders
 
     async def run(self, task_input: Any) -> ThinkerOutput:
         request, inputs = await self.inputs(task_input)  # bad input fails the call itself

@@ -11,20 +11,19 @@ from prismserve.executors.loading import model_adapter
 from prismserve.models.base import CallBatcher
 from prismserve.models.qwen_image import Painting
 from prismserve.task import DataHandle, InvalidInputError
-from prismserve.tasklib.units import (
-    ImageGeneratorTask,
+from prismserve.task.components import (
+    ImageGeneratorSettings,
     ImageGenInput,
     ImageOutput,
+    ModelSettings,
     PromptEmbeddings,
     PromptInput,
-    TextEncoderTask,
 )
 
 
-class TextEncoderExecutor(Executor):
+class TextEncoderExecutor(Executor[ModelSettings, PromptInput, PromptEmbeddings]):
     """Encodes prompts for an image generator; concurrent prompts share one forward pass."""
 
-    task: TextEncoderTask
     max_batch = 8
 
     async def load(self) -> None:
@@ -40,11 +39,10 @@ class TextEncoderExecutor(Executor):
         return PromptEmbeddings(embeds=await self.batcher.submit(request.prompt))
 
 
-class ImageGeneratorExecutor(Executor):
+class ImageGeneratorExecutor(Executor[ImageGeneratorSettings, ImageGenInput, ImageOutput]):
     """Generates one image per call; concurrent calls of one size, number of steps and guidance are
     painted in one pipeline call (each from its own seed)."""
 
-    task: ImageGeneratorTask
     max_batch = 4
 
     async def load(self) -> None:

@@ -1,9 +1,8 @@
-"""Building the real executor of a unit task (`UnitTask.executor_class`), on a replica or in this process."""
+"""Building the real executor of a unit task (`UnitTask.executor_ref`), on a replica or in this process."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -15,16 +14,48 @@ from prismserve.models.base import requested_device
 from prismserve.task import UnitTask
 
 
-def load_executor_class(task_class: type[UnitTask[Any, Any]]) -> type[Executor]:
-    """The Executor class a unit task names in `executor_class`."""
-    path = task_class.executor_class
-    if not path:
+def load_executor_class(task_class: type[UnitTask[Any, Any]]) -> type[Executor[Any, Any, Any]]:
+    """The Executor class a unit task names in `executor_ref`, checked against the task's types."""
+    ref = task_class.executor_ref
+    if ref is None:
         raise ValueError(f"{task_class.__qualname__} names no executor: only `sim` executors can run it")
-    module, _, name = path.partition(":")
-    cls = getattr(importlib.import_module(module), name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Executor)):
-        raise ValueError(f"{task_class.__qualname__}.executor_class = {path!r} is not an Executor class")
+    cls = ref.resolve()
+    if not issubclass(cls, Executor):
+        raise ValueError(
+            f"{task_class.__qualname__}.executor_ref names {ref.path!r}, which is not an Executor class: "
+            "name a subclass of prismserve.executors.base.Executor"
+        )
+    mismatch = contract_mismatch(task_class, cls)
+    if mismatch is not None:
+        raise ValueError(f"{task_class.__qualname__}.executor_ref names {ref.path!r}, but {mismatch}")
     return cls
+
+
+def contract_mismatch(
+    task_class: type[UnitTask[Any, Any]], executor: type[Executor[Any, Any, Any]]
+) -> str | None:
+    """Why `executor` cannot run `task_class` (its settings, input or output type does not fit the
+    executor's type arguments), or None when it can."""
+    name = executor.__qualname__
+    wants = {"settings": executor.settings_type, "input": executor.input_type}
+    for what, expected in wants.items():
+        if not isinstance(expected, type):
+            return f"{name} leaves its {what} type open: name a subclass that sets its type arguments"
+    if not issubclass(task_class, executor.settings_type):
+        return f"the task is not a {executor.settings_type.__qualname__} (the settings {name} reads)"
+    if not issubclass(task_class.input_type or object, executor.input_type):
+        return f"{name} serves {executor.input_type.__qualname__}, not the task's input type"
+    if not _fits(task_class.output_type, executor.output_type):
+        return f"{name} gives {executor.output_type!r}, not the task's output type {task_class.output_type!r}"
+    return None
+
+
+def _fits(output: Any, given: Any) -> bool:
+    """Whether an executor giving `given` gives a task's `output`: the same type (a `Stream[...]`
+    included), a subclass of a TaskOutput, or Any (an executor that runs every task)."""
+    if given is Any or given == output:
+        return True
+    return isinstance(given, type) and isinstance(output, type) and issubclass(given, output)
 
 
 def check_device(deployment: str, gpu_ids: list[str]) -> None:
@@ -130,9 +161,10 @@ class InProcessExecutors:
 
     @staticmethod
     async def _load(task: UnitTask[Any, Any]) -> Executor:
-        if type(task).executor_env:
+        ref = type(task).executor_ref
+        if ref is not None and ref.env:
             raise RuntimeError(
-                f"{type(task).__name__} runs in the {type(task).executor_env} environment, not in this process: "
+                f"{type(task).__name__} runs in the {ref.env} environment, not in this process: "
                 "serve it on the Ray runtime"
             )
         executor = load_executor_class(type(task))(task)

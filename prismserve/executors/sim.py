@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from prismserve.executors.base import Batcher, Executor, queue_key
-from prismserve.task import DataHandle, Stream, UnitTask
+from prismserve.task import DataHandle, Stream, TaskInput, UnitTask
 
 
 class SimProfile(BaseModel):
@@ -70,7 +70,7 @@ class SimProfile(BaseModel):
 ValueFunction = Callable[[UnitTask[Any, Any], Any], Any]
 
 
-class SimExecutor(Executor):
+class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
     """Waits as the profile says, then returns the value function's output (or a synthesised one)."""
 
     def __init__(

@@ -14,7 +14,7 @@ from prismserve.task import UnitTask
 class ExecutorSpec(BaseModel):
     """How to build the executor of one deployment's replicas.
 
-    `model`: the real engine the unit task names in `executor_class` (encoder, vLLM, transformers …).
+    `model`: the real engine the unit task names in `executor_ref` (encoder, vLLM, transformers …).
     `sim`: emulated service time from `profile`; output values from `values` (a function called as
     `values(task, input)`, as a LocalDispatcher executor) or synthesised from the output type.
     """

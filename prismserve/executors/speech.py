@@ -12,21 +12,20 @@ import numpy as np
 
 from prismserve.executors.base import Executor, call_soon, media_rejected
 from prismserve.executors.hf_engine import HFEngine
-from prismserve.executors.hf_llm import HFLLMExecutor
+from prismserve.executors.hf_llm import HFGeneration
 from prismserve.executors.loading import model_adapter
 from prismserve.executors.text import ReplyText
 from prismserve.models.base import context_length
 from prismserve.models.conditioning import REPLY, ReplyFeed
 from prismserve.protocol.chat import TextDelta
 from prismserve.task import InvalidInputError, Stream
-from prismserve.tasklib.units import (
+from prismserve.task.components import (
     LLMInput,
-    OmniMonolithTask,
+    ModelSettings,
+    OmniMonolithSettings,
     SpeechOutput,
     TalkerInput,
-    TalkerTask,
     VocoderInput,
-    VocoderTask,
 )
 
 CHUNK_SAMPLES = 12000  # half a second at 24 kHz per streamed audio chunk
@@ -38,15 +37,13 @@ def pcm16_chunks(wav: np.ndarray) -> list[bytes]:
     return [pcm[i : i + CHUNK_SAMPLES].tobytes() for i in range(0, len(pcm), CHUNK_SAMPLES)]
 
 
-class TalkerExecutor(Executor):
+class TalkerExecutor(Executor[ModelSettings, TalkerInput, Stream[list[Any]]]):
     """Generates codes from the conditioning a thinker streams, streaming them in chunks. A request
     starts on the thinker's first item, the rest of the reply fed as it comes (`ReplyFeed`: the
     request waits for rows yet to come). Concurrent requests decode together in one batch
     (`HFEngine`, fed as the family's `talker_model` says): Qwen2.5-Omni's codec ids, or Qwen3-Omni's
     frames (its code predictor run for the whole batch at every step), each request's the same as
     its talker's `generate` alone on the whole conditioning."""
-
-    task: TalkerTask
 
     chunk_codes = 25  # per chunk: half a second of Qwen2.5-Omni's speech, two seconds of Qwen3-Omni's frames
     max_batch = 32
@@ -118,11 +115,9 @@ class TalkerExecutor(Executor):
             feed.close()
 
 
-class VocoderExecutor(Executor):
+class VocoderExecutor(Executor[ModelSettings, VocoderInput, Stream[bytes]]):
     """Turns codes into 24 kHz audio as they arrive, chunk by chunk while the talker is still
     talking (the family's streaming decode, `vocoder_stream`)."""
-
-    task: VocoderTask
 
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)
@@ -141,11 +136,14 @@ class VocoderExecutor(Executor):
             yield chunk
 
 
-class OmniMonolithExecutor(HFLLMExecutor):
+class OmniMonolithExecutor(HFGeneration[OmniMonolithSettings, SpeechOutput]):
     """The whole Omni model in one process, run by transformers' `generate`: text streams as the
     thinker generates it, audio follows once the talker and token2wav are done."""
 
-    task: OmniMonolithTask
+    @property
+    def takes_media(self) -> bool:
+        """The monolith holds the encoders: it always takes raw media."""
+        return True
 
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)

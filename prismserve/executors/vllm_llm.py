@@ -1,4 +1,5 @@
-"""LLMs on vLLM's async engine (`VLLMTask`): continuous batching, text streamed per token.
+"""LLMs on vLLM's async engine (`VLLMTask`): continuous batching, text streamed per token
+(`VLLMExecutor`); prompt and generation are `VLLMGeneration`'s, which the Omni thinker shares.
 
 The replica runs in the vLLM environment (`prismserve.executors.envs`), with its own transformers:
 of the family adapter it uses only the forms vLLM takes (`Adapter.vllm_embeddings`), no weights.
@@ -16,7 +17,7 @@ import asyncio
 import itertools
 import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,13 +25,15 @@ from prismserve.executors.base import Executor, ExecutorUnhealthy, deadline_prio
 from prismserve.executors.text import ReplyText
 from prismserve.models import Encoded, adapter_for
 from prismserve.protocol.chat import FinishReason, TextDelta
-from prismserve.task import InvalidInputError
-from prismserve.tasklib.units import LLMInput, VLLMTask, VLLMThinkerTask
+from prismserve.task import InvalidInputError, Stream
+from prismserve.task.components import LLMInput, VLLMEngineSettings
+
+GenerationOutputT = TypeVar("GenerationOutputT")
 
 AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; vLLM resamples otherwise
 
 
-def engine_settings(task: VLLMTask | VLLMThinkerTask, *, cuda: bool) -> dict[str, Any]:
+def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
     """vLLM's engine arguments for `task`, on a CUDA device or not (its `engine_args` override them).
 
     On CUDA the task's GPUs shape the engine: whole GPUs are its tensor parallelism (vLLM's own
@@ -56,10 +59,10 @@ def engine_settings(task: VLLMTask | VLLMThinkerTask, *, cuda: bool) -> dict[str
     return settings
 
 
-class VLLMExecutor(Executor):
-    """Streams the text vLLM generates for a conversation with precomputed embeddings or raw media."""
+class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
+    """vLLM generating for a conversation with precomputed embeddings or raw media: the engine, the
+    prompt and the generation the text LLM and the Omni thinker share."""
 
-    task: VLLMTask | VLLMThinkerTask  # the Omni thinker reuses prompt and generation
     _ids = itertools.count()
 
     async def load(self) -> None:
@@ -207,6 +210,15 @@ class VLLMExecutor(Executor):
             deltas.append(reply.finish(reason, len(out.prompt_token_ids or [])))
         return deltas
 
+    async def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()  # AsyncLLM.__del__ does not stop the engine's processes reliably
+
+
+class VLLMExecutor(VLLMGeneration[Stream[TextDelta]]):
+    """Streams the text vLLM generates for a conversation with precomputed embeddings or raw media."""
+
     async def stream(self, task_input: Any) -> AsyncIterator[TextDelta]:
         request = LLMInput.model_validate(task_input)
         reply = self.reply(request)
@@ -215,11 +227,6 @@ class VLLMExecutor(Executor):
                 yield delta
             if reply.stopped:
                 return  # leaving the engine's generator aborts the request
-
-    async def close(self) -> None:
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.shutdown()  # AsyncLLM.__del__ does not stop the engine's processes reliably
 
 
 # The sampling fields that fall back to the checkpoint's generation config when a request leaves them unset.

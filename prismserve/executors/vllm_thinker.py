@@ -35,21 +35,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from prismserve.executors.base import media_rejected
-from prismserve.executors.vllm_llm import AUDIO_RATE, VLLMExecutor
+from prismserve.executors.vllm_llm import AUDIO_RATE, VLLMGeneration
 from prismserve.models import qwen2_5_omni, qwen3_omni
 from prismserve.models.conditioning import ConditioningBuilder, Item
 from prismserve.protocol.chat import TextDelta
 from prismserve.task import InvalidInputError, Stream
-from prismserve.tasklib.units import LLMInput, ThinkerOutput, VLLMThinkerTask
+from prismserve.task.components import LLMInput, ThinkerOutput
 
 CONNECTOR = "CPUHiddenStatesConnector"
 CONNECTOR_MODULE = "prismserve.executors.vllm_extensions"
 
 
-class VLLMThinkerExecutor(VLLMExecutor):
+class VLLMThinkerExecutor(VLLMGeneration[ThinkerOutput]):
     """Streams the thinker's text from vLLM and, when speech is asked for, the talker's conditioning."""
-
-    task: VLLMThinkerTask
 
     async def load(self) -> None:
         config = json.loads(_checkpoint_file(self.task.model, "config.json").read_text())

@@ -27,7 +27,7 @@ class LocalDispatcher(ReplicaDispatcher):
     """Runs every invocation of a graph in this process; each waits only for the outputs it consumes.
 
     A unit task runs `executors[task.executor_kind]` when given, else the real executor its class
-    names (`executor_class`). `on_graph` sees every graph before it runs.
+    names (`executor_ref`). `on_graph` sees every graph before it runs.
     """
 
     def __init__(
@@ -57,11 +57,11 @@ class LocalDispatcher(ReplicaDispatcher):
         cls = type(task)
         if cls.executor_kind in self._executors:
             return None
-        if not cls.executor_class:
+        if cls.executor_ref is None:
             return (
-                f"{cls.__qualname__} names no executor_class and no executor function is registered for kind "
-                f"{cls.executor_kind!r} (registered: {sorted(self._executors)}), so it cannot run in this process: "
-                "serve it without --in-process (the Ray runtime), or give the task an executor_class"
+                f"{cls.__qualname__} names no executor (executor_ref) and no executor function is registered for "
+                f"kind {cls.executor_kind!r} (registered: {sorted(self._executors)}), so it cannot run in this "
+                "process: serve it without --in-process (the Ray runtime), or give the task an executor_ref"
             )
         return in_process_refusal(cls)
 

@@ -23,6 +23,7 @@ from prismserve.runtime.wire import WireClient, connection, disconnect
 if TYPE_CHECKING:
     from prismserve.runtime.replica import Call
     from prismserve.runtime.task_manager import Replica, TaskManager
+    from prismserve.task import UnitTask
 
 Death = Literal["replica", "input"]
 
@@ -330,11 +331,12 @@ class InProcessPool(ReplicaPool):
         self._reserved.pop(id(reservation), None)
 
 
-def in_process_refusal(task_class: type[Any]) -> str | None:
+def in_process_refusal(task_class: type[UnitTask[Any, Any]]) -> str | None:
     """Why a unit task's real executor cannot run in this process, or None."""
-    if task_class.executor_env:
+    ref = task_class.executor_ref
+    if ref is not None and ref.env:
         return (
-            f"{task_class.__qualname__} runs in the {task_class.executor_env!r} executor environment, not in "
+            f"{task_class.__qualname__} runs in the {ref.env!r} executor environment, not in "
             "this process: serve it without --in-process (the Ray runtime)"
         )
     return None

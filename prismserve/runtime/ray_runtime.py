@@ -43,7 +43,7 @@ def default_cells(shapes: dict[str, float]) -> list[CellPlan]:
 class RayRuntime(Runtime):
     """Task managers per deployment, cells on the cluster, and a dispatcher over their replicas.
 
-    Unit tasks that name an `executor_class` run on it (real models); the others, and deployments a plan
+    Unit tasks that name an executor (`executor_ref`) run on it (real models); the others, and deployments a plan
     gives a `sim` profile, run on `sim` executors. `values` maps a unit-task class to the function
     that computes its `sim` outputs, beside those apps declare (`AppConfig.sim_values`); other tasks get outputs
     synthesised from their output type. `pool` runs the replicas (by default `WirePool`: Ray actors
@@ -262,11 +262,11 @@ class RayRuntime(Runtime):
 
     def _spec(self, task: UnitTask[Any, Any], profile: SimProfile | None) -> ExecutorSpec:
         # A plan's profile asks for emulation; otherwise a task that names its engine runs on it.
-        if profile is None and type(task).executor_class:
-            env = type(task).executor_env
+        ref = type(task).executor_ref
+        if profile is None and ref is not None:
             return ExecutorSpec(
                 backend="model",
-                runtime_env=self._model_runtime_env(env),
+                runtime_env=self._model_runtime_env(ref.env),
                 start_timeout_s=start_timeout_s(task),
             )
         return ExecutorSpec(

@@ -1,7 +1,9 @@
-"""The task layer: tasks, data handles, streams, record & replay, task graphs (000 §5.1–5.2)."""
+"""The task layer: tasks, the task↔executor descriptor, data handles, streams, record & replay, task
+graphs (000 §5.1–5.2)."""
 
 from prismserve.task.base import Task, TaskData, TaskInput, TaskOutput, UnitTask
 from prismserve.task.data import DataHandle, Stream
+from prismserve.task.descriptor import ExecutorRef, ExecutorSettings
 from prismserve.task.dispatch import Dispatcher, current_dispatcher, use_dispatcher
 from prismserve.task.errors import (
     DispatchError,
@@ -20,6 +22,8 @@ __all__ = [
     "DispatchError",
     "Dispatcher",
     "Edge",
+    "ExecutorRef",
+    "ExecutorSettings",
     "InvalidInputError",
     "Invocation",
     "RecordError",

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from prismserve.task.data import PLAIN_TYPES, DataHandle, Stream, accepting_placeholders
+from prismserve.task.descriptor import ExecutorRef, ExecutorSettings
 from prismserve.task.dispatch import current_dispatcher
 from prismserve.task.errors import TaskDefinitionError, TaskUsageError
 from prismserve.task.graph import TaskGraph, data_id
@@ -271,36 +272,33 @@ def _named_tasks(values: dict[Any, Any]) -> Iterator[tuple[str, Task[Any, Any]]]
             yield from ((f"{name}.{n}", t) for n, t in _named_tasks(value))
 
 
-class UnitTask(Task[InT, OutT]):
+class UnitTask(Task[InT, OutT], ExecutorSettings):
     """An atomic model component, deployed as its own executor replicas.
 
-    Subclasses declare `executor_kind` (which executor backend runs it), optionally `executor_class` (the
-    real engine's Executor, as `module:Class`) and `executor_env` (a Python environment of its own for
-    it), `default_gpus` and `max_gpus` (GPUs per replica when a deployment does not set `gpus`, and
-    the most it may set), and their types as `UnitTask[SomeInput, SomeOutput]` (output: a TaskOutput
-    or a `Stream[...]`). Unit tasks with the same class and field values are equivalent and share one
-    deployment; `gpus` is one of those values, so a deployment's GPU shape is part of its identity.
+    Subclasses declare `executor_kind` (which executor backend runs it), optionally `executor_ref`
+    (the real engine's Executor and its Python environment, `ExecutorRef`), `default_gpus` and
+    `max_gpus` (GPUs per replica when a deployment does not set `gpus`, and the most it may set),
+    and their types as `UnitTask[SomeInput, SomeOutput]` (output: a TaskOutput or a `Stream[...]`);
+    a unit task is the settings its executor reads (`ExecutorSettings`, `task.components`). Unit
+    tasks with the same class and field values are equivalent and share one deployment; `gpus` is
+    one of those values, so a deployment's GPU shape is part of its identity.
     """
 
     model_config = ConfigDict(frozen=True)
 
     executor_kind: ClassVar[str]
-    # Import path (`module:Class`) of the Executor that runs this task for real; None: only `sim`
-    # executors and LocalDispatcher callables run it.
-    executor_class: ClassVar[str | None] = None
-    # The Python environment that executor runs in (`prismserve.executors.envs`); None: this one.
-    executor_env: ClassVar[str | None] = None
+    # The Executor that runs this task for real; None: only `sim` executors and LocalDispatcher
+    # callables run it.
+    executor_ref: ClassVar[ExecutorRef | None] = None
+    # What named the executor before `executor_ref`: declared only to refuse them with a message.
+    executor_class: ClassVar[object] = None
+    executor_env: ClassVar[object] = None
     # GPUs per replica when a deployment does not say (`gpus`), and the most a deployment may ask
     # for (None: no limit; engines that run on one device set 1).
     default_gpus: ClassVar[float] = 1
     max_gpus: ClassVar[float | None] = None
     # Fields of the output type, with whether each is a stream; None when the output is a Stream.
     _output_fields: ClassVar[tuple[tuple[str, bool], ...] | None] = None
-
-    # GPUs per replica: 0 (no GPU), a share < 1 of one GPU (several deployments' replicas share it),
-    # or a whole number (a vLLM stage's tensor parallelism). Filled from `default_gpus` when absent;
-    # the 1.0 here only serves `model_construct`, which skips validation.
-    gpus: float = 1.0
 
     _key: str | None = PrivateAttr(default=None)
 
@@ -320,6 +318,7 @@ class UnitTask(Task[InT, OutT]):
                 f"{cls.__qualname__} overrides invoke(), which is final for unit tasks: record & replay "
                 "intercept it. The computation belongs in the executor registered for its executor_kind"
             )
+        _refuse_retired_names(cls)
         super().__pydantic_init_subclass__(**kwargs)
         if cls.__pydantic_generic_metadata__["origin"] is not None or cls.output_type is None:
             return
@@ -384,6 +383,17 @@ class UnitTask(Task[InT, OutT]):
             for name, is_stream in cls._output_fields
         }
         return cls.output_type.construct_unvalidated(values)
+
+
+def _refuse_retired_names(cls: type[UnitTask[Any, Any]]) -> None:
+    """Refuse `executor_class` / `executor_env`, which `executor_ref` replaced, saying how to write it."""
+    retired = [name for name in ("executor_class", "executor_env") if name in cls.__dict__]
+    if retired:
+        raise TaskDefinitionError(
+            f"{cls.__qualname__} sets {' and '.join(retired)}, which `executor_ref` replaced: write "
+            "`executor_ref = ExecutorRef('package.module:ExecutorClass', env=None)` (prismserve.task), "
+            "or `executor_ref = None` for a task only `sim` executors and LocalDispatcher functions run"
+        )
 
 
 def _check_gpus(cls: type[UnitTask[Any, Any]], gpus: float) -> None:

@@ -280,7 +280,7 @@ def test_serve_in_process_rejects_a_task_without_a_real_executor(capsys):
     assert run_server(ServeOptions(str(APP_PATH), in_process=True, port=0)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: app 'omni_app': ") and err.count("\n") == 1
-    assert "names no executor_class and no executor function is registered" in err
+    assert "names no executor (executor_ref) and no executor function is registered" in err
     assert "so it cannot run in this process: serve it without --in-process" in err
 
 

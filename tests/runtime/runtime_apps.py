@@ -29,12 +29,12 @@ from prismserve.tasklib.units import EncoderTask, LLMTask
 
 class SimEncoder(EncoderTask):
     executor_kind = "sim"
-    executor_class = None
+    executor_ref = None
 
 
 class SimLLM(LLMTask):
     executor_kind = "sim"
-    executor_class = None
+    executor_ref = None
 
 
 class MLLM(Task[ChatRequest, TextOutput]):

@@ -10,7 +10,7 @@ from PIL import Image
 
 from prismserve.bench.workloads import workloads_dir
 from prismserve.protocol.chat import ChatRequest
-from prismserve.tasklib import LLMInput, MediaItem, MediaTokens
+from prismserve.tasklib import EncoderTask, LLMInput, LLMTask, MediaItem, MediaTokens
 from prismserve.tasklib.media_tokens import internvl_tiles, qwen_image_tokens
 from prismserve.tasklib.mllm import conversation
 
@@ -50,4 +50,9 @@ def test_an_llm_input_counts_its_text_and_every_media_item():
     messages, media = conversation(request)
     assert [m.tokens for m in media] == [200, 200] and media[0].pending_tokens() == 200
     assert LLMInput(conversation=messages, media=media).pending_tokens() == 100 + 400
-    assert MediaItem(modality="image", data=out.getvalue()).pending_tokens() == 200  # counted when asked
+    # An item not counted on arrival is counted when the dispatcher asks, by the default rule: the
+    # task library's tasks know it, the task layer's input type does not.
+    uncounted = MediaItem(modality="image", data=out.getvalue())
+    assert EncoderTask(model="m", modality="image").pending_tokens(uncounted) == 200
+    assert LLMTask(model="m").pending_tokens(LLMInput(conversation=messages, media=[uncounted])) == 100 + 200
+    assert uncounted.pending_tokens() == 1 and uncounted.pending_tokens(MediaTokens().count) == 200

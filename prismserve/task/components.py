@@ -1,0 +1,209 @@
+"""The contract of the built-in model components: what each takes, what it gives, and the settings
+its executor reads from its unit task.
+
+The task library's unit tasks (`prismserve.tasklib.units`) are these settings with their types
+(`class EncoderTask(UnitTask[MediaItem, EncoderOutput], EncoderSettings)`); the executors
+(`prismserve.executors`) are generic over the same settings and types. Both sides import this
+module, never each other, so the task library and the engines can change apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from prismserve.protocol.chat import Sampling, TextDelta
+from prismserve.task.base import TaskInput, TaskOutput
+from prismserve.task.data import DataHandle, Stream
+from prismserve.task.descriptor import ExecutorSettings
+from prismserve.task.errors import InvalidInputError
+
+MediaModality = Literal["image", "audio", "video"]
+
+# Tokens a media item of a modality becomes, from its bytes: a model's processor rule (the task
+# library's `MediaTokens.count`), for items not counted when the request arrived.
+MediaCounter = Callable[[str, bytes], int]
+
+# Characters per text token, to estimate a prompt's tokens without its tokenizer (English BPE: ~4).
+CHARS_PER_TOKEN = 4
+
+
+class MediaItem(TaskInput):
+    """One encoded media item (image, audio clip, video clip) as its bytes, and the tokens the
+    model's processor makes of it (`tokens`; 0: not counted yet)."""
+
+    modality: MediaModality
+    data: bytes
+    tokens: int = Field(default=0, ge=0)
+
+    def pending_tokens(self, count: MediaCounter | None = None) -> int:
+        """The item's tokens; an uncounted one is counted by `count` (1 without a rule: the task
+        layer knows no model's processor, `EncoderTask.pending_tokens` passes its rule)."""
+        if self.tokens:
+            return self.tokens
+        return count(self.modality, self.data) if count is not None else 1
+
+
+class EncoderOutput(TaskOutput):
+    """Embeddings `[tokens, hidden]` (a numpy array) and what the LLM needs to place them."""
+
+    embeddings: DataHandle[Any]
+    meta: DataHandle[dict[str, Any]]
+
+
+class EncodedMedia(TaskInput):
+    """An encoder's output for one media item, as the LLM receives it."""
+
+    modality: MediaModality
+    embeddings: DataHandle[Any]
+    meta: DataHandle[dict[str, Any]]
+    tokens: int = Field(default=0, ge=0)  # counted from the item before encoding (MediaItem.tokens)
+
+
+class LLMInput(TaskInput, Sampling):
+    """A conversation in chat-template form, its media parts as `{"type": modality}` placeholders,
+    with the media either precomputed by encoders (`encoded`) or raw (`media`), in order; sampled
+    as `Sampling` says (unset fields: the checkpoint's generation config)."""
+
+    conversation: list[dict[str, Any]] = Field(min_length=1)
+    encoded: list[EncodedMedia] = Field(default_factory=list)
+    media: list[MediaItem] = Field(default_factory=list)
+    # Speech asked for: a thinker also hands the talker its conditioning, a monolith also speaks.
+    speech: bool = False
+    speaker: str | None = None
+
+    def pending_tokens(self, count: MediaCounter | None = None) -> int:
+        """The prompt's tokens: its text (estimated from its length) and its media, encoded or raw
+        (a decoder-only LLM attends to both alike; uncounted raw items counted by `count`)."""
+        chars = sum(
+            len(part.get("text") or "") for m in self.conversation for part in _parts(m.get("content"))
+        )
+        media = sum(e.tokens for e in self.encoded) + sum(m.pending_tokens(count) for m in self.media)
+        return max(1, chars // CHARS_PER_TOKEN) + media
+
+    def check_media(self, takes_media: bool, model: str) -> None:
+        """Raw media reach only a deployment that holds the encoders (else: the request's fault)."""
+        if self.media and not takes_media:
+            raise InvalidInputError(
+                f"this deployment of {model} has no encoders: send embeddings, not raw media"
+            )
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    """A chat-template message's content as a list of parts (a plain string is one text part)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [part for part in content or [] if isinstance(part, dict)]
+
+
+class ThinkerOutput(TaskOutput):
+    """A thinker's streamed text and, when speech is asked for, one item: the talker's conditioning."""
+
+    text: Stream[TextDelta]
+    talker: Stream[Any]
+
+
+class TalkerInput(TaskInput):
+    """The thinker's conditioning stream, and how many codec ids at most to generate."""
+
+    thinker: Stream[Any]
+    max_codes: int = Field(default=600, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+
+
+class VocoderInput(TaskInput):
+    """Codes (streamed in chunks, as the talker makes them) to turn into audio, the voice, and the
+    seed of the vocoder's noise (Qwen2.5-Omni's token2wav; Qwen3-Omni's code2wav has none)."""
+
+    codes: Stream[list[Any]]
+    speaker: str | None = None
+    seed: int = 0
+
+
+class SpeechOutput(TaskOutput):
+    """Streamed text and 16-bit mono PCM audio (empty when speech was not asked for)."""
+
+    text: Stream[TextDelta]
+    audio: Stream[bytes]
+
+
+class PromptInput(TaskInput):
+    """A text prompt to condition an image generator on."""
+
+    prompt: str
+
+
+class PromptEmbeddings(TaskOutput):
+    """The prompt's conditioning `[tokens, hidden]` (a numpy array)."""
+
+    embeds: DataHandle[Any]
+
+
+class ImageGenInput(TaskInput):
+    """One image to generate: from the prompt's conditioning (split) or the prompt itself (whole)."""
+
+    embeds: DataHandle[Any] | None = None
+    negative: DataHandle[Any] | None = None
+    prompt: str | None = None
+    negative_prompt: str | None = None
+    width: int
+    height: int
+    steps: int
+    guidance: float
+    seed: int
+
+
+class ImageOutput(TaskOutput):
+    """A PNG image."""
+
+    image: DataHandle[bytes]
+
+
+class ModelSettings(ExecutorSettings):
+    """A component of checkpoint `model` (a directory or hub id), whose family adapter
+    (`prismserve.models`) knows where the checkpoint splits: what every real-model executor reads."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+
+
+class EncoderSettings(ModelSettings):
+    """A multimodal encoder of one modality, batching at most `max_batch` concurrent items."""
+
+    modality: MediaModality
+    max_batch: int = Field(default=8, ge=1)
+
+
+class LLMSettings(ModelSettings):
+    """An LLM (or an Omni thinker); `with_encoders`: it also holds the encoders and takes raw media."""
+
+    with_encoders: bool = False
+
+
+class VLLMEngineSettings(LLMSettings):
+    """How a unit task's vLLM engine runs `model` (the fields every vLLM-run task shares).
+
+    Its replicas run in the vLLM environment (`prismserve vllm-env`). `kv_cache_gib` sizes the KV
+    cache on a CPU; `engine_args` go to vLLM's `AsyncEngineArgs` as they are.
+    """
+
+    dtype: str = "auto"
+    max_model_len: int = Field(default=4096, ge=16)
+    kv_cache_gib: int = Field(default=1, ge=1)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+
+
+class OmniMonolithSettings(ModelSettings):
+    """A whole Omni model in one deployment, speaking at most `max_codes` codec ids a reply."""
+
+    max_codes: int = Field(default=600, ge=1)
+
+
+class ImageGeneratorSettings(ModelSettings):
+    """An image generator (DiT + VAE); `with_text_encoder`: it also holds the text encoder and takes
+    the prompt itself."""
+
+    with_text_encoder: bool = False
