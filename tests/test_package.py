@@ -1,4 +1,5 @@
-"""The package's shape: one definition per class name, and no test fixture imported by it."""
+"""The package's shape: its rooms and what each may import (docs/architecture.md), one request
+context, one definition per class name, and no test fixture imported by it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,100 @@ import prismserve
 
 PACKAGE = Path(prismserve.__file__).parent
 
+# Floors from the bottom up (docs/architecture.md): a room imports only rooms on its own floor or
+# below. Top-level modules are rooms of their own (`errors`, `offline`, `cli`, `demo`).
+FLOORS = {
+    "__init__": 0,  # the package itself: its version, telemetry off
+    "errors": 0,
+    "offline": 0,
+    "protocol": 0,
+    "observability": 0,
+    "task": 1,
+    "planner": 1,
+    "models": 1,
+    "bench": 1,
+    "app": 2,
+    "tasklib": 2,
+    "executors": 2,
+    "apps": 3,
+    "runtime": 3,
+    "control": 4,
+    "profile": 4,
+    "emulate": 4,
+    "gateway": 5,
+    "serve": 6,
+    "cli": 6,
+    "demo": 6,
+    "__main__": 6,
+}
+# What a room may not import although the floors allow it.
+BANNED = {
+    "protocol": set(FLOORS) - {"protocol"},  # the wire types every layer shares stand alone
+    "gateway": {"planner", "models", "profile", "executors", "emulate"},  # HTTP only
+    "executors": {"tasklib"},  # the task library names its executors, not the other way round
+    "runtime": {"emulate"},  # serving code never imports the emulated models
+    "control": {"emulate"},
+}
+
 
 def _modules() -> dict[Path, ast.Module]:
     return {path: ast.parse(path.read_text(), str(path)) for path in PACKAGE.rglob("*.py")}
+
+
+ROOMS = {
+    path.stem if path.suffix else path.name
+    for path in PACKAGE.iterdir()
+    if path.suffix == ".py" or path.is_dir()
+}
+
+
+def _room(module: str) -> str:
+    """`prismserve.gateway.http` -> `gateway`; the package itself (and names it holds) -> `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ROOMS else "__init__"
+
+
+def _imports() -> list[tuple[str, str, str]]:
+    """(importing room, imported room, module) for every import of prismserve in the package,
+    those inside functions and under TYPE_CHECKING included."""
+    found = []
+    for path, tree in _modules().items():
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        module = ".".join(("prismserve", *parts))
+        room = _room(module)
+        for name in _imported_modules(tree, module):
+            if name.split(".")[0] == "prismserve" and _room(name) != room:
+                found.append((room, _room(name), f"{path.relative_to(PACKAGE.parent)}: imports {name}"))
+    return found
+
+
+def test_every_room_has_a_floor():
+    rooms = {
+        _room(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)) for p in PACKAGE.rglob("*.py")
+    }
+    assert rooms <= set(FLOORS)
+
+
+def test_no_room_imports_a_room_above_it_or_one_it_may_not():
+    wrong = [
+        where
+        for room, imported, where in _imports()
+        if FLOORS[imported] > FLOORS[room] or imported in BANNED.get(room, set())
+    ]
+    assert wrong == []
+
+
+def test_the_request_state_is_one_context_variable_among_at_most_four():
+    """A request's state is one typed context (task/context.py); the others are record & replay's."""
+    made = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+        for path, tree in _modules().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "ContextVar"
+    ]
+    assert len(made) <= 4, made
+    assert sum(where.startswith("prismserve/task/context.py") for where in made) == 1
 
 
 def test_no_class_name_is_defined_twice_in_the_package():
