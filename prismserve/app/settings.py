@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-SETTINGS = "SETTINGS"
+SETTINGS_NAME = "SETTINGS"  # the name an app module binds its settings to
 DOC_WIDTH = 100  # a written app's docstring lines, long ones wrapped (ruff's line length is 110)
 
 
@@ -30,11 +30,11 @@ def app_module_source(module: str, settings: AppSettings, doc: str | None = None
     """The source of app module `module` (an import path) with its `SETTINGS` statement written for
     `settings`, and with `doc` (if given) as its docstring: a standalone app file."""
     imported = importlib.import_module(module)
-    given = getattr(imported, SETTINGS, None)
+    given = getattr(imported, SETTINGS_NAME, None)
     if type(given) is not type(settings):
         raise TypeError(
-            f"{module}.{SETTINGS} is a {type(given).__name__}, not the {type(settings).__name__} given: "
-            f"pass the settings class its `{SETTINGS} = ...` statement builds"
+            f"{module}.SETTINGS is a {type(given).__name__}, not the {type(settings).__name__} given: "
+            f"pass the settings class its `SETTINGS = ...` statement builds"
         )
     source = inspect.getsource(imported)
     tree = ast.parse(source)
@@ -46,9 +46,7 @@ def app_module_source(module: str, settings: AppSettings, doc: str | None = None
         else None
     )
     if call is None:
-        raise ValueError(
-            f"{module}: `{SETTINGS} = ...` must call its settings class, as `{SETTINGS} = X(...)`"
-        )
+        raise ValueError(f"{module}: `SETTINGS = ...` must call its settings class, as `SETTINGS = X(...)`")
     end = statement.end_lineno or statement.lineno
     rest = lines[end - 1][statement.end_col_offset or 0 :]  # a comment after the statement stays
     lines[statement.lineno - 1 : end] = [settings_statement(call, settings) + rest]
@@ -67,7 +65,7 @@ def settings_statement(call: str, settings: AppSettings) -> str:
         value = getattr(settings, name)
         if field.is_required() or value != field.get_default(call_default_factory=True):
             shown.append(f"    {name}={literal(value)},\n")
-    return f"{SETTINGS} = {call}(\n{''.join(shown)})" if shown else f"{SETTINGS} = {call}()"
+    return f"{SETTINGS_NAME} = {call}(\n{''.join(shown)})" if shown else f"{SETTINGS_NAME} = {call}()"
 
 
 def literal(value: Any) -> str:
@@ -112,11 +110,11 @@ def _settings_statement(tree: ast.Module, module: str) -> ast.Assign:
         node
         for node in tree.body
         if isinstance(node, ast.Assign)
-        and [target.id for target in node.targets if isinstance(target, ast.Name)] == [SETTINGS]
+        and [target.id for target in node.targets if isinstance(target, ast.Name)] == [SETTINGS_NAME]
     ]
     if len(found) != 1:
         raise ValueError(
-            f"{module}: an app module with settings assigns `{SETTINGS} = ...` once at module level, "
+            f"{module}: an app module with settings assigns `SETTINGS = ...` once at module level, "
             f"not {len(found)} times"
         )
     return found[0]

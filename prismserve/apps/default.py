@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prismserve.app.settings import SETTINGS, AppSettings, app_module_source
+from prismserve.app.settings import SETTINGS_NAME, AppSettings, app_module_source
 from prismserve.models.family import EngineSettings, ModelFamily, SettingError
 
 WRITTEN = (
@@ -61,10 +61,10 @@ def _settings(family: ModelFamily, values: dict[str, Any]) -> AppSettings:
             f"{family.name}'s default app {module} does not import ({exc}): install it, or fix the "
             "family's DefaultApp(module=...)"
         ) from None
-    kind = type(getattr(imported, SETTINGS, None))
+    kind = type(getattr(imported, SETTINGS_NAME, None))
     if not issubclass(kind, AppSettings):
         raise SettingError(
-            f"{family.name}'s default app {module} has no `{SETTINGS} = ...` statement building an "
+            f"{family.name}'s default app {module} has no `SETTINGS = ...` statement building an "
             "AppSettings (prismserve.app.AppSettings): an app module for a family keeps its parameters there"
         )
     try:

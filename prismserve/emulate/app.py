@@ -17,6 +17,12 @@ MODALITIES = {
 }
 
 
+_DOC = """`sim` executors along the planned paths (prismserve.emulate).
+
+Its costs are known, so `prismserve serve --gpus N` plans it from them instead of measuring
+(`Config.planner_spec`), with sim times divided by $PRISMSERVE_SIM_SPEEDUP (default 1)."""
+
+
 class EmulatedAppSettings(AppSettings):
     """`prismserve.emulate.chat_app`'s settings: which emulated model (a name in
     `prismserve.emulate.catalog.MODELS`) it serves."""
@@ -46,9 +52,3 @@ def app_source(model: str) -> str:
     if model not in MODELS:
         raise KeyError(f"no emulated model {model!r}; there are {sorted(MODELS)}")
     return app_module_source(CHAT_APP, EmulatedAppSettings(model=model), doc=f"Emulated {model}: {_DOC}")
-
-
-_DOC = """`sim` executors along the planned paths (prismserve.emulate).
-
-Its costs are known, so `prismserve serve --gpus N` plans it from them instead of measuring
-(`Config.planner_spec`), with sim times divided by $PRISMSERVE_SIM_SPEEDUP (default 1)."""
