@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import prismserve  # noqa: F401  (telemetry off)
-from prismserve.demo import app_source, media
+from prismserve.apps import demo_app_source
+from prismserve.demo import media
 from prismserve.models import tiny
 from prismserve.offline import go_offline
 from prismserve.planner import Plan
@@ -139,8 +140,8 @@ SPLITS = {"transformers": ("split",), "vllm": ("split_vllm",), "both": ("split",
 def omni_app(model: str, label: str, codes: int) -> str:
     """The Omni app of deployment `label`, speaking up to `codes` codec ids per answer."""
     if label == "split_vllm":
-        return app_source(model, max_codes=codes, engine="vllm", vllm={"dtype": "float32"})
-    return app_source(model, max_codes=codes, monolith=label != "split")
+        return demo_app_source(model, max_codes=codes, engine="vllm", vllm={"dtype": "float32"})
+    return demo_app_source(model, max_codes=codes, monolith=label != "split")
 
 
 def show(label: str, row: dict[str, float]) -> str:
@@ -179,7 +180,7 @@ async def measure(
             await load(runtime, app, cycle, clients, clients)  # warm-up: one request per client
         for n in sorted(set(replicas.values())):
             baseline = f"monolith{n}"
-            plan = {"cells": [{"gpus": 1, "count": n, "replicas": {"omni.whole": 1}}]}
+            plan = {"cells": [{"gpus": 1, "count": n, "replicas": {"model.whole": 1}}]}
             await runtime.deploy("whole", Plan.model_validate(plan))
             await load(runtime, whole, cycle, clients, clients)
             compared = [(label, app) for label, app in apps.items() if replicas[label] == n]

@@ -25,42 +25,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from prismserve.app import AppRegistry, load_app_source
+from prismserve.apps import demo_app_source
 from prismserve.offline import go_offline
 from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import TaskGraph, use_dispatcher
-
-APP_SOURCE = """
-from collections.abc import AsyncIterator
-from prismserve.app import AppConfig
-from prismserve.protocol.chat import ChatChunk, ChatRequest
-from prismserve.tasklib import OmniTask, chat_chunks
-
-omni = OmniTask(model={model!r}, max_codes={max_codes}, monolith={monolith}, engine={engine!r}, vllm={vllm!r})
-
-class Config(AppConfig):
-    tasks = {{"omni": omni}}
-    input_modalities = frozenset({{"text", "image", "audio"}})
-    output_modalities = frozenset({{"text", "audio"}})
-
-async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
-    async for chunk in chat_chunks(await omni(request)):
-        yield chunk
-"""
-
-
-def app_source(
-    model: str,
-    *,
-    monolith: bool = False,
-    max_codes: int = 50,
-    engine: str = "transformers",
-    vllm: dict[str, Any] | None = None,
-) -> str:
-    """The demo's Omni app on `model` (`max_codes` 50: one second of speech per spoken answer)."""
-    return APP_SOURCE.format(
-        model=model, max_codes=max_codes, monolith=monolith, engine=engine, vllm=vllm or {}
-    )
 
 
 def describe_graph(graph: TaskGraph) -> str:
@@ -149,7 +118,7 @@ async def _in_process(as_json: bool) -> None:
     from prismserve.protocol.openai import OpenAIChatRequest
 
     registry = AppRegistry()
-    app = load_app_source(app_source(_tiny_model()), "omni", "<demo app>")
+    app = load_app_source(demo_app_source(_tiny_model()), "omni", "<demo app>")
     registry.register(app)
     print(f"app {app.name!r}: request {app.request_model.__name__}, streams {app.response_model.__name__}")
     print(f"deployments: {len(registry.deployments)}")
@@ -192,7 +161,7 @@ async def _server(fake_gpus: int) -> None:
     from prismserve.protocol.openai import OpenAIChatRequest
     from prismserve.runtime import create_runtime
 
-    source = app_source(_tiny_model())
+    source = demo_app_source(_tiny_model())
     runtime = create_runtime(fake_gpus=fake_gpus)
     await runtime.start()
     token = secrets.token_urlsafe(16)
@@ -233,7 +202,7 @@ async def _server(fake_gpus: int) -> None:
                 body["model"] = "omni"
                 request = await to_chat_request(OpenAIChatRequest.model_validate(body), app)
                 print(f"\nPOST /v1/chat/completions  ({request.request_type})")
-                print(describe_graph(app.tasks["omni"].record(request)))
+                print(describe_graph(app.tasks["model"].record(request)))
                 response = await client.post("/v1/chat/completions", json=body)
                 response.raise_for_status()
                 message = response.json()["choices"][0]["message"]

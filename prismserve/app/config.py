@@ -85,7 +85,7 @@ class Autoscale(BaseModel):
 
 
 class AppConfig:
-    """Subclass as `class Config(AppConfig)` in an app file and list its tasks by name.
+    """Subclass as the app file's `Config` class and list its tasks by name.
 
     `tasks` maps a name to each task the app's serve() calls; the unit tasks reachable from them
     are what gets deployed (equivalent unit tasks are deployed once, across apps too).

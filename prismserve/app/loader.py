@@ -103,7 +103,8 @@ def _config_tasks(module: ModuleType, filename: str) -> dict[str, Task[Any, Any]
     config = getattr(module, "Config", None)
     if config is None:
         raise AppLoadError(
-            f"{filename}: no `class Config(AppConfig)` found; declare one listing the app's tasks"
+            f"{filename}: no `Config` found; declare a class Config deriving from prismserve.app.AppConfig "
+            "that lists the app's tasks"
         )
     if not (inspect.isclass(config) and issubclass(config, AppConfig)):
         raise AppLoadError(f"{filename}: `Config` must be a class deriving from prismserve.app.AppConfig")

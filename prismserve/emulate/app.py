@@ -1,54 +1,54 @@
-"""App files serving an emulated model through the gateway's OpenAI API."""
+"""Apps serving an emulated model through the gateway's OpenAI API: the app module
+`prismserve.emulate.chat_app` with its settings written for one model of the catalog."""
 
 from __future__ import annotations
 
+from pydantic import field_validator
+
+from prismserve.app.settings import AppSettings, app_module_source
 from prismserve.emulate.catalog import MODELS
 
-_TEMPLATE = '''"""Emulated {name}: `sim` executors along the planned paths (prismserve.emulate).
+CHAT_APP = "prismserve.emulate.chat_app"
+
+# What each emulated model takes and answers with (its `Config`'s modalities).
+MODALITIES = {
+    "qwen25-omni": (frozenset({"text", "image", "audio", "video"}), frozenset({"text", "audio"})),
+    "internvl3-38b": (frozenset({"text", "image"}), frozenset({"text"})),
+}
+
+
+_DOC = """`sim` executors along the planned paths (prismserve.emulate).
 
 Its costs are known, so `prismserve serve --gpus N` plans it from them instead of measuring
-(`Config.planner_spec`), with sim times divided by $PRISMSERVE_SIM_SPEEDUP (default 1).
-"""
-
-import os
-
-from prismserve.app import AppConfig
-from prismserve.protocol.chat import ChatCompletion, ChatRequest
-from prismserve.emulate.catalog import MODELS
-from prismserve.emulate.tasks import EmulatedTask, completion
-
-SPEEDUP = float(os.environ.get("PRISMSERVE_SIM_SPEEDUP", "1"))
-model = EmulatedTask(spec=MODELS[{name!r}])
+(`Config.planner_spec`), with sim times divided by $PRISMSERVE_SIM_SPEEDUP (default 1)."""
 
 
-class Config(AppConfig):
-    tasks = {{"model": model}}
-    input_modalities = frozenset({inputs!r})
-    output_modalities = frozenset({outputs!r})
+class EmulatedAppSettings(AppSettings):
+    """`prismserve.emulate.chat_app`'s settings: which emulated model (a name in
+    `prismserve.emulate.catalog.MODELS`) it serves."""
 
-    @staticmethod
-    def planner_spec(requests):
-        return MODELS[{name!r}].served_spec(requests, SPEEDUP)
+    model: str
 
-    @staticmethod
-    def deployment_plan(plan):
-        return MODELS[{name!r}].served_deployment(plan, SPEEDUP)
+    @field_validator("model")
+    @classmethod
+    def _known(cls, model: str) -> str:
+        if model not in MODELS or model not in MODALITIES:
+            raise ValueError(f"no emulated model {model!r}; there are {sorted(MODELS)}")
+        return model
 
+    @property
+    def input_modalities(self) -> frozenset[str]:
+        """What the model's requests may carry."""
+        return MODALITIES[self.model][0]
 
-async def serve(request: ChatRequest) -> ChatCompletion:
-    await model(request)
-    return completion(request)
-'''
-
-_MODALITIES = {
-    "qwen25-omni": ({"text", "image", "audio", "video"}, {"text", "audio"}),
-    "internvl3-38b": ({"text", "image"}, {"text"}),
-}
+    @property
+    def output_modalities(self) -> frozenset[str]:
+        """What the model answers with."""
+        return MODALITIES[self.model][1]
 
 
 def app_source(model: str) -> str:
     """The source of an app serving emulated `model` (one of prismserve.emulate.catalog.MODELS)."""
     if model not in MODELS:
         raise KeyError(f"no emulated model {model!r}; there are {sorted(MODELS)}")
-    inputs, outputs = _MODALITIES[model]
-    return _TEMPLATE.format(name=model, inputs=sorted(inputs), outputs=sorted(outputs))
+    return app_module_source(CHAT_APP, EmulatedAppSettings(model=model), doc=f"Emulated {model}: {_DOC}")

@@ -9,7 +9,7 @@ from typing import Any
 
 from prismserve.errors import UnknownModelError
 from prismserve.models.base import Adapter, Encoded, EngineModel, Generated, MediaError, MediaInput
-from prismserve.models.family import ENTRY_POINT_GROUP, EngineSettings, ModelFamily, SettingError
+from prismserve.models.family import ENTRY_POINT_GROUP, DefaultApp, EngineSettings, ModelFamily, SettingError
 
 
 def model_type(path: str) -> str:
@@ -76,6 +76,7 @@ def adapter_for(path: str, device: str | None = None) -> Any:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Adapter",
+    "DefaultApp",
     "Encoded",
     "EngineModel",
     "EngineSettings",

@@ -4,22 +4,22 @@
 
 from __future__ import annotations
 
-from prismserve.models.family import ModelFamily, chat_app, image_app
+from prismserve.models.family import DefaultApp, ModelFamily
 
-_VISION = frozenset({"text", "image"})
-_OMNI_IN = frozenset({"text", "image", "audio"})
-_SPEECH = frozenset({"text", "audio"})
 _TINY = "prismserve.models.tiny:"
+# The built-in apps (prismserve/apps/), by import path: this room describes them and never imports them.
+_MLLM_APP = "prismserve.apps.mllm"
+_OMNI_APP = "prismserve.apps.omni"
+_IMAGE_APP = "prismserve.apps.image"
 
 QWEN2_5_VL = ModelFamily(
     name="qwen2.5-vl",
     model_types=("qwen2_5_vl",),
     adapter="prismserve.models.qwen2_5_vl:Qwen25VL",
-    app=chat_app(
-        "MLLMTask",
-        "Qwen2.5-VL: the vision encoder (images and video clips) fissioned from the LLM, streaming text.",
-        _VISION | {"video"},
-        modalities=("image", "video"),
+    app=DefaultApp(
+        module=_MLLM_APP,
+        doc="Qwen2.5-VL: the vision encoder (images and video clips) fissioned from the LLM, streaming text.",
+        settings={"modalities": ("image", "video")},
     ),
     engines=("transformers", "vllm"),
     tiny=_TINY + "_qwen2_5_vl",
@@ -29,11 +29,10 @@ INTERNVL3 = ModelFamily(
     name="internvl3",
     model_types=("internvl",),
     adapter="prismserve.models.internvl:InternVL",
-    app=chat_app(
-        "MLLMTask",
-        "InternVL3: the vision encoder fissioned from the LLM, streaming text.",
-        _VISION,
-        media_tokens={"image": "tiles"},  # 256 tokens per 448-px tile, as its processor cuts them
+    app=DefaultApp(
+        module=_MLLM_APP,
+        doc="InternVL3: the vision encoder fissioned from the LLM, streaming text.",
+        settings={"image_tokens": "tiles"},  # 256 tokens per 448-px tile, as its processor cuts them
     ),
     engines=("transformers", "vllm"),
     tiny=_TINY + "_internvl3",
@@ -43,11 +42,10 @@ GEMMA3 = ModelFamily(
     name="gemma3",
     model_types=("gemma3",),
     adapter="prismserve.models.gemma3:Gemma3",
-    app=chat_app(
-        "MLLMTask",
-        "Gemma 3: the vision encoder fissioned from the LLM, streaming text.",
-        _VISION,
-        media_tokens={"image": "fixed"},  # 256 tokens per image, whatever its size
+    app=DefaultApp(
+        module=_MLLM_APP,
+        doc="Gemma 3: the vision encoder fissioned from the LLM, streaming text.",
+        settings={"image_tokens": "fixed"},  # 256 tokens per image, whatever its size
     ),
     engines=("transformers", "vllm"),
     tiny=_TINY + "_gemma3",
@@ -61,7 +59,7 @@ def _omni(name: str, model_type: str, adapter: str, vocoder: str, tiny: str) -> 
         name=name.lower(),
         model_types=(model_type,),
         adapter=adapter,
-        app=chat_app("OmniTask", doc, _OMNI_IN, _SPEECH),
+        app=DefaultApp(module=_OMNI_APP, doc=doc),
         engines=("transformers", "vllm"),
         main="thinker",
         tiny=_TINY + tiny,
@@ -79,7 +77,9 @@ QWEN_IMAGE = ModelFamily(
     name="qwen-image",
     model_types=("QwenImagePipeline",),
     adapter="prismserve.models.qwen_image:QwenImage",
-    app=image_app("Qwen-Image: the text encoder fissioned from the DiT + VAE generator."),
+    app=DefaultApp(
+        module=_IMAGE_APP, doc="Qwen-Image: the text encoder fissioned from the DiT + VAE generator."
+    ),
     main="generator",
     tiny=_TINY + "_qwen_image",
 )

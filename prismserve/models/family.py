@@ -1,5 +1,6 @@
 """A model family as a plugin: which checkpoints it takes, the adapter that loads them, and the app
-`prismserve serve MODEL` builds for them.
+`prismserve serve MODEL` serves them with (as data: an app module and its settings, which
+`prismserve.apps` turns into the app's source).
 
 Families are found through the `prismserve.models` entry point group (`prismserve.models.builtin`);
 each entry point names a `ModelFamily`. prismserve's own families are declared there too.
@@ -8,7 +9,6 @@ each entry point names a `ModelFamily`. prismserve's own families are declared t
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,23 +42,36 @@ class EngineSettings(BaseModel):
 VLLM_ONLY = ("dtype", "max_model_len", "tensor_parallel_size")
 
 
+class DefaultApp(BaseModel):
+    """A family's default app, as data: the app `module` (an import path: `prismserve.apps.mllm`,
+    `prismserve.apps.omni`, `prismserve.apps.image`, or a plugin's own) and the `settings` the family
+    gives its `SETTINGS` statement; the checkpoint (`model`) and the engine flags (`engine`, `vllm`,
+    `gpus`) are filled in when it is served. `doc` becomes the written app's docstring."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    module: str = Field(pattern=r"^[A-Za-z_][\w.]*$")
+    doc: str
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """One model family: what `prismserve` needs to detect, load and serve its checkpoints.
 
     `model_types` are the config.json `model_type`s it takes (a diffusers pipeline: its
     model_index.json `_class_name`); `adapter` is the import path (`module:Class`) of its adapter
-    (`prismserve.models.base.Adapter`); `app` writes the source of its default app for a local
-    checkpoint path and the engine settings (see `chat_app`); `engines` are the engines that app can
-    run its main stage on, the first the default; `main` is the component `--gpu-memory-utilization`
-    and `--tensor-parallel-size` size; `tiny` the import path of a builder of a tiny random-weight
-    checkpoint (a function of the target directory), if any.
+    (`prismserve.models.base.Adapter`); `app` its default app (`prismserve.apps.default_app_source`
+    writes it for a local checkpoint path and the engine settings); `engines` are the engines that app
+    can run its main stage on, the first the default; `main` is the component
+    `--gpu-memory-utilization` and `--tensor-parallel-size` size; `tiny` the import path of a builder
+    of a tiny random-weight checkpoint (a function of the target directory), if any.
     """
 
     name: str
     model_types: tuple[str, ...]
     adapter: str
-    app: Callable[[str, EngineSettings], str]
+    app: DefaultApp
     engines: tuple[Engine, ...] = ("transformers",)
     main: str = "llm"
     tiny: str | None = None
@@ -67,12 +80,6 @@ class ModelFamily:
     def adapter_class(self) -> Any:
         """The adapter class, imported now."""
         return load_object(self.adapter)
-
-    def app_source(self, model: str, settings: EngineSettings | None = None) -> str:
-        """The default app's source for the checkpoint at `model` (a local path, written in as a
-        literal); raises `SettingError` for settings this family or engine does not take."""
-        settings = self.checked(settings or EngineSettings())
-        return self.app(model, settings)
 
     def checked(self, settings: EngineSettings) -> EngineSettings:
         """`settings` with the engine filled in; a `SettingError` for one that does not apply."""
@@ -96,131 +103,3 @@ def load_object(path: str) -> Any:
     """The object an import path `module:attribute` names."""
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
-
-
-def main_gpus(settings: EngineSettings, main: str) -> tuple[dict[str, float], dict[str, Any]]:
-    """The composite's `gpus` and vLLM `engine_args` the GPU settings make for component `main`:
-    tensor parallelism is whole GPUs, a memory share is a share of one (with tensor parallelism, vLLM's
-    own `gpu_memory_utilization`)."""
-    tp, share = settings.tensor_parallel_size, settings.gpu_memory_utilization
-    if tp is not None and tp > 1:
-        return {main: float(tp)}, ({"gpu_memory_utilization": share} if share is not None else {})
-    if share is not None:
-        return {main: share}, {}
-    return {}, {}
-
-
-_CHAT_APP = '''\
-"""{doc}
-
-Written by `prismserve serve` for the checkpoint at MODEL; copy it to compose the model differently.
-"""
-
-from collections.abc import AsyncIterator
-
-from prismserve.app import AppConfig
-from prismserve.protocol.chat import ChatChunk, ChatRequest
-from prismserve.tasklib import {imports}
-
-MODEL = {model!r}
-model = {task}(
-{arguments})
-
-
-class Config(AppConfig):
-    tasks = {{"model": model}}
-    input_modalities = frozenset({inputs!r})
-    output_modalities = frozenset({outputs!r})
-
-
-async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
-    async for chunk in chat_chunks(await model(request)):
-        yield chunk
-'''
-
-
-_IMAGE_APP = '''\
-"""{doc}
-
-Written by `prismserve serve` for the checkpoint at MODEL; copy it to compose the model differently.
-"""
-
-from prismserve.app import AppConfig
-from prismserve.protocol.images import ImageRequest, ImageResponse
-from prismserve.tasklib.imagegen import ImageGenTask, image_response
-
-MODEL = {model!r}
-model = ImageGenTask(
-{arguments})
-
-
-class Config(AppConfig):
-    tasks = {{"model": model}}
-
-
-async def serve(request: ImageRequest) -> ImageResponse:
-    return await image_response(await model(request))
-'''
-
-
-def _arguments(values: dict[str, Any]) -> str:
-    return "".join(
-        f"    {name}={'MODEL' if name == 'model' else repr(value)},\n" for name, value in values.items()
-    )
-
-
-def _engine_arguments(settings: EngineSettings, main: str) -> dict[str, Any]:
-    gpus, engine_args = main_gpus(settings, main)
-    values: dict[str, Any] = {}
-    if settings.engine == "vllm":
-        values["engine"] = "vllm"
-        vllm: dict[str, Any] = {}
-        if settings.dtype is not None:
-            vllm["dtype"] = settings.dtype
-        if settings.max_model_len is not None:
-            vllm["max_model_len"] = settings.max_model_len
-        if engine_args:
-            vllm["engine_args"] = engine_args
-        if vllm:
-            values["vllm"] = vllm
-    if gpus:
-        values["gpus"] = gpus
-    return values
-
-
-def chat_app(
-    task: Literal["MLLMTask", "OmniTask"],
-    doc: str,
-    inputs: frozenset[str],
-    outputs: frozenset[str] = frozenset({"text"}),
-    **fields: Any,
-) -> Callable[[str, EngineSettings], str]:
-    """The `app` of a chat family whose default app is one `MLLMTask` or `OmniTask` (encoders
-    fissioned) with `fields`, streaming its answer over `/v1/chat/completions`."""
-
-    def source(model: str, settings: EngineSettings) -> str:
-        main = "thinker" if task == "OmniTask" else "llm"
-        values = {"model": model, "encoder_fission": True, **fields, **_engine_arguments(settings, main)}
-        return _CHAT_APP.format(
-            doc=doc,
-            model=model,
-            imports=f"{task}, chat_chunks",
-            task=task,
-            arguments=_arguments(values),
-            inputs=sorted(inputs),
-            outputs=sorted(outputs),
-        )
-
-    return source
-
-
-def image_app(doc: str) -> Callable[[str, EngineSettings], str]:
-    """The `app` of a diffusers text-to-image family: `ImageGenTask` with the text encoder fissioned,
-    over `/v1/images/generations`."""
-
-    def source(model: str, settings: EngineSettings) -> str:
-        gpus, _ = main_gpus(settings, "generator")
-        values = {"model": model, "text_encoder_fission": True, **({"gpus": gpus} if gpus else {})}
-        return _IMAGE_APP.format(doc=doc, model=model, arguments=_arguments(values))
-
-    return source

@@ -294,7 +294,8 @@ async def _reported(step: Awaitable[object]) -> bool:
 
 def app_source(options: ServeOptions) -> tuple[str, str, str]:
     """The app to register: its source, name and file name. An app file is read as it is; a model is
-    resolved to a local checkpoint (downloaded from the hub if need be) whose family writes the app."""
+    resolved to a local checkpoint (downloaded from the hub if need be) served by its family's default
+    app (`prismserve.apps`)."""
     if options.is_app_file:
         given = [flag for flag, value in _engine_flags(options.engine) if value is not None]
         if given:
@@ -308,6 +309,7 @@ def app_source(options: ServeOptions) -> tuple[str, str, str]:
         except OSError as exc:
             raise StartupError(f"{options.target}: cannot read app file: {exc.strerror or exc}") from None
         return source, options.name or Path(options.target).stem, options.target
+    from prismserve.apps import default_app_source
     from prismserve.models import family_for
     from prismserve.models.hub import local_checkpoint, resolve_checkpoint
 
@@ -315,7 +317,7 @@ def app_source(options: ServeOptions) -> tuple[str, str, str]:
         local = local_checkpoint(options.target)
         checkpoint = resolve_checkpoint(options.target, offline=options.offline)
         family = family_for(str(checkpoint))
-        source = family.app_source(str(checkpoint), options.engine)
+        source = default_app_source(family, str(checkpoint), options.engine)
     except (UnknownModelError, SettingError) as exc:
         raise StartupError(str(exc)) from None
     name = options.name or (local.name if local is not None else options.target)

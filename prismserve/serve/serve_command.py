@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from prismserve.gateway.launch import ServeOptions
 
 DEFAULTS: dict[str, Any] = {
     "name": None,
@@ -30,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "access_log": True,
     "api_key": None,
     "allowed_media_domains": None,
+    "write_app": None,
 }
 """Every setting of `prismserve serve` (by its flag's dest) and its value when neither the command
 line nor the config file gives one."""
@@ -69,6 +74,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--name",
         dest="name",
         help="the name clients use as `model` (default: the hub id, the directory's name, or the file's stem)",
+    )
+    parser.add_argument(
+        "--write-app",
+        metavar="FILE",
+        help="write the app that would be served (MODEL's default app, for the checkpoint and engine flags "
+        "given) to FILE ('-': standard output) and exit, starting nothing; edit it, then `prismserve serve FILE`",
     )
     parser.add_argument("--plan", metavar="PLAN.json", help="deployment plan to apply at start")
     parser.add_argument(
@@ -258,7 +269,9 @@ def run_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"error: {validation_message(exc)}", file=sys.stderr)
         return 2
-    return run_server(
+    # --write-app: the app that would be served, written for the user to edit; nothing starts.
+    run = run_server if options["write_app"] is None else partial(write_app, path=options["write_app"])
+    return run(
         ServeOptions(
             target=options["model"],
             name=options["name"],
@@ -280,3 +293,27 @@ def run_serve(args: argparse.Namespace) -> int:
             allowed_media_domains=options["allowed_media_domains"],
         )
     )
+
+
+def write_app(options: ServeOptions, path: str) -> int:
+    """`--write-app FILE`: the app `options` would serve, checked as serving checks it and written to
+    FILE ('-': standard output), for the user to edit; nothing starts. Returns the exit code."""
+    from prismserve.app import AppLoadError, load_app_source
+    from prismserve.gateway.launch import StartupError, app_source
+
+    try:
+        source, name, filename = app_source(options)
+        load_app_source(source, name, filename=filename)
+    except (StartupError, AppLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if path == "-":
+        sys.stdout.write(source)
+        return 0
+    try:
+        Path(path).write_text(source)
+    except OSError as exc:
+        print(f"error: {path}: cannot write the app: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {name}'s app to {path}; serve it with `prismserve serve {path}`", file=sys.stderr)
+    return 0

@@ -101,7 +101,7 @@ def test_bad_request_data_is_a_validation_error_naming_the_field():
 BAD_APPS = {
     "no_config": (
         HEADER + "async def serve(request: ChatRequest) -> ChatRequest:\n    return request\n",
-        r"no_config\.py: no `class Config\(AppConfig\)` found",
+        r"no_config\.py: no `Config` found; declare a class Config deriving from prismserve\.app\.AppConfig",
     ),
     "config_not_appconfig": (
         HEADER + "class Config:\n    tasks = {}\nasync def serve(request: ChatRequest) -> ChatRequest: ...\n",

@@ -1,5 +1,6 @@
-"""`prismserve serve MODEL`: family detection and plugins, the default apps, settings from flags and a
-config file, hub downloads (a local fake hub), and a tiny Qwen2.5-Omni served with no app file."""
+"""`prismserve serve MODEL`: family detection and plugins, the default apps (and `--write-app`), settings
+from flags and a config file, hub downloads (a local fake hub), and a tiny Qwen2.5-Omni served with no
+app file."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ import httpx
 import pytest
 from fake_hub import FakeHub, fake_hub
 
-from prismserve.app import load_app_source
-from prismserve.cli import _build_parser
+from prismserve.app import load_app, load_app_source
+from prismserve.apps import default_app_source, demo_app_source
+from prismserve.cli import _build_parser, main
 from prismserve.models import EngineSettings, SettingError, families, family_for, family_of
 from prismserve.models.builtin import BUILTIN, QWEN2_5_OMNI, QWEN2_5_VL, QWEN_IMAGE
 from prismserve.serve.launch import ServeOptions, StartupError, app_source, prepare_server
@@ -53,20 +55,88 @@ def test_each_family_is_detected_from_its_checkpoint_config(tmp_path):
 
 def test_default_apps_load_with_the_settings_in_place():
     for family in BUILTIN:
-        app = load_app_source(family.app_source("/ckpt/x"), f"Org/{family.name}")
+        app = load_app_source(default_app_source(family, "/ckpt/x"), f"Org/{family.name}")
         assert app.module.MODEL == "/ckpt/x" and len(app.unit_tasks()) >= 2  # encoders fissioned
-    omni = load_app_source(QWEN2_5_OMNI.app_source("/ckpt/o"), "omni")
+    omni = load_app_source(default_app_source(QWEN2_5_OMNI, "/ckpt/o"), "omni")
     assert set(omni.named_unit_tasks()) == {
         "model.encoders.image", "model.encoders.audio", "model.thinker", "model.talker", "model.vocoder",
     }  # fmt: skip
     assert omni.config.output_modalities == {"text", "audio"}
     vllm = EngineSettings(engine="vllm", dtype="bfloat16", max_model_len=8192, tensor_parallel_size=2)
-    vl = load_app_source(QWEN2_5_VL.app_source("/ckpt/vl", vllm), "vl").named_unit_tasks()["model.llm"]
+    vl = load_app_source(default_app_source(QWEN2_5_VL, "/ckpt/vl", vllm), "vl").named_unit_tasks()[
+        "model.llm"
+    ]
     assert (type(vl).__name__, vl.gpus, vl.dtype, vl.max_model_len) == ("VLLMTask", 2.0, "bfloat16", 8192)
-    shared = QWEN2_5_OMNI.app_source("/ckpt/o", EngineSettings(gpu_memory_utilization=0.4))
+    shared = default_app_source(QWEN2_5_OMNI, "/ckpt/o", EngineSettings(gpu_memory_utilization=0.4))
     assert load_app_source(shared, "o").named_unit_tasks()["model.thinker"].gpus == 0.4
-    image = load_app_source(QWEN_IMAGE.app_source("/ckpt/i"), "i").named_unit_tasks()
+    image = load_app_source(default_app_source(QWEN_IMAGE, "/ckpt/i"), "i").named_unit_tasks()
     assert set(image) == {"model.text_encoder", "model.generator"}
+
+
+def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
+    """ruff with this repository's rules, on files outside it."""
+    command = [sys.executable, "-m", "ruff", *args, "--config", str(REPO / "pyproject.toml"), "--no-cache"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_write_app_writes_the_app_served_for_each_family_and_the_demo(tmp_path, capsys):
+    """`serve MODEL --write-app FILE` writes the default app with the checkpoint and the engine flags in
+    place and starts nothing; the file is ruff-clean, loads, and deploys the same tasks as the app served."""
+    written = []
+    for family in BUILTIN:
+        checkpoint = _checkpoint(tmp_path, family.name, family.model_types[0])
+        out = tmp_path / f"{family.name.replace('.', '_')}_app.py"
+        flags = ("--engine", "vllm", "--dtype", "bfloat16", "--gpu-memory-utilization", "0.5") * (
+            "vllm" in family.engines
+        )
+        assert main(["serve", str(checkpoint), *flags, "--write-app", str(out)]) == 0
+        assert f"; serve it with `prismserve serve {out}`" in capsys.readouterr().err
+        engine = (
+            EngineSettings(engine="vllm", dtype="bfloat16", gpu_memory_utilization=0.5) if flags else None
+        )
+        source, name, _ = app_source(ServeOptions(str(checkpoint), engine=engine or EngineSettings()))
+        assert out.read_text() == source == default_app_source(family, str(checkpoint), engine)
+        served, copy = load_app_source(source, name), load_app(out)
+        assert copy.named_unit_tasks() == served.named_unit_tasks() and str(checkpoint) == copy.module.MODEL
+        assert copy.config.input_modalities == served.config.input_modalities
+        assert (copy.request_type, copy.response_type) == (served.request_type, served.response_type)
+        assert not flags or all(
+            t.gpus == 0.5 for k, t in copy.named_unit_tasks().items() if k.endswith(family.main)
+        )
+        written.append(out)
+    demo = tmp_path / "demo_app.py"
+    demo.write_text(demo_app_source("/ckpt/tiny-omni", monolith=True))
+    assert set(load_app(demo).named_unit_tasks()) == {"model.whole"}
+    written.append(demo)
+    for check in (("check", "--select", "E,F,B,UP,SIM,I,W"), ("format", "--check")):
+        result = _ruff(*check, *map(str, written))
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_each_app_module_is_itself_an_app():
+    """The built-in app modules, as they are in the package, are app files with default settings."""
+    from prismserve.apps import image, mllm, omni
+    from prismserve.emulate import chat_app
+
+    for module in (mllm, omni, image, chat_app):
+        app = load_app(module.__file__, "builtin")
+        assert app.module.SETTINGS == module.SETTINGS and app.named_unit_tasks()
+
+
+def test_write_app_to_stdout_and_its_errors(tmp_path, capsys):
+    checkpoint = _checkpoint(tmp_path, "vl", "qwen2_5_vl")
+    assert main(["serve", str(checkpoint), "--write-app", "-"]) == 0
+    assert capsys.readouterr().out == default_app_source(QWEN2_5_VL, str(checkpoint))
+    for argv, message in (
+        ([str(tmp_path / "none")], "no checkpoint directory there"),
+        ([str(checkpoint), "--dtype", "float16"], "--dtype only applies to the vLLM engine"),
+        ([str(checkpoint), "--write-app", str(tmp_path / "no" / "dir" / "app.py")], "cannot write the app"),
+    ):
+        if "--write-app" not in argv:
+            argv = [*argv, "--write-app", str(tmp_path / "app.py")]
+        assert main(["serve", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
@@ -79,7 +149,7 @@ def test_default_apps_load_with_the_settings_in_place():
 )  # fmt: skip
 def test_settings_that_do_not_apply_are_errors(family, given, message):
     with pytest.raises(SettingError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        family.app_source("/ckpt/x", EngineSettings(**given))
+        default_app_source(family, "/ckpt/x", EngineSettings(**given))
 
 
 def test_an_app_file_refuses_model_settings():
@@ -88,14 +158,17 @@ def test_an_app_file_refuses_model_settings():
 
 
 PLUGIN = """
-from prismserve.models import ModelFamily
-from prismserve.models.family import chat_app
+from prismserve.models import DefaultApp, ModelFamily
 
 FAMILY = ModelFamily(
     name="fake-vl",
     model_types=("fake_vl",),
     adapter="fake_family:Adapter",
-    app=chat_app("MLLMTask", "A third-party vision-language family.", frozenset({"text", "image"})),
+    app=DefaultApp(
+        module="prismserve.apps.mllm",
+        doc="A third-party vision-language family.",
+        settings={"image_tokens": "fixed"},
+    ),
 )
 """
 
@@ -116,6 +189,61 @@ def test_a_plugin_family_is_found_through_its_entry_point(tmp_path, monkeypatch)
     assert family_for(str(checkpoint)).name == "fake-vl"
     source, name, _ = app_source(ServeOptions(str(checkpoint)))
     assert name == "fake-ckpt" and str(checkpoint) == load_app_source(source, name).module.MODEL
+    assert source.startswith('"""A third-party vision-language family.') and 'image_tokens="fixed"' in source
+
+
+# A plugin's own app module: its settings class in the module itself (the written copy keeps it).
+PLUGIN_APP = """\"\"\"A third-party app.\"\"\"
+
+from collections.abc import AsyncIterator
+
+from prismserve.app import AppConfig, AppSettings
+from prismserve.protocol.chat import ChatChunk, ChatRequest
+from prismserve.tasklib import MLLMTask, chat_chunks
+
+
+class Settings(AppSettings):
+    model: str
+    greeting: str = "hello"
+    gpus: dict[str, float] = {}
+
+
+SETTINGS = Settings(model="acme/vl")  # the one statement
+
+model = MLLMTask(model=SETTINGS.model, gpus=SETTINGS.gpus)
+
+
+class Config(AppConfig):
+    tasks = {"model": model}
+
+
+async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
+    async for chunk in chat_chunks(await model(request)):
+        yield chunk
+"""
+
+
+def test_a_plugin_family_may_bring_its_own_app_module(tmp_path, monkeypatch):
+    from prismserve.models import DefaultApp, ModelFamily
+
+    (tmp_path / "acme_app.py").write_text(PLUGIN_APP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    own = DefaultApp(module="acme_app", doc="Acme-VL.", settings={"greeting": "hi"})
+    family = ModelFamily(name="acme", model_types=("acme",), adapter="acme:A", app=own)
+    source = default_app_source(family, "/ckpt/acme", EngineSettings(gpu_memory_utilization=0.5))
+    assert (
+        'SETTINGS = Settings(\n    model="/ckpt/acme",\n    greeting="hi",\n    gpus={"llm": 0.5},\n)  # the one'
+        in source
+    )
+    assert load_app_source(source, "acme").named_unit_tasks()["model.llm"].gpus == 0.5
+    for app, message in (
+        (own.model_copy(update={"settings": {"greting": "hi"}}), "greting: Extra inputs are not permitted"),
+        (own.model_copy(update={"module": "no_such_app"}), "acme's default app no_such_app does not import"),
+        (own.model_copy(update={"module": "json"}), "has no `SETTINGS = ...` statement"),
+    ):
+        broken = ModelFamily(name="acme", model_types=("acme",), adapter="acme:A", app=app)
+        with pytest.raises(SettingError, match=message):
+            default_app_source(broken, "/ckpt/acme")
 
 
 def _serve_args(*argv: str) -> dict[str, object]:
@@ -142,6 +270,7 @@ def test_a_config_file_holds_every_flag_and_the_command_line_wins(tmp_path, monk
             api-key: from-file
             allowed-media-domains: [example.com, cdn.example.com]
             fake-gpus: 4
+            write-app: app.py
         """)
     )
     merged = _serve_args("--config", str(config), "--port", "9001", "--access-log", "/ckpt/other")
@@ -152,7 +281,7 @@ def test_a_config_file_holds_every_flag_and_the_command_line_wins(tmp_path, monk
     assert (merged["gpu_memory_utilization"], merged["host"], merged["log_level"], merged["offline"]) == (
         0.5, "0.0.0.0", "info", True,
     )  # fmt: skip
-    assert merged["api_key"] == "from-file" and merged["fake_gpus"] == 4
+    assert merged["api_key"] == "from-file" and merged["fake_gpus"] == 4 and merged["write_app"] == "app.py"
     assert merged["allowed_media_domains"] == ("example.com", "cdn.example.com")
     defaults = _serve_args("Qwen/Qwen2.5-Omni-7B")
     assert (defaults["port"], defaults["host"], defaults["access_log"], defaults["api_key"]) == (

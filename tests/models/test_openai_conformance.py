@@ -12,6 +12,7 @@ import openai
 import pytest
 from openai_checks import check_sampling
 
+from prismserve.apps import default_app_source
 from prismserve.gateway import create_gateway
 from prismserve.models import adapter_for, family_for
 from prismserve.protocol.chat import ChatRequest
@@ -30,7 +31,7 @@ def client(tiny_vl, serve_gateway):
     """The `openai` client of a gateway serving the tiny Qwen2.5-VL's default app."""
     app = create_gateway(LocalRuntime(), admin_token=TOKEN)
     with serve_gateway(app) as url:
-        source = family_for(tiny_vl).app_source(tiny_vl)
+        source = default_app_source(family_for(tiny_vl), tiny_vl)
         registered = httpx.post(
             f"{url}/admin/apps",
             json={"name": NAME, "source": source},
