@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
-    from prismserve.gateway.launch import ServeOptions
+    from prismserve.serve.launch import ServeOptions
 
 DEFAULTS: dict[str, Any] = {
     "name": None,
@@ -299,7 +299,7 @@ def write_app(options: ServeOptions, path: str) -> int:
     """`--write-app FILE`: the app `options` would serve, checked as serving checks it and written to
     FILE ('-': standard output), for the user to edit; nothing starts. Returns the exit code."""
     from prismserve.app import AppLoadError, load_app_source
-    from prismserve.gateway.launch import StartupError, app_source
+    from prismserve.serve.launch import StartupError, app_source
 
     try:
         source, name, filename = app_source(options)
