@@ -2,7 +2,7 @@
 
 The same plans, requests, overload (arrivals at `--load` x the plan's prediction) and measurement
 (completions between the first and last 10 %) as fig10_internvl3.py, but the `sim` replicas are
-simulated in virtual time: static batches (`Batcher`) or processor sharing (`SharedEngine`) with
+simulated in virtual time: static batches (`AsyncBatcher`) or processor sharing (`SharedEngine`) with
 each executor's profile, replicas picked by fewest invocations in flight (the dispatcher's static
 policy), a path per request by the plan's probabilities. Seconds per run instead of minutes, and
 no CPU noise, so it separates what the queueing does from what the machine does, at any run

@@ -69,7 +69,7 @@ class Executor(Generic[SettingsT, InputT, OutputT]):
     Inputs arrive with every data handle already fetched; outputs may hold raw values in
     DataHandle fields (the replica moves them to the data plane). Engines that batch (vLLM's
     async engine, a transformers encoder, a diffusers pipeline) batch concurrent calls themselves,
-    or with `Batcher`.
+    or with `AsyncBatcher`.
     """
 
     # The type arguments, readable on the class: a unit task's settings, input and output types
@@ -127,8 +127,9 @@ def _type_arguments(origin: type[Executor[Any, Any, Any]], base: Any) -> tuple[A
     return settings, task_input, output
 
 
-class Batcher(Generic[ItemT, ResultT]):
-    """Groups concurrent calls into batches of at most `max_batch`, one batch at a time.
+class AsyncBatcher(Generic[ItemT, ResultT]):
+    """Groups concurrent calls (coroutines) into batches of at most `max_batch`, one batch at a time;
+    `models.base.ThreadBatcher` is the same for callers that are threads.
 
     `handler(items)` returns one result per item, in order. Calls wait by `queue_key`: the least
     slack to their request's deadline first (`service(item)`: the seconds an item needs, 0 when

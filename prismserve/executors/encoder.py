@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from prismserve.executors.base import Batcher, Executor, media_rejected
+from prismserve.executors.base import AsyncBatcher, Executor, media_rejected
 from prismserve.executors.loading import model_adapter
 from prismserve.models import Encoded
 from prismserve.task import DataHandle, InvalidInputError
@@ -18,7 +18,9 @@ class EncoderExecutor(Executor[EncoderSettings, MediaItem, EncoderOutput]):
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_encoder, self.task.modality)
-        self.batcher: Batcher[MediaItem, Encoded | Exception] = Batcher(self._encode, self.task.max_batch)
+        self.batcher: AsyncBatcher[MediaItem, Encoded | Exception] = AsyncBatcher(
+            self._encode, self.task.max_batch
+        )
 
     async def _encode(self, items: list[MediaItem]) -> list[Encoded | Exception]:
         try:

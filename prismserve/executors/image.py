@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from prismserve.executors.base import Batcher, Executor
+from prismserve.executors.base import AsyncBatcher, Executor
 from prismserve.executors.loading import model_adapter
-from prismserve.models.base import CallBatcher
+from prismserve.models.base import ThreadBatcher
 from prismserve.models.qwen_image import Painting
 from prismserve.task import DataHandle, InvalidInputError
 from prismserve.task.components import (
@@ -29,7 +29,7 @@ class TextEncoderExecutor(Executor[ModelSettings, PromptInput, PromptEmbeddings]
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)
         await asyncio.to_thread(self.adapter.load_text_encoder)
-        self.batcher: Batcher[str, Any] = Batcher(self._encode, self.max_batch)
+        self.batcher: AsyncBatcher[str, Any] = AsyncBatcher(self._encode, self.max_batch)
 
     async def _encode(self, prompts: list[str]) -> list[Any]:
         return await asyncio.to_thread(self.adapter.encode_prompts, prompts)
@@ -50,7 +50,7 @@ class ImageGeneratorExecutor(Executor[ImageGeneratorSettings, ImageGenInput, Ima
         loading = self.adapter.load_monolith if self.task.with_text_encoder else self.adapter.load_generator
         await asyncio.to_thread(loading)
         # Keyed by kind: waiting paintings of one kind share a call, the oldest kind's first.
-        self.painter = CallBatcher(lambda kind, paintings: self.adapter.paint(paintings), self.max_batch)
+        self.painter = ThreadBatcher(lambda kind, paintings: self.adapter.paint(paintings), self.max_batch)
 
     async def run(self, task_input: Any) -> ImageOutput:
         request = ImageGenInput.model_validate(task_input)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from prismserve.executors.base import Batcher, Executor, queue_key
+from prismserve.executors.base import AsyncBatcher, Executor, queue_key
 from prismserve.task import DataHandle, Stream, TaskInput, UnitTask
 
 
@@ -79,7 +79,7 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
         super().__init__(task)
         self.profile = profile
         self._values = values
-        self._batcher: Batcher[Any, None] = Batcher(
+        self._batcher: AsyncBatcher[Any, None] = AsyncBatcher(
             self._serve_batch, profile.max_batch, _priority, self._seconds
         )
         self._sharing = SharedEngine(profile) if profile.continuous else None

@@ -412,13 +412,13 @@ class Playout:
         self.samples += samples
 
 
-class CallBatcher:
+class ThreadBatcher:
     """Batches calls made from many threads: `batcher(key, item, deadline)` blocks until
     `handler(key, items)` has run on a batch holding `item` and returns its result for it. Items of
     one key go together (at most `max_batch`); a worker thread of its own runs one batch at a time,
     the group of the waiting item with the earliest deadline first (by default its arrival: oldest
-    first). For model parts whose callers are per-request threads (a vocoder's streams), where an
-    asyncio batcher cannot reach; a vocoder's streams pass their `Playout` deadline, so that a new
+    first). For model parts whose callers are per-request threads (a vocoder's streams), where
+    `executors.base.AsyncBatcher` cannot reach; a vocoder's streams pass their `Playout` deadline, so that a new
     stream's first audio goes before audio other streams' listeners will not need for a while."""
 
     def __init__(self, handler: Callable[[Any, list[Any]], list[Any]], max_batch: int = 8) -> None:

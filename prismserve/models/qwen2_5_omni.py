@@ -24,12 +24,12 @@ import numpy as np
 
 from prismserve.models.base import (
     Adapter,
-    CallBatcher,
     Encoded,
     EngineModel,
     MediaError,
     MediaInput,
     Playout,
+    ThreadBatcher,
     VocoderStream,
     as_numpy,
     build_processor,
@@ -502,9 +502,9 @@ class Qwen25Omni(Adapter):
         return Token2WavStream(self, speaker, seed)
 
     @cached_property
-    def vocoder_batcher(self) -> CallBatcher:
+    def vocoder_batcher(self) -> ThreadBatcher:
         """Runs the vocoder streams' work in batches (`_vocoder_batch`)."""
-        return CallBatcher(self._vocoder_batch, max_batch=8)
+        return ThreadBatcher(self._vocoder_batch, max_batch=8)
 
     def _vocoder_batch(self, key: tuple[Any, ...], items: list[Any]) -> list[Any]:
         """Token2wav for several streams at once: DiT windows (key: voice and length) or BigVGAN

@@ -63,7 +63,7 @@ def test_concurrent_prompts_and_paintings_batch_each_as_alone(parts, tiny_image)
     pipeline call, each as it is alone, from its own seed; the executor paints a mixed batch kind by
     kind, each caller getting its own image."""
     from prismserve.executors.image import ImageGeneratorExecutor
-    from prismserve.models.base import CallBatcher
+    from prismserve.models.base import ThreadBatcher
     from prismserve.models.qwen_image import Painting
 
     encoder, generator, whole = parts
@@ -88,7 +88,7 @@ def test_concurrent_prompts_and_paintings_batch_each_as_alone(parts, tiny_image)
     async def mixed() -> list[bytes]:
         executor = ImageGeneratorExecutor(ImageGeneratorTask(model=tiny_image))
         executor.adapter = generator
-        executor.painter = CallBatcher(lambda kind, batch: generator.paint(batch), executor.max_batch)
+        executor.painter = ThreadBatcher(lambda kind, batch: generator.paint(batch), executor.max_batch)
         other = {**shape, "width": 48}
         paintings = [split[0], Painting(embeds=batched[2], seed=5, **other), split[1]]
         return await asyncio.gather(*(asyncio.to_thread(executor.painter, p.kind, p) for p in paintings))

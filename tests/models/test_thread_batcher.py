@@ -1,4 +1,4 @@
-"""`CallBatcher` runs the most urgent waiting work first, and `Playout` says when a listener needs
+"""`ThreadBatcher` runs the most urgent waiting work first, and `Playout` says when a listener needs
 more audio (the deadlines vocoder streams pass to it)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from prismserve.models.base import CallBatcher, Playout
+from prismserve.models.base import Playout, ThreadBatcher
 
 
 def test_waiting_calls_run_by_deadline_each_batch_one_key():
@@ -22,7 +22,7 @@ def test_waiting_calls_run_by_deadline_each_batch_one_key():
         order.append((key, sorted(items)))
         return items
 
-    batcher = CallBatcher(handler, max_batch=8)
+    batcher = ThreadBatcher(handler, max_batch=8)
     now = time.monotonic()
     calls = [("late", 1, now + 30), ("soon", 2, now + 1), ("late", 3, now + 20), ("soon", 4, now + 2)]
     with ThreadPoolExecutor(5) as pool:
@@ -47,7 +47,7 @@ def test_without_deadlines_the_oldest_call_goes_first():
         order.append(key)
         return items
 
-    batcher = CallBatcher(handler)
+    batcher = ThreadBatcher(handler)
     with ThreadPoolExecutor(4) as pool:
         pool.submit(batcher, "first", 0)
         assert running.wait(10)
