@@ -493,7 +493,7 @@ def test_serve_plans_for_its_gpus_at_start_and_routes_without_a_router(tmp_path)
         plan = httpx.get(
             f"{url}/admin/apps/omni_app/plan", headers={"authorization": "Bearer t"}, timeout=30
         ).json()
-        assert plan["executors"]["omni.thinker.llm"] == {"omni.thinker.llm": 1.0}  # laid out on the app
+        assert plan["options"]["omni.thinker.llm"] == {"omni.thinker.llm": 1.0}  # laid out on the app
         assert sum(n * c["count"] for c in plan["cells"] for n in c["replicas"].values()) == 6
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
         image = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": _PNG}}]
