@@ -1,4 +1,4 @@
-"""Planner speed on a Qwen-Omni-sized spec (6 components, 14 executors, 8 request types).
+"""Planner speed on a Qwen-Omni-sized spec (6 components, 14 options, 8 request types).
 
   plan all cells up to 64 GPUs   Algorithm 1: build the model, one max-throughput MILP (and a
                                  fewest-GPU check) per size 1, 2, …, 64, the efficiency filter
@@ -76,7 +76,7 @@ def main() -> None:
                 else args.spec
             ),
             "components": len(spec.components),
-            "executors": len(spec.executors),
+            "options": len(spec.options),
             "request_types": len(spec.request_types),
             "valid_paths": sum(len(p) for p in model.paths.values()),
             "hops": sum(len(g.hops) for g in model.graphs.values()),
@@ -94,7 +94,7 @@ def main() -> None:
     }
     s = results["spec"]
     print(
-        f"spec {s['file']}: {s['components']} components, {s['executors']} executors, {s['request_types']} request types, "
+        f"spec {s['file']}: {s['components']} components, {s['options']} options, {s['request_types']} request types, "
         f"{s['valid_paths']} valid paths ({s['hops']} hops in the MILP)"
     )
     print(

@@ -1,8 +1,8 @@
 """000 Figure 10: InternVL3-38B-like model on 16 GPUs, the controlled workloads of Table 3.
 
 Deployments: Monolith (EPD on 2 GPUs), E/PD, EP/D, E/P/D — each with replica counts the planner
-picks when limited to those executors ("chosen to maximize throughput given the planner output",
-000 §7.3) — and the planner's own plan over every executor, which the server makes for itself at
+picks when limited to those options ("chosen to maximize throughput given the planner output",
+000 §7.3) — and the planner's own plan over every option, which the server makes for itself at
 start (`prismserve serve --gpus 16 --profile-workload`: profile -> plan -> serve, no plan posted; an
 emulated app's costs are its profile). Poisson arrivals at `--load` x the plan's predicted
 throughput, the same requests for every deployment of a workload. 1000 requests by default: in
@@ -61,8 +61,8 @@ def main() -> None:
         requests = controlled(1.0, resolution, images, text_in, text_out, count=args.requests, seed=args.seed)
         spec = model.planner_spec(requests)  # the run's own requests: the planner's representative dataset
         baselines = {
-            label: plan_for(model.restricted(spec, executors), GPUS)
-            for label, executors in INTERNVL3_BASELINES.items()
+            label: plan_for(model.restricted(spec, options), GPUS)
+            for label, options in INTERNVL3_BASELINES.items()
         }
         # The server plans itself for this workload at start (profile -> plan -> serve).
         with Server(model, GPUS, plan_for=requests, speedup=args.speedup) as server:

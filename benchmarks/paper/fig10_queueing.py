@@ -3,10 +3,10 @@
 The same plans, requests, overload (arrivals at `--load` x the plan's prediction) and measurement
 (completions between the first and last 10 %) as fig10_internvl3.py, but the `sim` replicas are
 simulated in virtual time: static batches (`AsyncBatcher`) or processor sharing (`SharedEngine`) with
-each executor's profile, replicas picked by fewest invocations in flight (the dispatcher's static
+each option's profile, replicas picked by fewest invocations in flight (the dispatcher's static
 policy), a path per request by the plan's probabilities. Seconds per run instead of minutes, and
 no CPU noise, so it separates what the queueing does from what the machine does, at any run
-length. Per executor it reports busy time and batch fill inside the measured window.
+length. Per option it reports busy time and batch fill inside the measured window.
 
 `--iid` draws each request's path independently (the runtime before `planned_choice`), `--fifo`
 serves every replica in arrival order (before the sim served later hops first).
@@ -120,13 +120,13 @@ def simulate(
     model: EmulatedModel, plan: Plan, specs: list[RequestSpec], seed: int, iid: bool, fifo: bool
 ) -> dict:
     """One overloaded run of `plan` on `specs`: the steady completion rate (A100 scale) and, per
-    executor, busy fraction and mean batch inside the measured window."""
+    option, busy fraction and mean batch inside the measured window."""
     clock, rng = Clock(), random.Random(seed)
     replicas: dict[str, list[Replica]] = {}
     for cell in plan.cells:
         for name, n in cell.replicas.items():
             replicas.setdefault(name, []).extend(
-                Replica(clock, model.executor(name).profile(1.0), fifo) for _ in range(n * cell.count)
+                Replica(clock, model.option(name).profile(1.0), fifo) for _ in range(n * cell.count)
             )
     turn = dict.fromkeys(replicas, 0)
 
@@ -155,7 +155,7 @@ def simulate(
                 credit[i] += weight
             index = max((i for i, w in enumerate(weights) if w > 0), key=credit.__getitem__)
             credit[index] -= sum(weights)
-        hops = [(name, model.executor(name).seconds(work, role)) for name, role in paths[names[index]]]
+        hops = [(name, model.option(name).seconds(work, role)) for name, role in paths[names[index]]]
 
         def step(hops: list[tuple[str, float]], i: int) -> None:
             if i == len(hops):
@@ -177,7 +177,7 @@ def simulate(
                 overlap = max(0.0, min(b, stop) - max(a, start))
                 busy += overlap
                 served += overlap * n
-        profile = model.executor(name).profile(1.0)
+        profile = model.option(name).profile(1.0)
         stages[name] = {
             "replicas": len(pool),
             "busy": busy / len(pool) / (stop - start),
@@ -212,8 +212,8 @@ def main() -> None:
             requests = controlled(1.0, resolution, images, text_in, text_out, count=count, seed=0)
             spec = model.planner_spec(requests)
             plans = {
-                label: plan_for(model.restricted(spec, executors), GPUS)
-                for label, executors in INTERNVL3_BASELINES.items()
+                label: plan_for(model.restricted(spec, options), GPUS)
+                for label, options in INTERNVL3_BASELINES.items()
             }
             plans["prismserve"] = plan_for(spec, GPUS)
             specs = retime(requests, args.load * plans["prismserve"].throughput)

@@ -100,7 +100,7 @@ class AppConfig:
     input_modalities: ClassVar[frozenset[str]] = frozenset({"text"})
     output_modalities: ClassVar[frozenset[str]] = frozenset({"text"})
     sim_values: ClassVar[dict[type, Any]] = {}
-    # Apps whose executors' costs are known rather than measured (emulated models on `sim`
+    # Apps whose deployments' costs are known rather than measured (emulated models on `sim`
     # executors): `planner_spec(requests)` gives the planner's spec for a workload's requests
     # (`bench.workloads.RequestSpec`s) and `deployment_plan(plan)` the runtime plan for a planner
     # plan (deployment names, sim profiles). `prismserve profile` and `serve --gpus` use them

@@ -106,11 +106,11 @@ class Autoscaler(Periodic):
         the deployed one. Returns the replicas deployed, or None when nothing changed."""
         now = self.clock()
         plan = self.deployed()
-        if plan.executors:  # cells of executor options (`serve --gpus`): its re-planning sizes them
+        if plan.options:  # cells of deployment options (`serve --gpus`): its re-planning sizes them
             if "options" not in self._unknown:
                 self._unknown.add("options")
                 log.warning(
-                    "autoscaling %s stops: its plan is of executor options, re-planned as its traffic drifts",
+                    "autoscaling %s stops: its plan is of deployment options, re-planned as its traffic drifts",
                     self.app.name,
                 )
             return None

@@ -69,7 +69,7 @@ class ReplanStatus:
 class Replanner(Periodic):
     """Watches one app's traffic and re-plans it when the mix or the load drifts from its plan.
 
-    `spec` is the plan spec of the app's model at the mix `plan` was made for (executors named as
+    `spec` is the plan spec of the app's model at the mix `plan` was made for (options named as
     in `plan`); exactly one of `gpus`
     (re-plan for the most throughput on that many GPUs, `plan_for_budget`) and `target` (the rate
     the deployed plan was made for; re-plans size the plan for the observed rate × `headroom`,

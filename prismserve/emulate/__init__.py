@@ -1,11 +1,11 @@
 """Emulated models: paper-scale any-to-any models on `sim` executors and fake GPUs (000 §7 on a CPU machine).
 
-A cost model turns a request into work per component (A100-seconds from 000 Table 1), executors say
-how components are deployed and batch, and the same definitions give the planner its profiles and
-the runtime its `sim` profiles.
+A cost model turns a request into work per component (A100-seconds from 000 Table 1), deployment
+options say how components are deployed and batch, and the same definitions give the planner its
+profiles and the runtime its `sim` profiles.
 """
 
 from prismserve.emulate.catalog import INTERNVL3, MODELS, QWEN25_OMNI
-from prismserve.emulate.model import DEPLOYMENT_PREFIX, EmulatedExecutor, EmulatedModel
+from prismserve.emulate.model import DEPLOYMENT_PREFIX, EmulatedModel, EmulatedOption
 
-__all__ = ["DEPLOYMENT_PREFIX", "INTERNVL3", "MODELS", "QWEN25_OMNI", "EmulatedExecutor", "EmulatedModel"]
+__all__ = ["DEPLOYMENT_PREFIX", "INTERNVL3", "MODELS", "QWEN25_OMNI", "EmulatedModel", "EmulatedOption"]

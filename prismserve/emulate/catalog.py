@@ -15,11 +15,11 @@ from __future__ import annotations
 from typing import TypedDict
 
 from prismserve.emulate.costs import InternVL3Costs, QwenOmniCosts
-from prismserve.emulate.model import EmulatedExecutor, EmulatedModel
+from prismserve.emulate.model import EmulatedModel, EmulatedOption
 
 
 class Batching(TypedDict, total=False):
-    """An `EmulatedExecutor`'s batching fields, shared by the executors of one kind."""
+    """An `EmulatedOption`'s batching fields, shared by the options of one kind."""
 
     max_batch: int
     batch_gain: float
@@ -27,7 +27,7 @@ class Batching(TypedDict, total=False):
 
 
 class Parallelism(TypedDict):
-    """An `EmulatedExecutor`'s GPU count and speed under tensor parallelism."""
+    """An `EmulatedOption`'s GPU count and speed under tensor parallelism."""
 
     gpus: int
     speed: float
@@ -47,16 +47,16 @@ HF_STATIC: Batching = {**DECODER, "continuous": False}
 QWEN25_OMNI = EmulatedModel(
     name="qwen25-omni",
     costs=QwenOmniCosts(),
-    executors=(
-        EmulatedExecutor(name="I", components=("I",), **ENCODER),
-        EmulatedExecutor(name="V", components=("V",), **ENCODER),
-        EmulatedExecutor(name="A", components=("A",), **ENCODER),
-        EmulatedExecutor(name="L", components=("L",), **DECODER),
-        EmulatedExecutor(name="G", components=("G",), **DECODER),
-        EmulatedExecutor(
+    options=(
+        EmulatedOption(name="I", components=("I",), **ENCODER),
+        EmulatedOption(name="V", components=("V",), **ENCODER),
+        EmulatedOption(name="A", components=("A",), **ENCODER),
+        EmulatedOption(name="L", components=("L",), **DECODER),
+        EmulatedOption(name="G", components=("G",), **DECODER),
+        EmulatedOption(
             name="IVAL", components=("I", "V", "A", "L"), **DECODER
         ),  # the thinker with its encoders (vLLM-style)
-        EmulatedExecutor(
+        EmulatedOption(
             name="Monolith",
             components=("I", "V", "A", "L", "G"),
             factors={"G": DECODER["batch_gain"]},
@@ -72,19 +72,19 @@ _KV_WITH_ENCODER = {"D": 1 / 0.85}
 INTERNVL3 = EmulatedModel(
     name="internvl3-38b",
     costs=InternVL3Costs(),
-    executors=(
-        EmulatedExecutor(name="E", components=("E",), **ENCODER),
-        EmulatedExecutor(name="P", components=("P",), **TP2, **PREFILL),
-        EmulatedExecutor(name="D", components=("D",), **TP2, **DECODER),
-        EmulatedExecutor(name="PD", components=("P", "D"), **TP2, **DECODER),
-        EmulatedExecutor(name="EP", components=("E", "P"), **TP2, **PREFILL),
-        EmulatedExecutor(name="EPD", components=("E", "P", "D"), factors=_KV_WITH_ENCODER, **TP2, **DECODER),
+    options=(
+        EmulatedOption(name="E", components=("E",), **ENCODER),
+        EmulatedOption(name="P", components=("P",), **TP2, **PREFILL),
+        EmulatedOption(name="D", components=("D",), **TP2, **DECODER),
+        EmulatedOption(name="PD", components=("P", "D"), **TP2, **DECODER),
+        EmulatedOption(name="EP", components=("E", "P"), **TP2, **PREFILL),
+        EmulatedOption(name="EPD", components=("E", "P", "D"), factors=_KV_WITH_ENCODER, **TP2, **DECODER),
     ),
 )
 
 MODELS = {m.name: m for m in (QWEN25_OMNI, INTERNVL3)}
 
-# 000 §7.3 baselines, as the executors they may use (replica counts are left to the planner,
+# 000 §7.3 baselines, as the options they may use (replica counts are left to the planner,
 # "chosen to maximize throughput given the planner output").
 INTERNVL3_BASELINES = {
     "Monolith": ("EPD",),

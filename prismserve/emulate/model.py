@@ -1,8 +1,8 @@
-"""Emulated models: a cost model, the deployment options (executors) and their batching behaviour.
+"""Emulated models: a cost model, its deployment options and their batching behaviour.
 
-From one `EmulatedModel` come the planner's spec (each executor's throughput at a workload's mix,
+From one `EmulatedModel` come the planner's spec (each option's throughput at a workload's mix,
 000 Algorithm 3's input), the `sim` profiles of its deployments, and the runtime plan for a planner
-result, so that the planner, the runtime and the emulation agree on what every executor is.
+result, so that the planner, the runtime and the emulation agree on what every option is.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.costs import CostModel
 from prismserve.executors.sim import SimProfile
-from prismserve.planner import CellPlan, ExecutorOption, Plan, PlanSpec, RequestType
+from prismserve.planner import CellPlan, DeploymentOption, Plan, PlanSpec, RequestType
 from prismserve.planner.paths import entry_roles
 
-DEPLOYMENT_PREFIX = "model.executors."  # the app's unit-task paths: `model.executors.<executor>`
+DEPLOYMENT_PREFIX = "model.executors."  # the app's unit-task paths: `model.executors.<option>` (EmulatedTask)
 
 
-class EmulatedExecutor(BaseModel):
+class EmulatedOption(BaseModel):
     """A deployment option: the components a replica runs, its GPUs, speed and batching.
 
     `speed`: the replica's speed relative to one A100 (tensor parallelism over 2 GPUs: 1.8).
@@ -66,30 +66,30 @@ class EmulatedModel(BaseModel):
 
     name: str
     costs: InstanceOf[CostModel]
-    executors: tuple[EmulatedExecutor, ...]
+    options: tuple[EmulatedOption, ...]
 
     @property
     def components(self) -> tuple[str, ...]:
         return self.costs.components
 
-    def executor(self, name: str) -> EmulatedExecutor:
-        """The executor called `name`."""
-        for executor in self.executors:
-            if executor.name == name:
-                return executor
+    def option(self, name: str) -> EmulatedOption:
+        """The option called `name`."""
+        for option in self.options:
+            if option.name == name:
+                return option
         raise KeyError(
-            f"model {self.name!r} has no executor {name!r} (it has {[e.name for e in self.executors]})"
+            f"model {self.name!r} has no option {name!r} (it has {[e.name for e in self.options]})"
         )
 
     def paths(
         self, needs: tuple[str, ...], allowed: Iterable[str] | None = None
     ) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
-        """Valid paths for a request needing `needs` (model order): name -> [(executor, role)].
+        """Valid paths for a request needing `needs` (model order): name -> [(option, role)].
 
-        Each executor runs every component it holds that is still to run; that role must be the next
+        Each option runs every component it holds that is still to run; that role must be the next
         components in order (papers/NOTES.md, Appendix B), so the path covers `needs` exactly once.
         """
-        options = [e for e in self.executors if allowed is None or e.name in set(allowed)]
+        options = [e for e in self.options if allowed is None or e.name in set(allowed)]
         found: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
 
         def walk(done: int, hops: list[tuple[str, tuple[str, ...]]]) -> None:
@@ -97,42 +97,42 @@ class EmulatedModel(BaseModel):
                 found["->".join(name for name, _ in hops)] = list(hops)
                 return
             remaining = needs[done:]
-            for executor in options:
-                role = tuple(c for c in remaining if c in executor.components)
+            for option in options:
+                role = tuple(c for c in remaining if c in option.components)
                 if role and role == remaining[: len(role)]:
-                    walk(done + len(role), [*hops, (executor.name, role)])
+                    walk(done + len(role), [*hops, (option.name, role)])
 
         walk(0, [])
         return found
 
-    def planner_spec(self, workload: list[RequestSpec], executors: Iterable[str] | None = None) -> PlanSpec:
-        """The plan spec at `workload`'s mix: each executor's throughput is what its `sim` replica sustains.
+    def planner_spec(self, workload: list[RequestSpec], options: Iterable[str] | None = None) -> PlanSpec:
+        """The plan spec at `workload`'s mix: each option's throughput is what its `sim` replica sustains.
 
         A replica serving the mix spends `seconds(work, Comp(s) ∩ needs)` per request; its throughput
         (requests of the mix per second) is the inverse of the mean — the profile a real profiler
         would measure on this workload.
         """
-        chosen = [e for e in self.executors if executors is None or e.name in set(executors)]
+        chosen = [e for e in self.options if options is None or e.name in set(options)]
         shares: dict[str, tuple[tuple[str, ...], int]] = {}
         busy = {e.name: 0.0 for e in chosen}
         # Replica seconds per role and type, as a profiler would measure them (000 Algorithm 3
-        # estimates them from one colocation factor per executor, which the emulation does not obey).
+        # estimates them from one colocation factor per option, which the emulation does not obey).
         roles: dict[str, dict[str, dict[str, float]]] = {e.name: {} for e in chosen}
         for spec in workload:
             needs = self.costs.needs(spec)
             work = self.costs.work(spec)
             count = shares.get(spec.request_type, (needs, 0))[1]
             shares[spec.request_type] = (needs, count + 1)
-            for executor in chosen:
-                busy[executor.name] += executor.seconds(work, [c for c in needs if c in executor.components])
-                mine = roles[executor.name].setdefault(spec.request_type, {})
-                for role in entry_roles(needs, executor.components):
+            for option in chosen:
+                busy[option.name] += option.seconds(work, [c for c in needs if c in option.components])
+                mine = roles[option.name].setdefault(spec.request_type, {})
+                for role in entry_roles(needs, option.components):
                     key = "+".join(role)
-                    mine[key] = mine.get(key, 0.0) + executor.seconds(work, role)
+                    mine[key] = mine.get(key, 0.0) + option.seconds(work, role)
         return PlanSpec(
             components=list(self.components),
-            executors=[
-                ExecutorOption(
+            options=[
+                DeploymentOption(
                     name=e.name,
                     components=list(e.components),
                     gpus=e.gpus,
@@ -158,7 +158,7 @@ class EmulatedModel(BaseModel):
         spec = self.planner_spec(workload)
         return spec.model_copy(
             update={
-                "executors": [
+                "options": [
                     e.model_copy(
                         update={
                             "throughput": e.throughput * speedup,
@@ -168,7 +168,7 @@ class EmulatedModel(BaseModel):
                             },
                         }
                     )
-                    for e in spec.executors
+                    for e in spec.options
                 ]
             }
         )
@@ -178,7 +178,7 @@ class EmulatedModel(BaseModel):
         return self.deployment_plan(_rates_scaled(plan, 1 / speedup), speedup)
 
     def planner_plan(self, deployed: Plan, speedup: float) -> Plan:
-        """A deployed plan (`served_deployment`) back in the planner's terms: executor names, A100-scale rates."""
+        """A deployed plan (`served_deployment`) back in the planner's terms: option names, A100-scale rates."""
         cells = [
             cell.model_copy(
                 update={"replicas": {n.removeprefix(DEPLOYMENT_PREFIX): r for n, r in cell.replicas.items()}}
@@ -193,8 +193,8 @@ class EmulatedModel(BaseModel):
     ) -> float:
         """Requests/s a deployment sustains on `workload`, from the emulation's own costs (no Algorithm 3).
 
-        Each executor's load is the mean replica time a request puts on it over the routed paths;
-        the deployment saturates when the most loaded executor's replicas are all busy. This is
+        Each option's load is the mean replica time a request puts on it over the routed paths;
+        the deployment saturates when the most loaded option's replicas are all busy. This is
         what the `sim` replicas will do, so it separates the planner's estimate from the runtime's
         delivery.
         """
@@ -204,29 +204,27 @@ class EmulatedModel(BaseModel):
             work = self.costs.work(spec)
             paths = self.paths(needs)
             for name, p in routing.get(spec.request_type, {}).items():
-                for executor, role in paths[name]:
-                    load[executor] = load.get(executor, 0.0) + p * self.executor(executor).seconds(work, role)
+                for o, role in paths[name]:
+                    load[o] = load.get(o, 0.0) + p * self.option(o).seconds(work, role)
         busy = [load[s] / len(workload) / n for s, n in replicas.items() if n and load.get(s)]
         unserved = [s for s, seconds in load.items() if seconds and not replicas.get(s)]
         return 0.0 if unserved or not busy else 1.0 / max(busy)
 
     def restricted(self, spec: PlanSpec, allowed: Iterable[str]) -> PlanSpec:
-        """`spec` with every request type limited to paths through `allowed` executors (a baseline
+        """`spec` with every request type limited to paths through `allowed` options (a baseline
         deployment such as Monolith or E/PD); the planner then picks only their replica counts."""
         allowed = set(allowed)
         types = []
         for request_type in spec.request_types:
             paths = self.paths(tuple(request_type.components), allowed)
             if not paths:
-                raise ValueError(
-                    f"executors {sorted(allowed)} cannot serve request type {request_type.name!r}"
-                )
+                raise ValueError(f"options {sorted(allowed)} cannot serve request type {request_type.name!r}")
             types.append(request_type.model_copy(update={"paths": [name.split("->") for name in paths]}))
         return spec.model_copy(update={"request_types": types})
 
     def deployment_plan(self, plan: Plan, speedup: float) -> Plan:
         """The plan to deploy for a planner result: its cells and routing named after the app's
-        deployments, every executor's sim profile, and the throughput at `speedup`."""
+        deployments, every option's sim profile, and the throughput at `speedup`."""
         return Plan(
             cells=[
                 CellPlan(
@@ -238,7 +236,7 @@ class EmulatedModel(BaseModel):
                 for cell in plan.cells
             ],
             routing=plan.routing,
-            profiles={DEPLOYMENT_PREFIX + e.name: e.profile(speedup).model_dump() for e in self.executors},
+            profiles={DEPLOYMENT_PREFIX + e.name: e.profile(speedup).model_dump() for e in self.options},
             gpus=plan.gpus,
             throughput=None if plan.throughput is None else plan.throughput * speedup,
         )

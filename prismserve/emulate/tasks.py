@@ -1,9 +1,9 @@
-"""The tasks of an emulated model: one unit task per executor, and the composite that routes requests.
+"""The tasks of an emulated model: one unit task per deployment option, and the composite that routes requests.
 
 `EmulatedTask.invoke` works out a chat request's components and their work (its cost model), picks
 a path with the plan's probabilities (request-static routing, 000 §5.3; `planned_choice`) and
-invokes each executor on it with the work of its role; the `sim` executor waits that long (scaled
-by its profile), serving later hops of a path first.
+invokes each option's unit task on it with the work of its role; its `sim` executor waits that
+long (scaled by its profile), serving later hops of a path first.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from prismserve.task.routing import planned_choice
 
 
 class StageInput(TaskInput):
-    """One executor's share of a request: its work (A100-seconds, the sim waits for it) and the previous hop's output."""
+    """One option's share of a request: its work (A100-seconds, the sim waits for it) and the previous hop's output."""
 
     sim_work: float = Field(ge=0)
     previous: DataHandle[Any] | None = None
     # The hop's place on its path: a replica serves requests further along first (work in progress
-    # first), so that a request that has used an upstream executor is not queued behind new ones.
+    # first), so that a request that has used an upstream option is not queued behind new ones.
     sim_priority: int = Field(default=0, ge=0)
 
 
@@ -38,22 +38,22 @@ class StageOutput(TaskOutput):
 
 
 class Stage(UnitTask[StageInput, StageOutput]):
-    """A replica of one executor of an emulated model (1 GPU)."""
+    """A deployment option of an emulated model (1 GPU), served by a `sim` executor."""
 
     executor_kind = "sim"
     model: str
-    executor: str
+    option: str
     components: tuple[str, ...]
 
 
 class Stage2(Stage):
-    """An executor replica on 2 GPUs (tensor parallel)."""
+    """An option on 2 GPUs (tensor parallel)."""
 
     default_gpus = 2
 
 
 class Stage4(Stage):
-    """An executor replica on 4 GPUs."""
+    """An option on 4 GPUs."""
 
     default_gpus = 4
 
@@ -82,7 +82,7 @@ def request_spec(request: ChatRequest) -> RequestSpec:
 
 
 class EmulatedTask(Task[ChatRequest, StageOutput]):
-    """An emulated model served along planned paths; `executors` maps executor names to their unit tasks.
+    """An emulated model served along planned paths; `executors` maps option names to their unit tasks.
 
     Path probabilities come from the plan deployed for the app (`RequestContext.routing`), else `routing`.
     """
@@ -91,9 +91,11 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
     routing: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     def post_init(self) -> None:
+        # Named for the `sim` executors that serve them, and kept so: every deployment path
+        # (`model.executors.<option>`) has the name, and saved plans and profiles use those paths.
         self.executors = {
-            e.name: STAGES[e.gpus](model=self.spec.name, executor=e.name, components=e.components)
-            for e in self.spec.executors
+            o.name: STAGES[o.gpus](model=self.spec.name, option=o.name, components=o.components)
+            for o in self.spec.options
         }
         self._paths: dict[tuple[str, ...], dict[str, list[tuple[str, tuple[str, ...]]]]] = {}
 
@@ -116,7 +118,7 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
         )
         output: StageOutput | None = None
         for hop, (name, role) in enumerate(paths[names[index]]):
-            seconds = self.spec.executor(name).seconds(work, role)
+            seconds = self.spec.option(name).seconds(work, role)
             output = self.executors[name].invoke(
                 StageInput(sim_work=seconds, previous=output.payload if output else None, sim_priority=hop)
             )

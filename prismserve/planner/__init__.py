@@ -39,7 +39,7 @@ from prismserve.planner.plan import (
     topology_plan,
 )
 from prismserve.planner.spec import (
-    ExecutorOption,
+    DeploymentOption,
     Host,
     Link,
     Node,
@@ -128,7 +128,7 @@ __all__ = [
     "MAX_PLAN_GPUS",
     "Cell",
     "CellPlan",
-    "ExecutorOption",
+    "DeploymentOption",
     "Host",
     "Hop",
     "InfeasibleError",

@@ -51,7 +51,7 @@ def plan_cells(model: Model, max_exponent: int = 6) -> list[Cell]:
             kept.append(Cell(size, solution))
     if not kept:
         raise InfeasibleError(
-            f"no cell of up to {2**max_exponent} GPUs can serve every request type: an executor needs "
+            f"no cell of up to {2**max_exponent} GPUs can serve every request type: an option needs "
             "more GPUs than that, or a request type cannot be served"
         )
     return kept

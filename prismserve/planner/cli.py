@@ -15,7 +15,7 @@ def add_plan_command(sub: argparse._SubParsersAction) -> None:
     plan = sub.add_parser(
         "plan",
         help="plan cells, replicas and routing for a model spec (YAML or JSON)",
-        description="Plan power-of-two cells of executor replicas and request-static routing for a plan spec "
+        description="Plan power-of-two cells of deployment-option replicas and request-static routing for a plan spec "
         "(docs/planner.md): the most throughput for N GPUs, or the fewest GPUs for a target rate.",
     )
     plan.add_argument("spec", metavar="SPEC", help="plan spec file, .yaml or .json (see docs/planner.md)")
@@ -98,7 +98,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _cells(cells) -> list[str]:
-    lines = [f"  {'count':>5} {'GPUs':>5} {'req/s':>10}  replicas"]
+    lines = [f"  {'count':>5} {'GPUs':>5} {'req/s':>10}  replicas per option"]
     for cell in cells:
         where = f"{cell.node}: " if cell.node else ""
         replicas = ", ".join(f"{name} x{n}" for name, n in cell.replicas.items())

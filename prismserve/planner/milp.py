@@ -1,11 +1,11 @@
 """The planner's MILPs (000 §4.3, Appendices A and B), solved with HiGHS.
 
-Variables: integer replicas `r_s` per executor, and continuous rates. Appendix B puts a rate
+Variables: integer replicas `r_s` per option, and continuous rates. Appendix B puts a rate
 `x[t,p]` on every valid path; the number of paths grows exponentially with the components
 (820 for a 6-component Omni spec), so here the rates are flows on the hops of each type's route
 graph (`paths.RouteGraph`): a hop's flow is the summed rate of the paths through it, flow is
 conserved at every intermediate state, and any such flow splits back into path rates with the
-same load on every executor. The optimum is the same; `Solution.rates` holds the path rates.
+same load on every option. The optimum is the same; `Solution.rates` holds the path rates.
 
 Capacity (Appendix B, eq. 11/14 — eq. 9's product is a typo for this quotient):
 `Σ_{t,p} x[t,p] / w[s,t,p] ≤ r_s`, i.e. the seconds of work per second on `s` fit its replicas.
@@ -56,13 +56,13 @@ _QUICK_OFF = (
 
 @dataclass
 class Solution:
-    """A deployment: replicas per executor and the planned rate of each request type on each path."""
+    """A deployment: replicas per option and the planned rate of each request type on each path."""
 
     throughput: float
     replicas: dict[str, int]
     rates: dict[tuple[str, str], float] = field(default_factory=dict)  # (type, path name) -> req/s
     gpus: int = 0
-    placement: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> executor -> replicas
+    placement: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> option -> replicas
     entering: dict[str, float] = field(default_factory=dict)  # node -> req/s whose first hop runs there
 
 
@@ -158,15 +158,15 @@ def split_paths(
     """Path rates from hop flows: at each state, split in proportion to the flows leaving it.
 
     This is 000 Figure 5's reading: per-hop splits (7:3, then 5:2) multiply along a path, and the
-    path rates put exactly the planned flow on every hop. `edges` are (source, target, executor, flow).
+    path rates put exactly the planned flow on every hop. `edges` are (source, target, option, flow).
     """
     if total <= 0:
         return {}
     noise = 1e-9 * total  # flows the solver leaves at rounding noise are not routes
     out: dict[Hashable, list[tuple[Hashable, str, float]]] = {}
-    for source, target, executor, flow in edges:
+    for source, target, option, flow in edges:
         if flow > noise:
-            out.setdefault(source, []).append((target, executor, flow))
+            out.setdefault(source, []).append((target, option, flow))
     rates: dict[str, float] = {}
     stack: list[tuple[Hashable, float, tuple[str, ...]]] = [(start, 1.0, ())]
     while stack:
@@ -177,10 +177,10 @@ def split_paths(
             continue
         leaving = out.get(state, [])
         outflow = sum(flow for _, _, flow in leaving)
-        for target, executor, flow in leaving:
+        for target, option, flow in leaving:
             share = probability * flow / outflow
             if share * total > noise:
-                stack.append((target, share, (*names, executor)))
+                stack.append((target, share, (*names, option)))
     return rates
 
 
@@ -190,14 +190,14 @@ class _Routes:
     def __init__(self, model: Model, budget: int | None, target: float | None) -> None:
         self.model = model
         self.program = p = _Program()
-        self.executors = [e.name for e in model.spec.deployable_executors()]  # solo profiles get no replicas
+        self.options = [e.name for e in model.spec.deployable_options()]  # solo profiles get no replicas
         self.r = {
             s: p.column(integer=True, upper=budget // model.gpus[s] if budget is not None else _INF)
-            for s in self.executors
+            for s in self.options
         }
         self.rate = p.column() if target is None else None
         self.flows: dict[str, list[tuple[Hop, int]]] = {}
-        load: dict[str, dict[int, float]] = {s: {self.r[s]: -1.0} for s in self.executors}
+        load: dict[str, dict[int, float]] = {s: {self.r[s]: -1.0} for s in self.options}
         for request_type in model.spec.request_types:
             graph = model.graphs[request_type.name]
             columns = []
@@ -205,7 +205,7 @@ class _Routes:
             for hop in graph.hops:
                 col = p.column()
                 columns.append((hop, col))
-                load[hop.executor][col] = model.seconds(hop.executor, hop.role, request_type.name)
+                load[hop.option][col] = model.seconds(hop.option, hop.role, request_type.name)
                 inflow.setdefault(hop.target, {})[col] = 1.0
                 inflow.setdefault(hop.source, {})[col] = -1.0
             self.flows[request_type.name] = columns
@@ -220,21 +220,21 @@ class _Routes:
             for state, entries in inflow.items():
                 if state not in (graph.start, graph.end):
                     p.row(0.0, 0.0, entries)
-        for s in self.executors:
+        for s in self.options:
             p.row(-_INF, 0.0, load[s])
         if budget is not None:
-            p.row(-_INF, float(budget), {self.r[s]: float(model.gpus[s]) for s in self.executors})
+            p.row(-_INF, float(budget), {self.r[s]: float(model.gpus[s]) for s in self.options})
 
     def gpu_costs(self) -> dict[int, float]:
-        return {self.r[s]: float(self.model.gpus[s]) for s in self.executors}
+        return {self.r[s]: float(self.model.gpus[s]) for s in self.options}
 
     def solution(self, values: list[float], throughput: float) -> Solution:
-        replicas = {s: int(round(values[self.r[s]])) for s in self.executors}
+        replicas = {s: int(round(values[self.r[s]])) for s in self.options}
         rates: dict[tuple[str, str], float] = {}
         for request_type in self.model.spec.request_types:
             graph = self.model.graphs[request_type.name]
             edges = [
-                (hop.source, hop.target, hop.executor, max(0.0, values[col]))
+                (hop.source, hop.target, hop.option, max(0.0, values[col]))
                 for hop, col in self.flows[request_type.name]
             ]
             for name, rate in split_paths(

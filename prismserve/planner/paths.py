@@ -1,6 +1,6 @@
-"""Valid paths of a request type through the executor graph (000 Appendix B, papers/NOTES.md).
+"""Valid paths of a request type through the option graph (000 Appendix B, papers/NOTES.md).
 
-Each executor on a path runs every component it holds that is still to run (its role,
+Each option on a path runs every component it holds that is still to run (its role,
 `Comp(s) ∩ R`); roles must be non-empty and follow model order, and every component of the
 request type runs exactly once. So `{L}` can run on a colocated `EL` (role `{L}`), while `EG`
 cannot start `{E, L, G}` (its role `{E, G}` would run G before L).
@@ -8,7 +8,7 @@ cannot start `{E, L, G}` (its role `{E, G}` would run G before L).
 A consequence the solver uses: on a valid path every role is a contiguous block of the type's
 components in model order (a skipped component could never run later), so the components done
 so far are always a prefix. A type's paths are therefore the start-to-end walks of a small DAG
-over prefix lengths whose edges are hops `(i → j, executor)`; the MILP puts a flow on each hop
+over prefix lengths whose edges are hops `(i → j, option)`; the MILP puts a flow on each hop
 instead of a rate on each of the exponentially many paths, with the same optimum.
 """
 
@@ -23,29 +23,29 @@ from prismserve.planner.spec import PlanSpec, RequestType
 
 @dataclass(frozen=True)
 class Path:
-    """A path: executors in order, and the components each runs on it."""
+    """A path: options in order, and the components each runs on it."""
 
-    executors: tuple[str, ...]
+    options: tuple[str, ...]
     roles: tuple[frozenset[str], ...]
 
     @property
     def name(self) -> str:
-        """Executor names joined by `->`."""
-        return path_name(self.executors)
+        """Option names joined by `->`."""
+        return path_name(self.options)
 
 
-def path_name(executors: tuple[str, ...] | list[str]) -> str:
-    """The name of a path: its executors joined by `->`."""
-    return "->".join(executors)
+def path_name(options: tuple[str, ...] | list[str]) -> str:
+    """The name of a path: its options joined by `->`."""
+    return "->".join(options)
 
 
 @dataclass(frozen=True)
 class Hop:
-    """One executor's step on a request type's route graph: from state `source` to `target`."""
+    """One option's step on a request type's route graph: from state `source` to `target`."""
 
     source: int
     target: int
-    executor: str
+    option: str
     role: frozenset[str]
 
 
@@ -83,15 +83,15 @@ class RouteGraph:
 
 
 def roles_of(
-    spec: PlanSpec, request_type: RequestType, executors: list[str]
+    spec: PlanSpec, request_type: RequestType, options: list[str]
 ) -> tuple[frozenset[str], ...] | None:
-    """The role of each executor on the path, or None when the path is not valid for the type."""
+    """The role of each option on the path, or None when the path is not valid for the type."""
     order = {c: i for i, c in enumerate(spec.components)}
-    members = {e.name: frozenset(e.components) for e in spec.executors}
+    members = {e.name: frozenset(e.components) for e in spec.options}
     remaining = frozenset(request_type.components)
     roles = []
     last = -1
-    for name in executors:
+    for name in options:
         role = members[name] & remaining
         if not role or min(order[c] for c in role) < last:
             return None
@@ -102,7 +102,7 @@ def roles_of(
 
 
 def entry_role(needs: Sequence[str], start: int, members: Iterable[str]) -> tuple[str, ...]:
-    """The role an executor holding `members` takes on a request needing `needs` (in model order) when
+    """The role an option holding `members` takes on a request needing `needs` (in model order) when
     it is entered at `needs[start]`: the members still to run, if they are the next block of `needs`
     (a component it skipped could never run); else () — it cannot be entered there."""
     held = set(members)
@@ -111,36 +111,36 @@ def entry_role(needs: Sequence[str], start: int, members: Iterable[str]) -> tupl
 
 
 def entry_roles(needs: Sequence[str], members: Iterable[str]) -> list[tuple[str, ...]]:
-    """Every role an executor holding `members` can take on a request needing `needs` (one per entry
+    """Every role an option holding `members` can take on a request needing `needs` (one per entry
     point it can be entered at)."""
     return [role for i in range(len(needs)) if (role := entry_role(needs, i, members))]
 
 
 def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
-    """The type's route graph: its explicit paths (checked), or every valid executor sequence."""
+    """The type's route graph: its explicit paths (checked), or every valid option sequence."""
     if request_type.paths is not None:
         graph = RouteGraph(request_type.name, start=0, end=1)
         next_state = 2
-        for executors in request_type.paths:
-            roles = roles_of(spec, request_type, executors)
+        for options in request_type.paths:
+            roles = roles_of(spec, request_type, options)
             if roles is None:
                 raise SpecError(
-                    f"request type {request_type.name!r}: path {path_name(executors)} does not run each of "
+                    f"request type {request_type.name!r}: path {path_name(options)} does not run each of "
                     f"{request_type.components} exactly once in model order; fix or remove it"
                 )
-            states = [0] + list(range(next_state, next_state + len(executors) - 1)) + [1]
-            next_state += len(executors) - 1
-            for i, (name, role) in enumerate(zip(executors, roles, strict=True)):
+            states = [0] + list(range(next_state, next_state + len(options) - 1)) + [1]
+            next_state += len(options) - 1
+            for i, (name, role) in enumerate(zip(options, roles, strict=True)):
                 graph.hops.append(Hop(states[i], states[i + 1], name, role))
         return graph
     ordered = sorted(request_type.components, key=spec.components.index)
     k = len(ordered)
     graph = RouteGraph(request_type.name, start=0, end=k)
     candidates = [
-        Hop(i, i + len(block), executor.name, frozenset(block))
+        Hop(i, i + len(block), option.name, frozenset(block))
         for i in range(k)
-        for executor in spec.deployable_executors()
-        if (block := entry_role(ordered, i, executor.components))
+        for option in spec.deployable_options()
+        if (block := entry_role(ordered, i, option.components))
     ]
     # Keep hops on some start-to-end walk, so that the solver sees no dead ends.
     forward = {0}
@@ -154,13 +154,13 @@ def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
     graph.hops = [h for h in candidates if h.source in forward and h.target in backward]
     if k not in forward:
         raise SpecError(
-            f"request type {request_type.name!r} has no valid path: no sequence of executors runs "
-            f"{ordered} in model order; add an executor that covers them"
+            f"request type {request_type.name!r} has no valid path: no sequence of options runs "
+            f"{ordered} in model order; add an option that covers them"
         )
     return graph
 
 
 def valid_paths(spec: PlanSpec, request_type: RequestType) -> list[Path]:
-    """The type's paths: as given in the spec (checked), or every valid executor sequence."""
+    """The type's paths: as given in the spec (checked), or every valid option sequence."""
     graph = route_graph(spec, request_type)
-    return [Path(tuple(h.executor for h in walk), tuple(h.role for h in walk)) for walk in graph.walks()]
+    return [Path(tuple(h.option for h in walk), tuple(h.role for h in walk)) for walk in graph.walks()]

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from prismserve.planner.cells import Cell, mixture_throughput
 from prismserve.planner.errors import SpecError
 from prismserve.planner.milp import Solution
+from prismserve.planner.spec import renamed_key
 from prismserve.planner.throughput import Model
 
 
@@ -21,7 +22,7 @@ class CellPlan(BaseModel):
 
     Deployment names are the app's unit-task paths (`prismserve check APP.py` lists them). In a
     topology-aware plan each entry is one node (`node`), and `throughput` is the rate of the
-    requests whose first executor runs there.
+    requests whose first option runs there.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -61,9 +62,15 @@ class Plan(BaseModel):
     cells: list[CellPlan]
     routing: dict[str, dict[str, float]] = Field(default_factory=dict)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    # Executor options by name -> {deployment name: GPUs of its replica}. When given, cells and paths
-    # name these options, and the runtime runs each as one replica of every listed deployment.
-    executors: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # Deployment options by name -> {deployment name: GPUs of its replica}. When given, cells and
+    # paths name these options, and the runtime runs each as one replica of every listed deployment.
+    options: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_options_key(cls, data: Any) -> Any:
+        """A plan of an earlier version (a saved `plan.json`) names its options `executors`."""
+        return renamed_key(data, "executors", "options")
 
     @model_validator(mode="after")
     def _routing_sums_to_one(self) -> Plan:
@@ -94,7 +101,7 @@ class Plan(BaseModel):
                 del cell["node"]
         if data["max_cell_gpus"] is None:
             del data["max_cell_gpus"]
-        for empty in ("profiles", "executors"):
+        for empty in ("profiles", "options"):
             if not data[empty]:
                 del data[empty]
         return data
@@ -201,10 +208,10 @@ def load_plan(path: str | Path) -> Plan:
         return Plan.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise SpecError(
-            f"{path}: not a plan (`prismserve plan --json` output): {where}: {first['msg']}"
-        ) from None
+        loc = ".".join(str(p) for p in first["loc"])
+        where = f"{loc}: " if loc else ""  # a model-wide error (both `options` and `executors`) has none
+        message = first["msg"].removeprefix("Value error, ")
+        raise SpecError(f"{path}: not a plan (`prismserve plan --json` output): {where}{message}") from None
 
 
 def _nonzero(replicas: dict[str, int]) -> dict[str, int]:

@@ -1,4 +1,8 @@
-"""The plan spec: components, deployment options (executors), request types, paths, topology."""
+"""The plan spec: components, deployment options, request types, paths, topology.
+
+A deployment option (000 §4: a planner node) is what the planner places and routes through; the
+engines that serve a unit task on a replica are executors (`prismserve.executors`), another thing.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from prismserve.planner.errors import SpecError
 
 
-class ExecutorOption(BaseModel):
+class DeploymentOption(BaseModel):
     """A deployment option `s`: the components it runs, GPUs per replica `c_s`, profiled throughput `b_s`."""
 
     model_config = ConfigDict(extra="forbid")
@@ -23,28 +27,28 @@ class ExecutorOption(BaseModel):
     gpus: int = Field(ge=1)
     throughput: float  # requests/s per replica at the profiled mix
     # Optional measured times that replace Algorithm 3's estimate: request type -> role -> replica
-    # seconds per request of that type when this executor runs that role ("P+D": components joined
-    # by "+" in model order). Algorithm 3's one colocation factor per executor cannot tell that a
-    # colocated executor running only part of its components may be slower per component.
+    # seconds per request of that type when this option runs that role ("P+D": components joined
+    # by "+" in model order). Algorithm 3's one colocation factor per option cannot tell that a
+    # colocated option running only part of its components may be slower per component.
     role_seconds: dict[str, dict[str, float]] = Field(default_factory=dict)
     # False: a solo profile of one component, there only to give Algorithm 3 its time τ_c; the
     # planner never deploys it nor routes through it (e.g. an encoder too small to run alone).
     deployable: bool = True
 
     @model_validator(mode="after")
-    def _positive(self) -> ExecutorOption:
+    def _positive(self) -> DeploymentOption:
         if not (self.throughput > 0 and math.isfinite(self.throughput)):
             raise ValueError(
-                f"executor {self.name!r}: throughput must be a finite number > 0 req/s, got {self.throughput}"
+                f"option {self.name!r}: throughput must be a finite number > 0 req/s, got {self.throughput}"
             )
         if "->" in self.name:
             raise ValueError(
-                f"executor {self.name!r}: names may not contain '->', which joins executors in path names"
+                f"option {self.name!r}: names may not contain '->', which joins options in path names"
             )
-        _unique(f"executor {self.name!r}: component", self.components)
+        _unique(f"option {self.name!r}: component", self.components)
         if not self.deployable and len(self.components) > 1:
             raise ValueError(
-                f"executor {self.name!r}: `deployable: false` marks a solo profile of one component, "
+                f"option {self.name!r}: `deployable: false` marks a solo profile of one component, "
                 f"but it runs {self.components}; make it deployable or remove it"
             )
         for request_type, roles in self.role_seconds.items():
@@ -52,11 +56,11 @@ class ExecutorOption(BaseModel):
                 unknown = sorted(set(role.split("+")) - set(self.components))
                 if unknown:
                     raise ValueError(
-                        f"executor {self.name!r}: role_seconds[{request_type!r}][{role!r}] names components {unknown} it does not run"
+                        f"option {self.name!r}: role_seconds[{request_type!r}][{role!r}] names components {unknown} it does not run"
                     )
                 if not (seconds > 0 and math.isfinite(seconds)):
                     raise ValueError(
-                        f"executor {self.name!r}: role_seconds[{request_type!r}][{role!r}] must be > 0 s, got {seconds}"
+                        f"option {self.name!r}: role_seconds[{request_type!r}][{role!r}] must be > 0 s, got {seconds}"
                     )
         return self
 
@@ -69,7 +73,7 @@ class RequestType(BaseModel):
     name: str = Field(min_length=1)
     components: list[str] = Field(min_length=1)
     share: float
-    paths: list[list[str]] | None = None  # executor names in order; enumerated when omitted
+    paths: list[list[str]] | None = None  # option names in order; enumerated when omitted
 
     @model_validator(mode="after")
     def _well_formed(self) -> RequestType:
@@ -102,7 +106,7 @@ class Link(BaseModel):
 
 
 class Topology(BaseModel):
-    """Nodes, inter-node bandwidth, and bytes per request on executor edges (000 Appendix A)."""
+    """Nodes, inter-node bandwidth, and bytes per request on the edges between options (000 Appendix A)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -125,7 +129,7 @@ class Topology(BaseModel):
                 raise ValueError(f"link {link.nodes[0]}-{link.nodes[1]} must join two different nodes")
         for edge, size in self.edge_bytes.items():
             if len(edge.split("->")) != 2:
-                raise ValueError(f"edge_bytes key {edge!r} must be two executor names joined by '->'")
+                raise ValueError(f"edge_bytes key {edge!r} must be two option names joined by '->'")
             if not (size >= 0 and math.isfinite(size)):
                 raise ValueError(f"edge_bytes[{edge!r}] must be a finite number >= 0, got {size}")
         return self
@@ -164,7 +168,7 @@ class PlanSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     components: list[str] = Field(min_length=1)  # in model order
-    executors: list[ExecutorOption] = Field(min_length=1)
+    options: list[DeploymentOption] = Field(min_length=1)
     request_types: list[RequestType] = Field(min_length=1)
     topology: Topology | None = None
     # GPUs of the largest cell (a power of two); the planner's default when none is given.
@@ -174,11 +178,13 @@ class PlanSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _lists_from_mappings(cls, data: Any) -> Any:
-        """`executors` and `request_types` may be written `{name: fields}`: the planner sees lists."""
+        """`options` and `request_types` may be written `{name: fields}`: the planner sees lists.
+        A spec of an earlier version (a cached profile) names its options `executors`."""
+        data = renamed_key(data, "executors", "options")
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        for key in ("executors", "request_types"):
+        for key in ("options", "request_types"):
             if isinstance(data.get(key), dict):
                 data[key] = [_named(key, name, fields) for name, fields in data[key].items()]
         return data
@@ -187,14 +193,14 @@ class PlanSpec(BaseModel):
     def _consistent(self) -> PlanSpec:
         known = set(self.components)
         _unique("component", self.components)
-        _unique("executor", [e.name for e in self.executors])
+        _unique("option", [o.name for o in self.options])
         _unique("request type", [t.name for t in self.request_types])
-        for executor in self.executors:
-            unknown = sorted(set(executor.components) - known)
+        for option in self.options:
+            unknown = sorted(set(option.components) - known)
             if unknown:
-                raise ValueError(f"executor {executor.name!r} names unknown components {unknown}")
-        executors = {e.name for e in self.executors}
-        solo_only = {e.name for e in self.executors if not e.deployable}
+                raise ValueError(f"option {option.name!r} names unknown components {unknown}")
+        options = {o.name for o in self.options}
+        solo_only = {o.name for o in self.options if not o.deployable}
         for request_type in self.request_types:
             unknown = sorted(set(request_type.components) - known)
             if unknown:
@@ -204,10 +210,10 @@ class PlanSpec(BaseModel):
                     f"request type {request_type.name!r}: share must be > 0, got {request_type.share}"
                 )
             for path in request_type.paths or []:
-                unknown = sorted(set(path) - executors)
+                unknown = sorted(set(path) - options)
                 if unknown:
                     raise ValueError(
-                        f"request type {request_type.name!r}: path names unknown executors {unknown}"
+                        f"request type {request_type.name!r}: path names unknown options {unknown}"
                     )
                 named = sorted(set(path) & solo_only)
                 if named:
@@ -222,19 +228,19 @@ class PlanSpec(BaseModel):
                 f"max_cell_gpus must be a power of two (the largest cell's GPUs), got {self.max_cell_gpus}; "
                 f"use {below} or {2 * below}"
             )
-        # Algorithm 3 derives τ_c from the executor that runs c alone; without it there is nothing
-        # to measure a colocated executor's factor α_s against (papers/NOTES.md).
-        for component in sorted({c for e in self.executors for c in e.components}, key=self.components.index):
-            if not any(e.components == [component] for e in self.executors):
+        # Algorithm 3 derives τ_c from the option that runs c alone; without it there is nothing
+        # to measure a colocated option's factor α_s against (papers/NOTES.md).
+        for component in sorted({c for o in self.options for c in o.components}, key=self.components.index):
+            if not any(o.components == [component] for o in self.options):
                 raise ValueError(
-                    f"component {component!r} has no executor that runs it alone: add one with its profiled "
-                    "throughput (the colocation factor of multi-component executors is measured against it)"
+                    f"component {component!r} has no option that runs it alone: add one with its profiled "
+                    "throughput (the colocation factor of multi-component options is measured against it)"
                 )
         if self.topology is not None:
             for edge in self.topology.edge_bytes:
-                unknown = sorted(set(edge.split("->")) - executors)
+                unknown = sorted(set(edge.split("->")) - options)
                 if unknown:
-                    raise ValueError(f"topology.edge_bytes key {edge!r} names unknown executors {unknown}")
+                    raise ValueError(f"topology.edge_bytes key {edge!r} names unknown options {unknown}")
         if self.host is not None:
             names = {t.name for t in self.request_types}
             unknown, missing = sorted(set(self.host.seconds) - names), sorted(names - set(self.host.seconds))
@@ -253,9 +259,9 @@ class PlanSpec(BaseModel):
         if total != 1.0:
             self.request_types = [t.model_copy(update={"share": t.share / total}) for t in self.request_types]
 
-    def deployable_executors(self) -> list[ExecutorOption]:
-        """The executors a plan may run; `deployable: false` ones only give Algorithm 3 a solo time."""
-        return [e for e in self.executors if e.deployable]
+    def deployable_options(self) -> list[DeploymentOption]:
+        """The options a plan may run; `deployable: false` ones only give Algorithm 3 a solo time."""
+        return [o for o in self.options if o.deployable]
 
     def host_capacity(self) -> float | None:
         """Requests/s of the mix the shared CPUs sustain (`host`), or None when replicas share none."""
@@ -263,12 +269,24 @@ class PlanSpec(BaseModel):
             return None
         return self.host.cpus / sum(t.share * self.host.seconds.get(t.name, 0.0) for t in self.request_types)
 
-    def executor(self, name: str) -> ExecutorOption:
-        """The executor called `name`."""
-        for executor in self.executors:
-            if executor.name == name:
-                return executor
-        raise SpecError(f"unknown executor {name!r}")
+    def option(self, name: str) -> DeploymentOption:
+        """The option called `name`."""
+        for option in self.options:
+            if option.name == name:
+                return option
+        raise SpecError(f"unknown option {name!r}")
+
+
+def renamed_key(data: Any, old: str, new: str) -> Any:
+    """`data` with key `old` read as `new`: files an earlier version wrote (cached profiles, users'
+    specs and plans) still load. Both given is ambiguous: which one was meant cannot be told."""
+    if not isinstance(data, dict) or old not in data:
+        return data
+    if new in data:
+        raise ValueError(
+            f"both `{new}` and `{old}` are given; `{old}` is the old name of `{new}`: keep only `{new}`"
+        )
+    return {new if key == old else key: value for key, value in data.items()}
 
 
 def _named(key: str, name: Any, fields: Any) -> Any:
@@ -296,7 +314,7 @@ def parse_spec(data: Any) -> PlanSpec:
     """A validated spec from parsed YAML/JSON; SpecError with one line on anything wrong."""
     if not isinstance(data, dict):
         raise SpecError(
-            f"a plan spec is a mapping with `components`, `executors` and `request_types`, got {type(data).__name__}"
+            f"a plan spec is a mapping with `components`, `options` and `request_types`, got {type(data).__name__}"
         )
     try:
         return PlanSpec.model_validate(data)

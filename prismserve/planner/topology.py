@@ -1,17 +1,17 @@
 """The topology-aware MILP (000 Appendix A): replicas per node, node GPUs and link bandwidth.
 
-Appendix A's flows `f[s,s',h,h']` are tied to executor edges but not to where the replicas of
+Appendix A's flows `f[s,s',h,h']` are tied to option edges but not to where the replicas of
 `s` and `s'` run, so its bandwidth constraint never binds: any traffic can be booked on a pair
-of nodes that holds neither executor. Here the rates carry their placement. Each type's route
+of nodes that holds neither option. Here the rates carry their placement. Each type's route
 graph (`paths.RouteGraph`) is expanded over nodes: a flow column is a hop run on node `h` after
-the previous hop ran executor `s'` on node `h'`. Then
+the previous hop ran option `s'` on node `h'`. Then
 
-- work of executor `s` on node `h` ≤ its replicas there, `y[s,h]` (Appendix A eq. 5, per node);
+- work of option `s` on node `h` ≤ its replicas there, `y[s,h]` (Appendix A eq. 5, per node);
 - GPUs of node `h`: `Σ_s c_s y[s,h] ≤ |G_h|` (eq. 6);
 - bytes sent from node `h'` to node `h`: `Σ b[s',s] · flow ≤ B[h',h]` (eqs. 7–8), with `b[s',s]`
   the spec's `edge_bytes["s'->s"]` and `B` per direction.
 
-Columns grow as hops × (executors × nodes) × nodes: meant for small clusters.
+Columns grow as hops × (options × nodes) × nodes: meant for small clusters.
 """
 
 from __future__ import annotations
@@ -43,26 +43,26 @@ class _Placed:
         self.nodes = [n.name for n in topology.nodes]
         capacity = {n.name: n.gpus for n in topology.nodes}
         p = self.program = _Program()
-        executors = [e.name for e in model.spec.deployable_executors()]  # solo profiles get no replicas
+        options = [e.name for e in model.spec.deployable_options()]  # solo profiles get no replicas
         self.y = {
             (s, h): p.column(integer=True, upper=capacity[h] // model.gpus[s])
-            for s in executors
+            for s in options
             for h in self.nodes
         }
         self.rate = p.column() if target is None else None
         load: dict[tuple[str, str], dict[int, float]] = {key: {col: -1.0} for key, col in self.y.items()}
         traffic: dict[tuple[str, str], dict[int, float]] = {}
-        # (type, hop, previous (executor, node) or None at the start, node, column)
+        # (type, hop, previous (option, node) or None at the start, node, column)
         self.columns: list[tuple[str, Hop, tuple[str, str] | None, str, int]] = []
         for request_type in model.spec.request_types:
             graph = model.graphs[request_type.name]
             arriving: dict[int, set[str]] = {}
             for hop in graph.hops:
-                arriving.setdefault(hop.target, set()).add(hop.executor)
+                arriving.setdefault(hop.target, set()).add(hop.option)
             balance: dict[tuple[int, str, str], dict[int, float]] = {}
             demand: dict[int, float] = {}
             for hop in graph.hops:
-                seconds = model.seconds(hop.executor, hop.role, request_type.name)
+                seconds = model.seconds(hop.option, hop.role, request_type.name)
                 before = (
                     [None]
                     if hop.source == graph.start
@@ -72,16 +72,16 @@ class _Placed:
                     for node in self.nodes:
                         col = p.column()
                         self.columns.append((request_type.name, hop, previous, node, col))
-                        load[(hop.executor, node)][col] = seconds
+                        load[(hop.option, node)][col] = seconds
                         if previous is None:
                             demand[col] = 1.0
                         else:
                             balance.setdefault((hop.source, *previous), {})[col] = -1.0
-                            sent = topology.edge_bytes.get(f"{previous[0]}->{hop.executor}", 0.0)
+                            sent = topology.edge_bytes.get(f"{previous[0]}->{hop.option}", 0.0)
                             if sent and previous[1] != node:
                                 traffic.setdefault((previous[1], node), {})[col] = sent
                         if hop.target != graph.end:
-                            balance.setdefault((hop.target, hop.executor, node), {})[col] = 1.0
+                            balance.setdefault((hop.target, hop.option, node), {})[col] = 1.0
             if target is None:
                 assert self.rate is not None  # no target: the rate is a column
                 demand[self.rate] = -request_type.share
@@ -93,7 +93,7 @@ class _Placed:
         for entries in load.values():
             p.row(-_INF, 0.0, entries)
         for node in self.nodes:
-            p.row(-_INF, float(capacity[node]), {self.y[(s, node)]: float(model.gpus[s]) for s in executors})
+            p.row(-_INF, float(capacity[node]), {self.y[(s, node)]: float(model.gpus[s]) for s in options})
         for (a, b), entries in traffic.items():
             p.row(-_INF, topology.bandwidth_between(a, b), entries)
         if budget is not None:
@@ -120,8 +120,8 @@ class _Placed:
                     continue
                 flow = max(0.0, values[col])
                 source = "start" if previous is None else (hop.source, *previous)
-                target = "end" if hop.target == graph.end else (hop.target, hop.executor, node)
-                edges.append((source, target, hop.executor, flow))
+                target = "end" if hop.target == graph.end else (hop.target, hop.option, node)
+                edges.append((source, target, hop.option, flow))
                 if previous is None:
                     entering[node] = entering.get(node, 0.0) + flow
             for name, rate in split_paths(edges, "start", "end", request_type.share * throughput).items():
@@ -144,7 +144,7 @@ def max_throughput_on_topology(model: Model, budget: int | None = None) -> Solut
     if best <= 1e-9:
         raise InfeasibleError(
             "no placement on the topology's nodes serves every request type: a node needs enough GPUs "
-            "for each executor of some path, or the links need bandwidth for the edges between nodes"
+            "for each option of some path, or the links need bandwidth for the edges between nodes"
         )
     return placed.solution(_fewest_gpus_at(program, rate, values, best, placed.gpu_costs()), best)
 

@@ -2,7 +2,7 @@
 
     spec = await profile(runtime, app, workload("any2any", 200))   # the app registered on `runtime`
     plan = plan_for_budget(spec, 8)                                  # prismserve.planner
-    runtime_plan = deployable(plan, spec, app)                       # cells of executor options
+    runtime_plan = deployable(plan, spec, app)                       # cells of deployment options
 
 Request types and the deployments each touches come from recording the app (`requests.py`), times
 from serving rounds of each type (`measure.py`); `cache.py` keeps profiles per app, model and
@@ -25,7 +25,7 @@ from prismserve.planner import Host, Plan, PlanSpec
 from prismserve.profile.cache import cache_key, cache_path, cached, hardware
 from prismserve.profile.measure import seconds_per_request
 from prismserve.profile.requests import chat_request, deployments_of, servable, shares
-from prismserve.profile.spec import build_spec, executor_layout, spec_document
+from prismserve.profile.spec import build_spec, option_layout, spec_document
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ async def profile(
     rounds: int = 2,
     shared_cpu: bool | None = None,
 ) -> PlanSpec:
-    """The planner's spec of `app` (registered on `runtime`) for the mix of `specs`: one solo executor
+    """The planner's spec of `app` (registered on `runtime`) for the mix of `specs`: one solo option
     per deployment and the colocations the app packs on one GPU, their per-type times measured in
     rounds of `batch` requests of a type at a time. With `shared_cpu` (default: when the replicas run
     on this machine's CPU, as on declared GPUs) the machine's CPU time per request is measured too:
@@ -150,11 +150,11 @@ async def plan_at_start(
 
 
 def deployable(plan: Plan, spec: PlanSpec, app: App) -> Plan:
-    """The planner's plan for `spec` as the runtime deploys it on `app`: its executors laid out (or
+    """The planner's plan for `spec` as the runtime deploys it on `app`: its options laid out (or
     as the app's own `deployment_plan` says, for an app that knows its costs)."""
     if app.config.deployment_plan is not None:
         return Plan.model_validate(app.config.deployment_plan(plan))
-    return plan.model_copy(update={"executors": executor_layout(spec, app)})
+    return plan.model_copy(update={"options": option_layout(spec, app)})
 
 
 __all__ = [
@@ -162,7 +162,7 @@ __all__ = [
     "cached_profile",
     "plan_at_start",
     "deployable",
-    "executor_layout",
+    "option_layout",
     "profile",
     "workload",
 ]

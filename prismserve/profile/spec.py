@@ -1,8 +1,8 @@
-"""From measurements to the planner's spec, and from a spec's executors back to the app's deployments.
+"""From measurements to the planner's spec, and from a spec's options back to the app's deployments.
 
 Names are the app's own: components are deployment paths (`omni.thinker`, as `prismserve check`
-prints them), request types are `ChatRequest.request_type`. A deployment's solo executor is named
-after it and runs it on whole GPUs (`gpus`); an executor whose name joins several deployments with
+prints them), request types are `ChatRequest.request_type`. A deployment's solo option is named
+after it and runs it on whole GPUs (`gpus`); an option whose name joins several deployments with
 `+` runs them together on its GPUs, each at the app's share of a GPU.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from prismserve.app import App
 from prismserve.errors import InvalidRequestError
-from prismserve.planner import ExecutorOption, PlanSpec, RequestType
+from prismserve.planner import DeploymentOption, PlanSpec, RequestType
 from prismserve.planner.paths import entry_roles
 
 
@@ -29,7 +29,7 @@ def build_spec(
 
     components = model_order(list(uses.values()))
     named = app.named_unit_tasks()
-    executors = []
+    options = []
     for d in components:
         missing = sorted(t for t in uses if d in uses[t] and not seconds.get(t, {}).get(d))
         if missing:
@@ -38,8 +38,8 @@ def build_spec(
             )
         roles = {t: {d: seconds[t][d]} for t in uses if d in uses[t]}
         mean = sum(shares[t] * roles[t][d] for t in roles)
-        executors.append(
-            ExecutorOption(
+        options.append(
+            DeploymentOption(
                 name=d,
                 components=[d],
                 gpus=max(1, math.ceil(named[d].gpus)),
@@ -47,10 +47,10 @@ def build_spec(
                 role_seconds=roles,
             )
         )
-    executors += _colocated(app, components, shares, uses, seconds)
+    options += _colocated(app, components, shares, uses, seconds)
     return PlanSpec(
         components=components,
-        executors=executors,
+        options=options,
         request_types=[
             RequestType(name=t, components=[d for d in components if d in uses[t]], share=shares[t])
             for t in sorted(uses)
@@ -58,27 +58,27 @@ def build_spec(
     )
 
 
-def executor_layout(spec: PlanSpec, app: App) -> dict[str, dict[str, float]]:
-    """Each executor of `spec` as the runtime deploys it: deployment path -> GPUs of its replica."""
+def option_layout(spec: PlanSpec, app: App) -> dict[str, dict[str, float]]:
+    """Each option of `spec` as the runtime deploys it: deployment path -> GPUs of its replica."""
     named = app.named_unit_tasks()
     layout: dict[str, dict[str, float]] = {}
-    for executor in spec.executors:
-        unknown = sorted(set(executor.components) - set(named))
+    for option in spec.options:
+        unknown = sorted(set(option.components) - set(named))
         if unknown:
             raise InvalidRequestError(
-                f"executor {executor.name!r} runs {unknown}, which app {app.name!r} does not have "
+                f"option {option.name!r} runs {unknown}, which app {app.name!r} does not have "
                 f"(its deployments: {sorted(named)}); profile the app again"
             )
-        if len(executor.components) == 1:
-            layout[executor.name] = {executor.components[0]: float(executor.gpus)}
+        if len(option.components) == 1:
+            layout[option.name] = {option.components[0]: float(option.gpus)}
             continue
-        shares = {c: named[c].gpus for c in executor.components}
-        if sum(shares.values()) > executor.gpus + 1e-9:
+        shares = {c: named[c].gpus for c in option.components}
+        if sum(shares.values()) > option.gpus + 1e-9:
             raise InvalidRequestError(
-                f"executor {executor.name!r} runs {executor.components} together on {executor.gpus} GPUs, "
+                f"option {option.name!r} runs {option.components} together on {option.gpus} GPUs, "
                 f"but their GPUs in the app sum to {sum(shares.values()):g}"
             )
-        layout[executor.name] = shares
+        layout[option.name] = shares
     return layout
 
 
@@ -96,7 +96,7 @@ def _colocated(
     shares: dict[str, float],
     uses: dict[str, list[str]],
     seconds: dict[str, dict[str, float]],
-) -> list[ExecutorOption]:
+) -> list[DeploymentOption]:
     """The colocations the app expresses: deployments it gives shares of a GPU, packed as registration
     packs them (first-fit-decreasing into one GPU). They were measured packed so: a group's time for a
     role is the sum of its members' times, since they share the GPU's compute."""
@@ -117,7 +117,7 @@ def _colocated(
             continue
         whole = {t: sum(seconds[t].get(d, 0.0) for d in members) for t in roles}
         options.append(
-            ExecutorOption(
+            DeploymentOption(
                 name="+".join(members),
                 components=members,
                 gpus=1,

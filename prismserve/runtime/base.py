@@ -31,7 +31,7 @@ class Runtime(ABC):
     def __init__(self) -> None:
         self.registry = AppRegistry()
         self.plans: dict[str, Plan] = {}
-        # Per app, its plan's executor options as deployed (runtimes that place cells set it).
+        # Per app, its plan's deployment options as deployed (runtimes that place cells set it).
         self.layouts: dict[str, Layout] = {}
         # Per app, its names of its tasks by id: what divergence errors name a request's root by.
         self._task_names: dict[str, dict[int, str]] = {}
@@ -54,7 +54,7 @@ class Runtime(ABC):
         """Serve one request of `app_name` inside the block (until its response is fully sent): its
         task calls run on this runtime's dispatcher, its routers follow the plan deployed for that
         app, its calls go along a path of `request_type` picked by the plan when the plan names
-        executor options, carrying the deadline of the type's SLO, errors name unit tasks by their
+        deployment options, carrying the deadline of the type's SLO, errors name unit tasks by their
         paths in the app, and what its task graphs left behind (payloads, streams) is released when
         the block ends. Yields the request's context (its start, and the tokens its calls counted:
         what its SLO is judged by)."""
@@ -113,7 +113,7 @@ class Runtime(ABC):
         app = self.registry.get(app_name)
         names = app.named_unit_tasks()
         check_layout(plan)
-        deployments = {d for o in plan.executors.values() for d in o} if plan.executors else plan.replicas()
+        deployments = {d for o in plan.options.values() for d in o} if plan.options else plan.replicas()
         unknown = sorted((set(deployments) | set(plan.profiles)) - set(names))
         if unknown:
             raise InvalidRequestError(
@@ -125,7 +125,7 @@ class Runtime(ABC):
                 f"plan pins cells to nodes {pinned} (a topology-aware plan): the runtime places every cell "
                 "on a node with room itself; drop `node` from the plan's cells to deploy it"
             )
-        if not plan.executors:  # paths of executor options are routed by the runtime, not the app's routers
+        if not plan.options:  # paths of deployment options are routed by the runtime, not the app's routers
             _check_routing(app, plan.routing)
         for name, profile in plan.profiles.items():
             try:

@@ -198,7 +198,7 @@ class ReplicaDispatcher:
             lease.release()
 
     async def _manager(self, node: Invocation) -> TaskManager:
-        """The task manager of an invocation's deployment (for a plan with executor options: the
+        """The task manager of an invocation's deployment (for a plan with deployment options: the
         deployment of the option the request's path sends it to)."""
         targets = current_request().targets
         manager = self.managers.get(targets.get(node.task_key, node.task_key) if targets else node.task_key)

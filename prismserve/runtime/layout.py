@@ -1,6 +1,6 @@
-"""Executor layouts: a plan's deployment options realised on an app's deployments, and routing over them.
+"""Option layouts: a plan's deployment options realised on an app's deployments, and routing over them.
 
-A plan with `executors` names deployment options (`omni.thinker`, `omni.encoders.image+omni.thinker`)
+A plan with `options` names deployment options (`omni.thinker`, `omni.encoders.image+omni.thinker`)
 instead of deployments: each option runs one replica of every deployment it lists, with the GPUs
 given there, packed together in its cell (a colocated option shares its GPU the way shares of a GPU
 always do, docs/runtime.md "GPU shapes"). A deployment at another GPU shape than the app's is
@@ -32,7 +32,7 @@ def variant(task: UnitTask[Any, Any], gpus: float) -> UnitTask[Any, Any]:
     try:
         _check_gpus(type(task), gpus)
     except TaskDefinitionError as exc:
-        raise InvalidRequestError(f"plan executors: {exc}") from None
+        raise InvalidRequestError(f"plan options: {exc}") from None
     copy = task.model_copy(update={"gpus": gpus})
     copy._key = None  # the copy's key is its own (model_copy keeps the cached one)
     return copy
@@ -40,7 +40,7 @@ def variant(task: UnitTask[Any, Any], gpus: float) -> UnitTask[Any, Any]:
 
 @dataclass(frozen=True)
 class Layout:
-    """A plan's executor options on an app: the tasks they deploy, cells by deployment key, routes."""
+    """A plan's deployment options on an app: the tasks they deploy, cells by deployment key, routes."""
 
     tasks: dict[str, UnitTask[Any, Any]]  # deployment key -> task (variants included)
     cells: list[CellPlan]  # replicas by deployment key
@@ -53,20 +53,20 @@ class Layout:
         if not choices:
             return self.fallback
         # Smooth weighted round-robin, not independent draws: each path gets its share within about
-        # one request, which a plan whose executors are all saturated needs (docs/planner.md).
+        # one request, which a plan whose options are all saturated needs (docs/planner.md).
         return choices[round_robin((id(self), request_type), [p for p, _ in choices])][1]
 
 
 def layout(named: Mapping[str, UnitTask[Any, Any]], plan: Plan) -> Layout:
-    """Realise `plan`'s executor options on an app whose deployments are `named` (path -> task)."""
-    unknown = sorted({d for option in plan.executors.values() for d in option} - set(named))
+    """Realise `plan`'s deployment options on an app whose deployments are `named` (path -> task)."""
+    unknown = sorted({d for option in plan.options.values() for d in option} - set(named))
     if unknown:
         raise InvalidRequestError(
-            f"plan executors name deployments {unknown} the app does not have; it has {sorted(named)}"
+            f"plan options name deployments {unknown} the app does not have; it has {sorted(named)}"
         )
     keys = {
         option: {d: variant(named[d], gpus) for d, gpus in members.items()}
-        for option, members in plan.executors.items()
+        for option, members in plan.options.items()
     }
     tasks = {t.deployment_key(): t for members in keys.values() for t in members.values()}
     cells = []
@@ -78,7 +78,7 @@ def layout(named: Mapping[str, UnitTask[Any, Any]], plan: Plan) -> Layout:
         cells.append(cell.model_copy(update={"replicas": replicas}))
     deployed = {option for cell in plan.cells for option, n in cell.replicas.items() if n and cell.count}
     fallback: dict[str, str] = {}
-    for option in [o for o in plan.executors if o in deployed]:
+    for option in [o for o in plan.options if o in deployed]:
         for d, task in keys[option].items():
             fallback.setdefault(named[d].deployment_key(), task.deployment_key())
     # A call the path does not cover (a deployment the type was not planned with) takes the fallback.
@@ -102,14 +102,14 @@ def _path_targets(
 
 
 def check_layout(plan: Plan) -> None:
-    """Raise InvalidRequestError if a plan with executor options names one it does not define."""
-    if not plan.executors:
+    """Raise InvalidRequestError if a plan with deployment options names one it does not define."""
+    if not plan.options:
         return
     named = {name for cell in plan.cells for name in cell.replicas}
     named |= {option for paths in plan.routing.values() for path in paths for option in path.split("->")}
-    unknown = sorted(named - set(plan.executors))
+    unknown = sorted(named - set(plan.options))
     if unknown:
         raise InvalidRequestError(
-            f"plan names executors {unknown} that its `executors` does not define; it defines "
-            f"{sorted(plan.executors)}"
+            f"plan names options {unknown} that its `options` does not define; it defines "
+            f"{sorted(plan.options)}"
         )

@@ -194,7 +194,7 @@ class RayRuntime(Runtime):
 
     async def _on_deploy(self, app: App, plan: Plan) -> None:
         names = app.named_unit_tasks()
-        placed = layout(names, plan) if plan.executors else None
+        placed = layout(names, plan) if plan.options else None
         if placed is not None:
             self._add_variants(app, placed)
             self._route_replicas(app)
@@ -230,7 +230,7 @@ class RayRuntime(Runtime):
         log.info("plan for %s applied: %d cells added, %d removed", app.name, added, removed)
 
     def _add_variants(self, app: App, placed: Layout) -> None:
-        """Task managers for the deployments a plan's executor options add (another GPU shape)."""
+        """Task managers for the deployments a plan's deployment options add (another GPU shape)."""
         for key, task in placed.tasks.items():
             self.registry.share(app.name, task)
             if key not in self.managers:

@@ -40,7 +40,7 @@ def planned_choice(key: Hashable, weights: Sequence[float]) -> int:
     gains its weight, the one with the most credit is taken and pays the total. Over any n
     requests of a key each path gets within about one request of n·p, and its requests are evenly
     spread; independent draws stray by √(n·p·(1−p)) — ±9 of 400 at p = 0.3 — and a plan whose every
-    executor is saturated loses the excess of whichever executor drew too many (docs/planner.md).
+    deployment option is saturated loses the excess of whichever option drew too many (docs/planner.md).
     """
     session = current_session.get()
     if session is None:

@@ -99,7 +99,7 @@ def test_write_app_writes_the_app_served_for_each_family_and_the_demo(tmp_path, 
         served, copy = load_app_source(source, name), load_app(out)
         assert copy.named_unit_tasks() == served.named_unit_tasks() and str(checkpoint) == copy.module.MODEL
         assert copy.config.input_modalities == served.config.input_modalities
-        assert (copy.request_type, copy.response_type) == (served.request_type, served.response_type)
+        assert (copy.request_model, copy.response_model) == (served.request_model, served.response_model)
         assert not flags or all(
             t.gpus == 0.5 for k, t in copy.named_unit_tasks().items() if k.endswith(family.main)
         )
@@ -493,7 +493,7 @@ def test_serve_plans_for_its_gpus_at_start_and_routes_without_a_router(tmp_path)
         plan = httpx.get(
             f"{url}/admin/apps/omni_app/plan", headers={"authorization": "Bearer t"}, timeout=30
         ).json()
-        assert plan["executors"]["omni.thinker.llm"] == {"omni.thinker.llm": 1.0}  # laid out on the app
+        assert plan["options"]["omni.thinker.llm"] == {"omni.thinker.llm": 1.0}  # laid out on the app
         assert sum(n * c["count"] for c in plan["cells"] for n in c["replicas"].values()) == 6
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
         image = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": _PNG}}]

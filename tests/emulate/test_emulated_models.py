@@ -34,7 +34,7 @@ def test_paths_run_each_needed_component_once_in_order():
     assert {"I->L", "I->IVAL", "IVAL", "Monolith", "I->Monolith"} <= set(paths)
     assert paths["I->IVAL"] == [("I", ("I",)), ("IVAL", ("L",))]
     assert "L->I" not in paths and "G" not in paths
-    # Only the allowed executors: the E/P/D baseline has exactly one path for image requests.
+    # Only the allowed options: the E/P/D baseline has exactly one path for image requests.
     assert list(INTERNVL3.paths(("E", "P", "D"), allowed=["E", "P", "D"])) == ["E->P->D"]
 
 
@@ -50,27 +50,27 @@ def test_planner_profiles_are_what_a_sim_replica_sustains():
     specs = [RequestSpec(0.0, 1000, 300, images=((1920, 1080),))] * 10
     spec = INTERNVL3.planner_spec(specs)
     work = INTERNVL3.costs.work(specs[0])
-    throughput = {e.name: e.throughput for e in spec.executors}
+    throughput = {o.name: o.throughput for o in spec.options}
     assert throughput["E"] == pytest.approx(1.13)  # 000 Table 1 at the Standard workload
     assert throughput["PD"] == pytest.approx(1.8 / (work["P"] + work["D"]))
     assert 1 / throughput["PD"] * 1.8 == pytest.approx(1 / 0.28)  # the LLM's Table 1 time per request
-    epd = INTERNVL3.executor("EPD")
+    epd = INTERNVL3.option("EPD")
     assert throughput["EPD"] == pytest.approx(1.8 / (work["E"] + work["P"] + work["D"] * epd.factors["D"]))
     assert [t.name for t in spec.request_types] == ["image+text"]
 
 
-def test_plans_deploy_on_the_apps_unit_tasks_and_baselines_use_only_their_executors():
+def test_plans_deploy_on_the_apps_unit_tasks_and_baselines_use_only_their_options():
     workload = controlled(1.0, (1920, 1080), 1.0, 100, 100, count=500, seed=0)
     spec = INTERNVL3.planner_spec(workload)
     app = load_app_source(app_source(INTERNVL3.name), INTERNVL3.name)
     names = set(app.named_unit_tasks())
-    for executors in INTERNVL3_BASELINES.values():
-        plan = plan_for_budget(INTERNVL3.restricted(spec, executors), 16, max_exponent=4)
+    for options in INTERNVL3_BASELINES.values():
+        plan = plan_for_budget(INTERNVL3.restricted(spec, options), 16, max_exponent=4)
         used = {n for cell in plan.cells for n, r in cell.replicas.items() if r}
-        assert used <= set(executors)
+        assert used <= set(options)
         deployment = INTERNVL3.deployment_plan(plan, speedup=4)
         assert {n for cell in deployment.cells for n in cell.replicas} <= names
-        assert set(deployment.profiles) == {DEPLOYMENT_PREFIX + e.name for e in INTERNVL3.executors}
+        assert set(deployment.profiles) == {DEPLOYMENT_PREFIX + o.name for o in INTERNVL3.options}
         assert deployment.throughput == pytest.approx(plan.throughput * 4)
     best = plan_for_budget(spec, 16, max_exponent=4)
     monolith = plan_for_budget(INTERNVL3.restricted(spec, ["EPD"]), 16, max_exponent=4)
@@ -82,7 +82,7 @@ def test_requests_follow_the_routed_path_with_the_work_of_each_role():
     calls: list[tuple[str, float]] = []
 
     async def sim(stage, stage_input):
-        calls.append((stage.executor, stage_input.sim_work))
+        calls.append((stage.option, stage_input.sim_work))
         return StageOutput(payload=[0.0])
 
     request = ChatRequest.of(
@@ -112,7 +112,7 @@ def test_request_spec_reads_sizes_from_the_request():
 
 def test_the_planned_split_is_realised_evenly_and_later_hops_are_served_first():
     """Request-static routing with i.i.d. draws strays by √(n·p·(1−p)) from the plan (±9 of 400 at
-    p = 0.3), which a plan with every executor saturated loses: the split is smooth weighted
+    p = 0.3), which a plan with every option saturated loses: the split is smooth weighted
     round-robin, within one request of the plan after every request, and replay keeps the record."""
     task = EmulatedTask(spec=INTERNVL3)
     request = ChatRequest.of("describe", images=[jpeg((1920, 1080))], max_tokens=100)

@@ -88,7 +88,7 @@ def test_serve_with_gpus_plans_at_start_and_watches_the_traffic_unless_told_not_
     try:
         _wait_for_health(server.url, timeout=120)
         plan = httpx.get(f"{server.url}/admin/apps/omni/plan", headers={"Authorization": "Bearer t"})
-        assert plan.status_code == 200 and plan.json()["executors"]
+        assert plan.status_code == 200 and plan.json()["options"]
         watched = server.controls.replanners
         assert list(watched) == (["omni"] if replan else [])
     finally:

@@ -14,9 +14,9 @@ COMPONENTS = ["A", "B", "C", "D"]
 
 
 def random_spec_data(rng: random.Random, explicit_paths: bool = False) -> dict:
-    """2–4 components, 2–6 executors (a singleton for every component, some colocated), 1–3 types."""
+    """2–4 components, 2–6 options (a singleton for every component, some colocated), 1–3 types."""
     components = COMPONENTS[: rng.randint(2, 4)]
-    executors = [
+    options = [
         {
             "name": c,
             "components": [c],
@@ -25,9 +25,9 @@ def random_spec_data(rng: random.Random, explicit_paths: bool = False) -> dict:
         }
         for c in components
     ]
-    if len(executors) < 6 and rng.random() < 0.25:
+    if len(options) < 6 and rng.random() < 0.25:
         c = rng.choice(components)  # a second option for one component, e.g. tensor-parallel on 2 GPUs
-        executors.append(
+        options.append(
             {"name": f"{c}2", "components": [c], "gpus": 2, "throughput": round(rng.uniform(0.5, 12), 2)}
         )
     combos = [
@@ -36,8 +36,8 @@ def random_spec_data(rng: random.Random, explicit_paths: bool = False) -> dict:
         for combo in itertools.combinations(components, size)
     ]
     rng.shuffle(combos)
-    for combo in combos[: rng.randint(0, 6 - len(executors))]:
-        executors.append(
+    for combo in combos[: rng.randint(0, 6 - len(options))]:
+        options.append(
             {
                 "name": "".join(combo),
                 "components": combo,
@@ -53,12 +53,12 @@ def random_spec_data(rng: random.Random, explicit_paths: bool = False) -> dict:
     for t, w in zip(types, weights, strict=True):
         t["share"] = w / sum(weights)
     types[-1]["share"] = 1 - sum(t["share"] for t in types[:-1])
-    data = {"components": components, "executors": executors, "request_types": types}
+    data = {"components": components, "options": options, "request_types": types}
     if explicit_paths:
         spec = parse_spec(data)
         model = build_model(spec)
         for t in types:
-            paths = [list(p.executors) for p in model.paths[t["name"]]]
+            paths = [list(p.options) for p in model.paths[t["name"]]]
             t["paths"] = rng.sample(paths, rng.randint(1, len(paths)))
     return data
 
@@ -77,13 +77,13 @@ class FixedReplicasLP:
 
     def __init__(self, model) -> None:
         self.model = model
-        self.executors = [e.name for e in model.spec.executors]
+        self.options = [e.name for e in model.spec.options]
         self.pairs = [(t, p) for t, paths in model.paths.items() for p in range(len(paths))]
         h = self.h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         n = len(self.pairs) + 1
         h.addVars(n, [0.0] * n, [highspy.kHighsInf] * n)
-        for s in self.executors:
+        for s in self.options:
             cols = [j for j, (t, p) in enumerate(self.pairs) if model.work.get((s, t, p))]
             vals = [model.work[(s, *self.pairs[j])] for j in cols]
             h.addRow(-highspy.kHighsInf, 0.0, len(cols), cols, vals)
@@ -115,7 +115,7 @@ def replica_vectors(gpus: list[int], budget: int) -> Iterator[tuple[int, ...]]:
 def exhaustive(model, budget: int) -> list[tuple[int, float]]:
     """(GPUs used, max req/s) of every replica vector within the budget."""
     lp = FixedReplicasLP(model)
-    gpus = [model.spec.executor(s).gpus for s in lp.executors]
+    gpus = [model.spec.option(s).gpus for s in lp.options]
     return [
         (sum(g * r for g, r in zip(gpus, v, strict=True)), lp.max_rate(v))
         for v in replica_vectors(gpus, budget)

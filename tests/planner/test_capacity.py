@@ -40,7 +40,7 @@ def test_the_spec_at_another_mix_keeps_every_per_request_time():
     images = spec_at_mix(spec, {"text": 1, "image+text": 9})  # weights are normalised
     assert {t.name: t.share for t in images.request_types} == pytest.approx({"text": 0.1, "image+text": 0.9})
     # E's throughput over the mix falls as more requests need it: 1 / (0.9 x 0.5 s).
-    assert {e.name: e.throughput for e in images.executors} == pytest.approx({"E": 1 / 0.45, "L": 4.0})
+    assert {e.name: e.throughput for e in images.options} == pytest.approx({"E": 1 / 0.45, "L": 4.0})
     rng = random.Random(7)
     for _ in range(40):
         spec = random_spec(rng)
@@ -48,8 +48,8 @@ def test_the_spec_at_another_mix_keeps_every_per_request_time():
         after = build_model(spec_at_mix(spec, {t.name: rng.uniform(0.05, 1) for t in spec.request_types}))
         for name, graph in before.graphs.items():
             for hop in graph.hops:
-                assert after.seconds(hop.executor, hop.role, name) == pytest.approx(
-                    before.seconds(hop.executor, hop.role, name), rel=1e-9
+                assert after.seconds(hop.option, hop.role, name) == pytest.approx(
+                    before.seconds(hop.option, hop.role, name), rel=1e-9
                 )
 
 
@@ -58,8 +58,8 @@ def test_fixed_replicas_throughput_equals_the_path_formulation_lp_on_random_inst
     for _ in range(60):
         model = build_model(random_spec(rng, explicit_paths=rng.random() < 0.3))
         reference = FixedReplicasLP(model)
-        replicas = tuple(rng.randint(0, 3) for _ in reference.executors)
-        solved = fixed_replicas_throughput(model, dict(zip(reference.executors, replicas, strict=True)))
+        replicas = tuple(rng.randint(0, 3) for _ in reference.options)
+        solved = fixed_replicas_throughput(model, dict(zip(reference.options, replicas, strict=True)))
         assert solved.throughput == pytest.approx(reference.max_rate(replicas), rel=1e-6, abs=1e-9)
 
 
@@ -79,5 +79,5 @@ def test_shares_and_replicas_naming_what_the_spec_lacks_are_refused():
         spec_at_mix(spec, {"text": 0.5, "image+text": 0.4, "video": 0.1})
     with pytest.raises(SpecError, match=r"needs a share > 0 .*\['image\+text'\]"):
         spec_at_mix(spec, {"text": 1.0})
-    with pytest.raises(SpecError, match=r"replicas name executors \['EL'\]"):
+    with pytest.raises(SpecError, match=r"replicas name options \['EL'\]"):
         fixed_replicas_throughput(build_model(spec), {"EL": 1})

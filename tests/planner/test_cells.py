@@ -106,7 +106,7 @@ def test_budget_below_the_smallest_cell_is_infeasible():
 def single(component_gpus: int, throughput: float) -> dict:
     return {
         "components": ["L"],
-        "executors": [{"name": "L", "components": ["L"], "gpus": component_gpus, "throughput": throughput}],
+        "options": [{"name": "L", "components": ["L"], "gpus": component_gpus, "throughput": throughput}],
         "request_types": [{"name": "text", "components": ["L"], "share": 1.0}],
     }
 
@@ -125,7 +125,7 @@ def test_algorithm_1_keeps_a_size_that_beats_copies_of_the_last_kept_cell():
     spec = parse_spec(
         {
             "components": ["E", "L"],
-            "executors": [
+            "options": [
                 {"name": "E", "components": ["E"], "gpus": 1, "throughput": 8.0},
                 {"name": "L", "components": ["L"], "gpus": 2, "throughput": 3.0},
                 {"name": "EL", "components": ["E", "L"], "gpus": 2, "throughput": 2.0},
@@ -148,7 +148,7 @@ def test_replanning_keeps_identical_cells_and_reports_what_to_add_and_remove():
     spec = parse_spec(
         {
             "components": ["E", "L"],
-            "executors": [
+            "options": [
                 {"name": "E", "components": ["E"], "gpus": 1, "throughput": 20.0},
                 {"name": "L", "components": ["L"], "gpus": 1, "throughput": 6.0},
                 {"name": "EL", "components": ["E", "L"], "gpus": 1, "throughput": 4.0},
@@ -184,7 +184,7 @@ def test_replanning_keeps_identical_cells_and_reports_what_to_add_and_remove():
 # smallest (and largest) kept cell is 8 GPUs, and budgets of 5–7 GPUs fit no power-of-two cell.
 FIVE_GPU_SPLIT = {
     "components": ["E", "L"],
-    "executors": [
+    "options": [
         {"name": "E", "components": ["E"], "gpus": 1, "throughput": 2.0},
         {"name": "L", "components": ["L"], "gpus": 4, "throughput": 6.0},
     ],

@@ -45,7 +45,7 @@ def test_a_budget_too_small_for_any_instance_gives_zero_throughput():
     spec = parse_spec(
         {
             "components": ["L"],
-            "executors": [{"name": "L", "components": ["L"], "gpus": 4, "throughput": 3.0}],
+            "options": [{"name": "L", "components": ["L"], "gpus": 4, "throughput": 3.0}],
             "request_types": [{"name": "text", "components": ["L"], "share": 1.0}],
         }
     )
@@ -60,7 +60,7 @@ def test_min_gpus_rejects_a_non_positive_target():
         parse_spec(
             {
                 "components": ["L"],
-                "executors": [{"name": "L", "components": ["L"], "gpus": 1, "throughput": 3.0}],
+                "options": [{"name": "L", "components": ["L"], "gpus": 1, "throughput": 3.0}],
                 "request_types": [{"name": "text", "components": ["L"], "share": 1.0}],
             }
         )
@@ -73,12 +73,12 @@ def test_min_gpus_rejects_a_non_positive_target():
 
 
 def test_capacity_divides_rates_by_throughput_equation_9_is_a_typo():
-    """Σ x/w ≤ r (eqs. 11, 14): 3 replicas of a 4 req/s executor carry 12 req/s, not 3/4 (x·w ≤ r)."""
+    """Σ x/w ≤ r (eqs. 11, 14): 3 replicas of a 4 req/s option carry 12 req/s, not 3/4 (x·w ≤ r)."""
     model = build_model(
         parse_spec(
             {
                 "components": ["L"],
-                "executors": [{"name": "L", "components": ["L"], "gpus": 1, "throughput": 4.0}],
+                "options": [{"name": "L", "components": ["L"], "gpus": 1, "throughput": 4.0}],
                 "request_types": [{"name": "text", "components": ["L"], "share": 1.0}],
             }
         )

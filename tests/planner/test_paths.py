@@ -12,7 +12,7 @@ from prismserve.planner import SpecError, build_model, parse_spec, route_graph, 
 from prismserve.planner.paths import roles_of
 
 
-def spec_elg(executors, paths=None):
+def spec_elg(options, paths=None):
     types = [
         {"name": "text", "components": ["L"], "share": 0.5},
         {"name": "all", "components": ["E", "L", "G"], "share": 0.5},
@@ -22,9 +22,7 @@ def spec_elg(executors, paths=None):
     return parse_spec(
         {
             "components": ["E", "L", "G"],
-            "executors": [
-                {"name": n, "components": list(n), "gpus": 1, "throughput": 1.0} for n in executors
-            ],
+            "options": [{"name": n, "components": list(n), "gpus": 1, "throughput": 1.0} for n in options],
             "request_types": types,
         }
     )
@@ -35,7 +33,7 @@ def names(spec, type_name):
     return sorted(p.name for p in valid_paths(spec, request_type))
 
 
-def test_a_text_only_request_runs_on_the_colocated_executor_with_role_l():
+def test_a_text_only_request_runs_on_the_colocated_option_with_role_l():
     spec = spec_elg(["E", "L", "G", "EL"])
     assert names(spec, "text") == ["EL", "L"]
     (text,) = [t for t in spec.request_types if t.name == "text"]
@@ -44,7 +42,7 @@ def test_a_text_only_request_runs_on_the_colocated_executor_with_role_l():
     only_monolith = parse_spec(
         {
             "components": ["E", "L"],
-            "executors": [
+            "options": [
                 {"name": "E", "components": ["E"], "gpus": 1, "throughput": 1.0},
                 {"name": "L", "components": ["L"], "gpus": 1, "throughput": 1.0},
                 {"name": "EL", "components": ["E", "L"], "gpus": 1, "throughput": 1.0},
@@ -55,7 +53,7 @@ def test_a_text_only_request_runs_on_the_colocated_executor_with_role_l():
     assert names(only_monolith, "text") == ["EL"]
 
 
-def test_e_l_g_paths_through_colocated_executors():
+def test_e_l_g_paths_through_colocated_options():
     spec = spec_elg(["E", "L", "G", "EL", "LG", "ELG"])
     assert names(spec, "all") == sorted(
         [
@@ -94,16 +92,16 @@ def test_eg_cannot_start_an_e_l_g_request():
 def test_explicit_paths_are_exactly_the_walks_of_their_route_graph():
     spec = spec_elg(["E", "L", "G", "EL", "LG"], paths=[["E", "LG"], ["EL", "G"], ["E", "L", "G"]])
     assert names(spec, "all") == ["E->L->G", "E->LG", "EL->G"]
-    with pytest.raises(SpecError, match="path names unknown executors \\['X'\\]"):
+    with pytest.raises(SpecError, match="path names unknown options \\['X'\\]"):
         spec_elg(["E", "L", "G"], paths=[["E", "X"]])
 
 
 def brute_force_paths(spec, request_type):
-    """Every executor sequence (no repeats, up to the type's length) that `roles_of` accepts."""
+    """Every option sequence (no repeats, up to the type's length) that `roles_of` accepts."""
     found = set()
-    executors = [e.name for e in spec.executors]
+    options = [e.name for e in spec.options]
     for length in range(1, len(request_type.components) + 1):
-        for sequence in itertools.permutations(executors, length):
+        for sequence in itertools.permutations(options, length):
             if roles_of(spec, request_type, list(sequence)) is not None:
                 found.add("->".join(sequence))
     return found
@@ -115,18 +113,18 @@ def test_route_graph_walks_are_exactly_the_valid_paths_on_random_specs():
         spec = random_spec(rng)
         for request_type in spec.request_types:
             graph = route_graph(spec, request_type)
-            walks = {"->".join(h.executor for h in walk) for walk in graph.walks()}
+            walks = {"->".join(h.option for h in walk) for walk in graph.walks()}
             assert walks == brute_force_paths(spec, request_type)
             # No dead ends: every hop lies on some walk.
             used = {hop for walk in graph.walks() for hop in walk}
             assert used == set(graph.hops)
 
 
-def test_a_request_type_no_executor_can_serve_is_rejected_by_name():
+def test_a_request_type_no_option_can_serve_is_rejected_by_name():
     spec = parse_spec(
         {
             "components": ["E", "L", "G"],
-            "executors": [
+            "options": [
                 {"name": "E", "components": ["E"], "gpus": 1, "throughput": 1.0},
                 {"name": "L", "components": ["L"], "gpus": 1, "throughput": 1.0},
             ],

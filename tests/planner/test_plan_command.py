@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = {
     "components": ["E", "L"],
-    "executors": [
+    "options": [
         {"name": "E", "components": ["E"], "gpus": 1, "throughput": 20.0},
         {"name": "L", "components": ["L"], "gpus": 1, "throughput": 6.0},
         {"name": "EL", "components": ["E", "L"], "gpus": 1, "throughput": 4.0},
@@ -57,6 +57,7 @@ def test_the_table_for_a_budget(tmp_path, capsys):
     assert main(["plan", write(tmp_path, GOOD), "--gpus", "8"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("plan: 8 GPUs, 36.000 req/s predicted")
+    assert "  count  GPUs      req/s  replicas per option\n" in out
     assert "      2     4     18.000  E x1, L x3" in out
     assert "  image+text: E->L 1.000" in out
 
@@ -83,7 +84,7 @@ def mutate(change):
 
 
 def no_path(d):
-    d["executors"] = [d["executors"][0]]  # only the encoder: nothing runs L
+    d["options"] = [d["options"][0]]  # only the encoder: nothing runs L
     d["request_types"] = [{"name": "text", "components": ["L"], "share": 1.0}]
 
 
@@ -92,8 +93,8 @@ def out_of_order(d):
 
 
 def big_llm(d):
-    d["executors"][1]["gpus"] = 2
-    del d["executors"][2]
+    d["options"][1]["gpus"] = 2
+    del d["options"][2]
 
 
 @pytest.mark.parametrize(
@@ -106,19 +107,19 @@ def big_llm(d):
             "path L->E does not run each of ['E', 'L'] exactly once in model order",
         ),
         (
-            mutate(lambda d: d["executors"][0].update(throughput=0)),
+            mutate(lambda d: d["options"][0].update(throughput=0)),
             ["--gpus", "4"],
-            "executor 'E': throughput must be a finite number > 0 req/s, got 0",
+            "option 'E': throughput must be a finite number > 0 req/s, got 0",
         ),
         (
-            mutate(lambda d: d["executors"][1].update(throughput=-2)),
+            mutate(lambda d: d["options"][1].update(throughput=-2)),
             ["--gpus", "4"],
-            "executor 'L': throughput must be a finite number > 0",
+            "option 'L': throughput must be a finite number > 0",
         ),
         (
-            mutate(lambda d: d["executors"].pop(0)),
+            mutate(lambda d: d["options"].pop(0)),
             ["--gpus", "4"],
-            "component 'E' has no executor that runs it alone",
+            "component 'E' has no option that runs it alone",
         ),
         (
             mutate(big_llm),

@@ -19,7 +19,7 @@ from prismserve.planner.cells import budget_mixture
 
 FIGURE_4 = {
     "components": ["E", "L"],
-    "executors": [
+    "options": [
         {"name": "E", "components": ["E"], "gpus": 1, "throughput": 10.0},
         {"name": "L", "components": ["L"], "gpus": 1, "throughput": 10.0},
         {"name": "EL", "components": ["E", "L"], "gpus": 1, "throughput": 5.0},
@@ -53,13 +53,13 @@ def test_probabilities_are_over_the_whole_mixture_weighted_by_cell_counts():
 
 
 def path_loads(model, request_type, rates: dict[str, float]) -> dict[str, float]:
-    """Seconds of work per second on every executor from path rates of one type."""
+    """Seconds of work per second on every option from path rates of one type."""
     loads: dict[str, float] = {}
     paths = {p.name: p for p in model.paths[request_type]}
     for name, rate in rates.items():
         path = paths[name]
-        for executor, role in zip(path.executors, path.roles, strict=True):
-            loads[executor] = loads.get(executor, 0.0) + rate * model.seconds(executor, role)
+        for option, role in zip(path.options, path.roles, strict=True):
+            loads[option] = loads.get(option, 0.0) + rate * model.seconds(option, role)
     return loads
 
 
@@ -75,15 +75,15 @@ def test_plan_probabilities_sum_to_one_and_reproduce_the_planned_rates():
         by_size = {c.gpus: c for c in cells}
         for cell in cells:
             # Inside a cell: path rates add up to each type's share of the cell's rate, and the load
-            # they put on every executor fits the cell's replicas.
+            # they put on every option fits the cell's replicas.
             load: dict[str, float] = {}
             for t in spec.request_types:
                 mine = {name: r for (tt, name), r in cell.solution.rates.items() if tt == t.name}
                 assert sum(mine.values()) == pytest.approx(t.share * cell.throughput, rel=1e-6)
-                for executor, seconds in path_loads(model, t.name, mine).items():
-                    load[executor] = load.get(executor, 0.0) + seconds
-            for executor, seconds in load.items():
-                assert seconds <= cell.solution.replicas.get(executor, 0) + 1e-6
+                for option, seconds in path_loads(model, t.name, mine).items():
+                    load[option] = load.get(option, 0.0) + seconds
+            for option, seconds in load.items():
+                assert seconds <= cell.solution.replicas.get(option, 0) + 1e-6
         for t in spec.request_types:
             probabilities = plan.routing[t.name]
             assert sum(probabilities.values()) == pytest.approx(1.0)

@@ -10,7 +10,7 @@ from prismserve.planner import SpecError, build_model, load_spec, parse_spec
 
 MLLM = {
     "components": ["E", "L"],
-    "executors": [
+    "options": [
         {"name": "E", "components": ["E"], "gpus": 1, "throughput": 20.0},
         {"name": "L", "components": ["L"], "gpus": 1, "throughput": 6.0},
         {"name": "EL", "components": ["E", "L"], "gpus": 1, "throughput": 4.0},
@@ -51,9 +51,9 @@ def test_measured_role_times_replace_algorithm_3_and_change_the_plan():
     # EL measured much faster for image requests' L-only role (after a separate encoder) than α·τ_L says.
     data = {
         **MLLM,
-        "executors": [
-            *MLLM["executors"][:2],
-            {**MLLM["executors"][2], "role_seconds": {"image": {"L": 0.02}}},
+        "options": [
+            *MLLM["options"][:2],
+            {**MLLM["options"][2], "role_seconds": {"image": {"L": 0.02}}},
         ],
     }
     measured = build_model(parse_spec(data))
@@ -67,17 +67,17 @@ def test_measured_role_times_replace_algorithm_3_and_change_the_plan():
     assert before.get("E->EL", 0) == 0 and after.get("E->EL", 0) > 0.5
 
 
-def test_a_component_only_inside_colocated_executors_is_rejected_by_name():
-    data = {**MLLM, "executors": [MLLM["executors"][1], MLLM["executors"][2]]}
-    with pytest.raises(SpecError, match="component 'E' has no executor that runs it alone"):
+def test_a_component_only_inside_colocated_options_is_rejected_by_name():
+    data = {**MLLM, "options": [MLLM["options"][1], MLLM["options"][2]]}
+    with pytest.raises(SpecError, match="component 'E' has no option that runs it alone"):
         parse_spec(data)
 
 
 def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest():
     data = {
         **MLLM,
-        "executors": [
-            *MLLM["executors"],
+        "options": [
+            *MLLM["options"],
             {"name": "L-tp2", "components": ["L"], "gpus": 2, "throughput": 10.0},
         ],
     }
@@ -90,20 +90,20 @@ def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest(
     "change, message",
     [
         (
-            lambda d: d["executors"][0].update(throughput=0),
-            "executor 'E': throughput must be a finite number > 0 req/s, got 0",
+            lambda d: d["options"][0].update(throughput=0),
+            "option 'E': throughput must be a finite number > 0 req/s, got 0",
         ),
         (
-            lambda d: d["executors"][0].update(throughput=-1.5),
+            lambda d: d["options"][0].update(throughput=-1.5),
             "throughput must be a finite number > 0 req/s, got -1.5",
         ),
         (
-            lambda d: d["executors"][0].update(throughput=float("inf")),
+            lambda d: d["options"][0].update(throughput=float("inf")),
             "throughput must be a finite number > 0",
         ),
         (
-            lambda d: d["executors"][0].update(gpus=0),
-            "executors.0.gpus: Input should be greater than or equal to 1",
+            lambda d: d["options"][0].update(gpus=0),
+            "options.0.gpus: Input should be greater than or equal to 1",
         ),
         (lambda d: d["request_types"][0].update(share=0), "request type 'text': share must be > 0"),
         (
@@ -114,19 +114,19 @@ def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest(
         (lambda d: d.update(max_cell_gpus=8192), "max_cell_gpus: Input should be less than or equal to 4096"),
         (lambda d: d.update(max_cell_gpus=100), "must be a power of two (the largest cell's GPUs), got 100"),
         (
-            lambda d: d["executors"][2].update(deployable=False),
-            "executor 'EL': `deployable: false` marks a solo profile of one component",
+            lambda d: d["options"][2].update(deployable=False),
+            "option 'EL': `deployable: false` marks a solo profile of one component",
         ),
         (
             lambda d: (
-                d["executors"][0].update(deployable=False),
+                d["options"][0].update(deployable=False),
                 d["request_types"][1].update(paths=[["E", "L"]]),
             ),
             "request type 'image': path E->L runs ['E'], marked `deployable: false`",
         ),
         (
-            lambda d: d.update(executors={"E": [1]}),
-            "executors.E: give its fields as a mapping (components, ...), got list",
+            lambda d: d.update(options={"E": [1]}),
+            "options.E: give its fields as a mapping (components, ...), got list",
         ),
         (
             lambda d: d.update(request_types={"text": {**d["request_types"][0], "name": "chat"}}),
@@ -137,26 +137,26 @@ def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest(
             "request type 'text' names unknown components ['X']",
         ),
         (
-            lambda d: d["executors"][2].update(components=["E", "E"]),
-            "executor 'EL': component 'E' is listed twice",
+            lambda d: d["options"][2].update(components=["E", "E"]),
+            "option 'EL': component 'E' is listed twice",
         ),
-        (lambda d: d["executors"][2].update(name="E->L"), "names may not contain '->'"),
-        (lambda d: d["executors"][2].update(name="E"), "executor 'E' is listed twice"),
+        (lambda d: d["options"][2].update(name="E->L"), "names may not contain '->'"),
+        (lambda d: d["options"][2].update(name="E"), "option 'E' is listed twice"),
         (lambda d: d["request_types"][1].update(paths=[]), "`paths` is empty"),
         (lambda d: d.update(extra=1), "extra: Extra inputs are not permitted"),
         (
-            lambda d: d["executors"][1].update(role_seconds={"text": {"E": 1.0}}),
+            lambda d: d["options"][1].update(role_seconds={"text": {"E": 1.0}}),
             "role_seconds['text']['E'] names components ['E'] it does not run",
         ),
         (
-            lambda d: d["executors"][2].update(role_seconds={"text": {"L": 0}}),
+            lambda d: d["options"][2].update(role_seconds={"text": {"L": 0}}),
             "role_seconds['text']['L'] must be > 0 s",
         ),
         (
             lambda d: d.update(
                 topology={"nodes": [{"name": "a", "gpus": 2}], "bandwidth": 1, "edge_bytes": {"E->Q": 1}}
             ),
-            "edge_bytes key 'E->Q' names unknown executors ['Q']",
+            "edge_bytes key 'E->Q' names unknown options ['Q']",
         ),
     ],
 )
@@ -191,13 +191,13 @@ def test_the_worked_examples_parse():
 
     examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
     omni = load_spec(examples / "qwen25_omni.yaml")
-    assert len(omni.components) == 6 and len(omni.executors) >= 12 and len(omni.request_types) == 8
+    assert len(omni.components) == 6 and len(omni.options) >= 12 and len(omni.request_types) == 8
     assert load_spec(examples / "internvl3.yaml").components == ["E", "P", "D"]
 
 
 MAPPED_YAML = """
 components: [E, L]
-executors:
+options:
   E:  {components: [E],    gpus: 1, throughput: 20.0}
   L:  {components: [L],    gpus: 1, throughput: 6.0}
   EL: {components: [E, L], gpus: 1, throughput: 4.0, name: EL}
@@ -207,7 +207,7 @@ request_types:
 """
 
 
-def test_executors_and_request_types_may_be_mappings_keyed_by_name_with_raw_count_shares(tmp_path):
+def test_options_and_request_types_may_be_mappings_keyed_by_name_with_raw_count_shares(tmp_path):
     from prismserve.planner import plan_for_budget
 
     (tmp_path / "spec.yaml").write_text(MAPPED_YAML)
@@ -250,7 +250,7 @@ def test_the_largest_cell_comes_from_the_spec_unless_the_caller_gives_one():
 
 SOLO_E = {
     **MLLM,
-    "executors": [{**MLLM["executors"][0], "deployable": False}, *MLLM["executors"][1:]],
+    "options": [{**MLLM["options"][0], "deployable": False}, *MLLM["options"][1:]],
 }
 
 

@@ -21,7 +21,7 @@ from prismserve.planner import (
 
 BASE = {
     "components": ["E", "L"],
-    "executors": [
+    "options": [
         {"name": "E", "components": ["E"], "gpus": 1, "throughput": 10.0},
         {"name": "L", "components": ["L"], "gpus": 1, "throughput": 10.0},
     ],
@@ -47,11 +47,11 @@ def test_replicas_stay_within_each_nodes_gpus():
     assert all(sum(replicas.values()) <= 3 for replicas in solution.placement.values())
 
 
-def test_an_executor_larger_than_every_node_cannot_be_placed():
+def test_an_option_larger_than_every_node_cannot_be_placed():
     data = {
         **BASE,
-        "executors": [
-            BASE["executors"][0],
+        "options": [
+            BASE["options"][0],
             {"name": "L", "components": ["L"], "gpus": 4, "throughput": 10.0},
         ],
     }

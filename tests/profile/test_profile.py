@@ -96,7 +96,7 @@ def test_the_profile_plans_a_deployment_that_serves_every_type_without_a_router(
         "image+text": 0.5,
         "audio+text->audio": 0.25,
     }
-    llm = spec.executor(LLM)
+    llm = spec.option(LLM)
     assert set(llm.role_seconds) == {"text", "image+text", "audio+text->audio"}
     # Its throughput at the mix is the inverse of the mean measured time per request of the mix.
     mean = sum(t.share * llm.role_seconds[t.name][LLM] for t in spec.request_types)
@@ -176,8 +176,8 @@ def test_deployments_the_app_packs_on_one_gpu_are_a_colocated_option_the_plan_ca
         return spec, plan, cells
 
     spec, plan, cells = run(scenario)
-    both = spec.executor("split.encoder+split.llm")
-    solo = {e.name: e for e in spec.executors}
+    both = spec.option("split.encoder+split.llm")
+    solo = {o.name: o for o in spec.options}
     # The group's time for a role is its members' measured times added up (they share the GPU).
     assert both.role_seconds["image+text"]["split.encoder+split.llm"] == pytest.approx(
         solo["split.encoder"].role_seconds["image+text"]["split.encoder"]

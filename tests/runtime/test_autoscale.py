@@ -172,16 +172,16 @@ def test_an_app_registered_with_autoscaling_is_scaled_behind_the_gateway_and_sto
     assert 'prismserve_autoscale_changes{app="vl"}' in metrics
 
 
-def test_a_plan_of_executor_options_is_left_to_re_planning(caplog):
+def test_a_plan_of_deployment_options_is_left_to_re_planning(caplog):
     async def scenario(runtime, app):
         now = [0.0]
         scaler = Autoscaler(runtime, app, clock=lambda: now[0])
-        options = runtime.plans["vl"].model_copy(update={"executors": {"E": {ENCODER: 1.0}}})
-        runtime.plans["vl"] = options  # as `serve --gpus` deploys: cells of executor options
+        options = runtime.plans["vl"].model_copy(update={"options": {"E": {ENCODER: 1.0}}})
+        runtime.plans["vl"] = options  # as `serve --gpus` deploys: cells of deployment options
         manager = runtime.managers[app.named_unit_tasks()[ENCODER].deployment_key()]
         await scaler.check()
         now[0], manager.tokens = 1.0, 40000  # ten encoders' worth
         return await scaler.check(), runtime.plans["vl"] is options
 
     assert serving(autoscale(), plan(1, 1, ENCODER_PROFILE, LLM_PROFILE), scenario) == (None, True)
-    assert "its plan is of executor options" in caplog.text
+    assert "its plan is of deployment options" in caplog.text

@@ -1,4 +1,4 @@
-"""A plan of executor options on an app without a Router: colocated options realised as deployments at
+"""A plan of deployment options on an app without a Router: colocated options realised as deployments at
 another GPU shape packed on one GPU, and each request's calls sent along a path sampled for its type.
 In-process replicas with declared GPUs, no Ray."""
 
@@ -16,7 +16,7 @@ from prismserve.protocol.chat import ChatRequest
 
 E, L = "mllm.encoders.image", "mllm.llm"
 PLAN = {
-    "executors": {"E": {E: 1}, "L": {L: 1}, "E+L": {E: 0.25, L: 0.75}},
+    "options": {"E": {E: 1}, "L": {L: 1}, "E+L": {E: 0.25, L: 0.75}},
     "cells": [{"gpus": 2, "replicas": {"E": 1, "L": 1}}, {"gpus": 1, "count": 2, "replicas": {"E+L": 1}}],
     "routing": {"image+text": {"E->L": 0.5, "E+L": 0.25, "E->E+L": 0.25}, "text": {"E+L": 1.0}},
 }
@@ -33,7 +33,7 @@ def calls_by_shape(runtime, name):
     return found
 
 
-def test_executor_options_are_realised_and_each_request_follows_a_sampled_path():
+def test_deployment_options_are_realised_and_each_request_follows_a_sampled_path():
     async def scenario(runtime):
         app = await runtime.register_app(SOLO, "mllm")
         await runtime.deploy("mllm", Plan.model_validate(PLAN))
@@ -64,9 +64,9 @@ def test_a_plan_naming_an_option_it_does_not_define_or_an_unknown_deployment_is_
     async def scenario(runtime):
         await runtime.register_app(SOLO, "mllm")
         undefined = {**PLAN, "routing": {"text": {"X": 1.0}}}
-        with pytest.raises(InvalidRequestError, match=r"names executors \['X'\]"):
+        with pytest.raises(InvalidRequestError, match=r"names options \['X'\]"):
             await runtime.deploy("mllm", Plan.model_validate(undefined))
-        unknown = {**PLAN, "executors": {**PLAN["executors"], "E": {"mllm.vision": 1}}}
+        unknown = {**PLAN, "options": {**PLAN["options"], "E": {"mllm.vision": 1}}}
         with pytest.raises(InvalidRequestError, match=r"mllm.vision"):
             await runtime.deploy("mllm", Plan.model_validate(unknown))
         return "mllm" in runtime.plans

@@ -85,8 +85,8 @@ async def until(condition, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def replica_of(runtime, executor: str, cell_id: int):
-    (manager,) = [m for m in runtime.managers.values() if m.task.executor == executor]
+def replica_of(runtime, option: str, cell_id: int):
+    (manager,) = [m for m in runtime.managers.values() if m.task.option == option]
     (replica,) = [r for r in manager.replicas if r.placement.cell_id == cell_id]
     return replica
 

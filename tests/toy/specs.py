@@ -4,7 +4,7 @@
 # E serves 20 requests of the mix per second (1 in 10 needs it), L 4.
 ENCODER_LLM = {
     "components": ["E", "L"],
-    "executors": [
+    "options": [
         {"name": "E", "components": ["E"], "gpus": 1, "throughput": 20.0},
         {"name": "L", "components": ["L"], "gpus": 1, "throughput": 4.0},
     ],
