@@ -56,7 +56,7 @@ def serving(request: Request, app: App, body: BaseModel) -> Served:
     """Start serving `body` through `app` for the HTTP `request` (its gateway, its request id)."""
     gateway = state(request)
     served = Served(gateway.runtime, gateway.metrics, gateway.tracer, app, body, request_id(request))
-    gateway.controls.observe(app.name, served.kind)  # an app re-planned as its traffic drifts
+    gateway.controls.observe(app.name, served.kind)  # counted by the app's re-planning watcher, if any
     return served
 
 
