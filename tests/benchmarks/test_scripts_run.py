@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Minutes of smoke runs: `pytest -m "not bench_script"` skips them locally; CI runs everything.
+# Minutes of smoke runs: marked `slow` with it (tests/tiers.py), `pytest -m "not slow"` skips them
+# locally; CI runs everything.
 pytestmark = pytest.mark.bench_script
 
 SCRIPTS = {

@@ -70,6 +70,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.ray  # starts a Ray of its own
 def test_a_ray_worker_sees_the_users_hub_mode():
     assert python(RAY_PROBE, HF_HUB_OFFLINE="0").split() == ["0", "0"]
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tiers import uses
 
 from prismserve.executors import envs
 from prismserve.models import adapter_for
@@ -20,6 +21,7 @@ from prismserve.tasklib import EncodedMedia, LLMInput, conversation
 from prismserve.tasklib.units import VLLMThinkerTask
 
 
+@uses("vllm")
 def run_in_vllm_env(probe: str, job: dict[str, Any], tmp_path: Path, timeout: float = 600) -> Any:
     """What `tests/runtime/{probe}` (a script run with the vLLM environment's Python, as replicas are)
     writes for `job`: both travel as pickles."""
