@@ -33,7 +33,7 @@ FILES = {
     "planner": "planner/test_milp.py",  # pure planner tests
     "ray": "runtime/test_ray_runtime.py",  # the `ray_cluster` fixture
     "commands": "gateway/test_commands.py",  # `serving` (a serve subprocess), some on the cluster
-    "vllm": "models/test_vllm_llm.py",  # `run_in_vllm_env`, a helper of another module
+    "vllm": "models/test_vllm_llm.py",  # `vllm_probes`, a session fixture of another conftest
     "bench": "benchmarks/test_scripts_run.py",  # the module's `bench_script` mark
 }
 
@@ -99,7 +99,7 @@ def test_tests_that_start_a_serve_subprocess_are_slow_and_the_others_of_their_mo
     assert commands["test_register_list_invoke_unregister"].isdisjoint({"slow", "ray", "serve"})
 
 
-def test_a_helper_of_another_module_marks_its_callers(marks):
+def test_a_fixture_marks_the_tests_that_use_it(marks):
     assert all({"vllm", "slow"} <= names for names in of(marks, "vllm").values())
 
 

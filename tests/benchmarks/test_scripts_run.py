@@ -135,7 +135,9 @@ def test_fig10_queueing_model_runs_and_reproduces_the_short_run_shortfall(tmp_pa
 def test_a_plan_change_on_a_full_cluster_under_load_fails_no_request():
     # The running 8-GPU cell is drained and removed while requests arrive; two 4-GPU cells replace it.
     paper = ROOT / "benchmarks" / "paper"
-    result = run_script(["replan_drain.py", "--requests", "300", "--after", "8"], paper, 240)
+    # Sim times / 8: the change, posted 4 s into the 9 s of arrivals, still drains a loaded cell.
+    args = ["replan_drain.py", "--requests", "300", "--after", "4", "--speedup", "8"]
+    result = run_script(args, paper, 240)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert "-> [(4, 2, " in result.stdout and result.stdout.rstrip().endswith("failed 0")
 
