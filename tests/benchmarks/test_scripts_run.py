@@ -149,15 +149,15 @@ def test_the_modserve_ablation_and_autoscaling_run_and_write_their_results(tmp_p
     args = [
         "modserve.py",
         "--requests",
-        "120",
+        "60",
         "--loads",
         "0.5",
         "--encoders",
         "6",
         "--burst-requests",
-        "150",
+        "80",
     ]
-    result = run_script([*args, "--speedup", "16", "--out", str(tmp_path)], paper, 280)
+    result = run_script([*args, "--speedup", "64", "--out", str(tmp_path)], paper, 280)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     data = json.loads((tmp_path / "modserve.json").read_text())
     assert [row["system"] for row in data["rows"]] == ["monolith", "decoupled", "+slo", "+tokens", "+fan-out"]
