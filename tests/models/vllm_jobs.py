@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import signal
 import subprocess
 import tempfile
 import time
@@ -45,6 +46,7 @@ class VLLMProbes:
                 stdin=subprocess.PIPE,
                 env={**os.environ, **env["env_vars"]},
                 text=True,
+                start_new_session=True,  # its engines' processes with it: killed as one group
             )
         return self.server
 
@@ -65,21 +67,26 @@ class VLLMProbes:
             if server.poll() is not None:
                 raise AssertionError(f"the vLLM probe server exited ({server.returncode}) running {probe}")
             if time.monotonic() > deadline:
-                self.close()
+                self.stop(wait=0)
                 raise TimeoutError(f"{probe} wrote nothing within {timeout:.0f} s")
             time.sleep(0.1)
         return pickle.loads(target.read_bytes())
 
-    def close(self) -> None:
-        """Stop the server: it finishes the job at hand (its engine's shutdown) first, if it can."""
+    def stop(self, wait: float = 60) -> None:
+        """Stop the server: it finishes the job at hand (its engine's shutdown) first if it does so
+        within `wait` seconds, else it is killed with its engines' processes."""
         if self.server is not None and self.server.poll() is None:
             assert self.server.stdin is not None
             self.server.stdin.close()
             try:
-                self.server.wait(60)
+                self.server.wait(wait)
             except subprocess.TimeoutExpired:
-                self.server.kill()
+                os.killpg(self.server.pid, signal.SIGKILL)
                 self.server.wait()
+
+    def close(self) -> None:
+        """Stop the server and remove the jobs' files."""
+        self.stop()
         self.folder.cleanup()
 
 
