@@ -1,5 +1,6 @@
 """Shared test set-up: telemetry off (importing prismserve does it), hub offline mode unless the run
-chose otherwise, a gateway server in a thread."""
+chose otherwise, each test marked by the tier it belongs to (`tiers`), the run's one Ray cluster, a
+gateway server in a thread."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from ray_session import GPUS_PER_NODE
+from tiers import mark_tiers, uses
 
-import prismserve  # noqa: F401
+import prismserve  # noqa: F401  (telemetry off before Ray starts)
 from prismserve.offline import HUB_OFFLINE
 
 # Tests build their checkpoints locally and must not reach the hub (a run may still choose
@@ -36,6 +39,72 @@ def _find_workloads() -> None:
 
 
 _find_workloads()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_tiers(items)
+
+
+@pytest.fixture(scope="session")
+@uses("ray")
+def ray_cluster():
+    """One Ray session for the whole run: a simulated two-node cluster with `GPUS_PER_NODE` declared
+    GPUs per node, on which model replicas run on the CPU (`PRISMSERVE_DEVICE=cpu`, as `--fake-gpus`
+    sets it). The tests' runtimes join it, and so do their `prismserve serve --address` subprocesses."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    with pytest.MonkeyPatch.context() as env:
+        # The nodes' workers import the test apps' modules (`toy`), for `serve` subprocesses too.
+        env.setenv("PYTHONPATH", os.path.dirname(__file__), prepend=os.pathsep)
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 2, "num_gpus": GPUS_PER_NODE, "include_dashboard": False},
+        )
+        cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
+        cluster.wait_for_nodes()
+    ray.init(
+        address=cluster.address,
+        include_dashboard=False,
+        logging_level="WARNING",
+        runtime_env={"env_vars": {"PRISMSERVE_DEVICE": "cpu"}},
+    )
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def released_gpus(request):
+    """Each test on the cluster starts with every GPU free that no live placement group holds: Ray
+    gives a removed group's GPUs back only once its actors are dead, which on a loaded machine can
+    outlast a placement timeout of the next test's runtime."""
+    if "ray_cluster" in request.fixturenames:
+        request.getfixturevalue("ray_cluster")
+        _wait_for_released_gpus(timeout_s=120)
+    yield
+
+
+def _wait_for_released_gpus(timeout_s: float) -> None:
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = sum(
+            bundle.get("GPU", 0.0)
+            for group in placement_group_table().values()
+            if group["state"] != "REMOVED"
+            for bundle in group["bundles"].values()
+        )
+        free = ray.available_resources().get("GPU", 0.0)
+        if free + held >= ray.cluster_resources().get("GPU", 0.0):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the cluster's GPUs were not released within {timeout_s:.0f} s ({free:g} free)")
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Minutes of smoke runs: `pytest -m "not bench_script"` skips them locally; CI runs everything.
+# Minutes of smoke runs: marked `slow` with it (tests/tiers.py), `pytest -m "not slow"` skips them
+# locally; CI runs everything.
 pytestmark = pytest.mark.bench_script
 
 SCRIPTS = {
@@ -134,7 +135,9 @@ def test_fig10_queueing_model_runs_and_reproduces_the_short_run_shortfall(tmp_pa
 def test_a_plan_change_on_a_full_cluster_under_load_fails_no_request():
     # The running 8-GPU cell is drained and removed while requests arrive; two 4-GPU cells replace it.
     paper = ROOT / "benchmarks" / "paper"
-    result = run_script(["replan_drain.py", "--requests", "300", "--after", "8"], paper, 240)
+    # Sim times / 8: the change, posted 4 s into the 9 s of arrivals, still drains a loaded cell.
+    args = ["replan_drain.py", "--requests", "300", "--after", "4", "--speedup", "8"]
+    result = run_script(args, paper, 240)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert "-> [(4, 2, " in result.stdout and result.stdout.rstrip().endswith("failed 0")
 
@@ -146,15 +149,15 @@ def test_the_modserve_ablation_and_autoscaling_run_and_write_their_results(tmp_p
     args = [
         "modserve.py",
         "--requests",
-        "120",
+        "60",
         "--loads",
         "0.5",
         "--encoders",
         "6",
         "--burst-requests",
-        "150",
+        "80",
     ]
-    result = run_script([*args, "--speedup", "16", "--out", str(tmp_path)], paper, 280)
+    result = run_script([*args, "--speedup", "64", "--out", str(tmp_path)], paper, 280)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     data = json.loads((tmp_path / "modserve.json").read_text())
     assert [row["system"] for row in data["rows"]] == ["monolith", "decoupled", "+slo", "+tokens", "+fan-out"]

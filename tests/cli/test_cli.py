@@ -46,6 +46,7 @@ def test_in_process_demo_prints_each_recorded_graph_and_response():
     assert out.count("response: text='") == 3 and "samples at 24000 Hz" in out
 
 
+@pytest.mark.ray  # the demo starts a Ray of its own
 def test_server_demo_answers_chat_requests_over_http():
     """The README's main job: a tiny Qwen2.5-Omni on the Ray runtime with declared GPUs, via the gateway."""
     result = prismserve("demo", "--fake-gpus", "6")

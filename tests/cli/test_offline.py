@@ -64,14 +64,14 @@ from prismserve.runtime.cluster import connect
 def hub_mode():
     return os.environ.get("HF_HUB_OFFLINE")
 
-connect(num_cpus=1)
+connect(os.environ["RAY_ADDRESS"])  # the test run's cluster: the job's workers get what connect passes
 print(ray.get(hub_mode.remote()), os.environ.get("HF_HUB_OFFLINE"))
 ray.shutdown()
 """
 
 
-def test_a_ray_worker_sees_the_users_hub_mode():
-    assert python(RAY_PROBE, HF_HUB_OFFLINE="0").split() == ["0", "0"]
+def test_a_ray_worker_sees_the_users_hub_mode(ray_cluster):
+    assert python(RAY_PROBE, HF_HUB_OFFLINE="0", RAY_ADDRESS=ray_cluster.address).split() == ["0", "0"]
 
 
 def test_serve_offline_flag_sets_hub_offline_mode_for_the_server(monkeypatch, capsys):

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fake_hub import FakeHub, fake_hub
+from tiers import uses
 
 from prismserve.app import load_app, load_app_source
 from prismserve.apps import default_app_source, demo_app_source
@@ -378,9 +379,10 @@ def tiny_omni_dir() -> Path:
     return tiny.build("qwen2.5-omni")
 
 
-def test_serve_a_tiny_omni_checkpoint_with_no_app_file(tiny_omni_dir):
-    """The on-ramp: `prismserve serve DIR --fake-gpus 8` answers the official `openai` client — image and
-    text in, text out; speech in, text and speech out — and stops cleanly on SIGTERM."""
+def test_serve_a_tiny_omni_checkpoint_with_no_app_file(tiny_omni_dir, ray_cluster):
+    """The on-ramp: `prismserve serve DIR` (here joining the test run's cluster of declared GPUs, as
+    `--fake-gpus 8` would start one) answers the official `openai` client — image and text in, text
+    out; speech in, text and speech out — and stops cleanly on SIGTERM."""
     import openai
     from PIL import Image
 
@@ -390,7 +392,7 @@ def test_serve_a_tiny_omni_checkpoint_with_no_app_file(tiny_omni_dir):
     png = io.BytesIO()
     Image.new("RGB", (56, 56), (200, 30, 30)).save(png, format="PNG")
     image = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
-    with _serving(str(tiny_omni_dir), "--fake-gpus", "8") as (process, url):
+    with _serving(str(tiny_omni_dir), "--address", ray_cluster.address) as (process, url):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=240)
         (model,) = client.models.list().data
         assert model.id == tiny_omni_dir.name and model.owned_by == "prismserve"
@@ -434,6 +436,7 @@ def test_serve_a_tiny_omni_checkpoint_with_no_app_file(tiny_omni_dir):
     assert out == "prismserve: stopped\n" and "Traceback" not in err
 
 
+@uses("serve")
 @contextlib.contextmanager
 def _serving(
     *args: str, deadline: float = 280, before: list[str] | None = None, env: dict[str, str] | None = None
@@ -445,6 +448,9 @@ def _serving(
         **os.environ,
         "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
         "PRISMSERVE_ADMIN_TOKEN": "t",
+        # Declared GPUs (--fake-gpus, or the test cluster's joined with --address): replicas run on
+        # the CPU, as the server passes its own PRISMSERVE_DEVICE on to them.
+        "PRISMSERVE_DEVICE": "cpu",
         **(env or {}),
     }
     process = subprocess.Popen(

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from gateway_apps import ANSWER, TOKEN, chat_body, png
+from tiers import uses
 from toy import APP_PATH
 from toy.executors import EXECUTORS
 
@@ -217,6 +218,7 @@ def test_serve_reports_a_busy_port(capsys):
     )
 
 
+@uses("serve")
 @contextlib.contextmanager
 def serving(
     *args: str, deadline: float = 180, **settings: str
@@ -284,9 +286,10 @@ def test_serve_in_process_rejects_a_task_without_a_real_executor(capsys):
     assert "so it cannot run in this process: serve it without --in-process" in err
 
 
-def test_serve_on_ray_exits_0_after_a_clean_stop_by_sigterm():
-    """`ray.init` replaces the SIGTERM handler with one that exits with status 15 at once."""
-    with serving(str(APP_PATH), "--fake-gpus", "8") as (process, url):
+def test_serve_on_ray_exits_0_after_a_clean_stop_by_sigterm(ray_cluster):
+    """`ray.init` replaces the SIGTERM handler with one that exits with status 15 at once (joining a
+    cluster as starting one)."""
+    with serving(str(APP_PATH), "--address", ray_cluster.address) as (process, url):
         answer = httpx.post(f"{url}/v1/apps/omni_app/invoke", json=chat_body("hi"), timeout=60)
         assert answer.status_code == 200 and "[DONE]" in answer.text
         out, err = stopped(process, signal.SIGTERM)

@@ -349,6 +349,7 @@ def test_openai_unknown_model_is_404(chat):
 # --- health and metrics -------------------------------------------------------------------------
 
 
+@pytest.mark.fresh_gateway  # counts from zero
 def test_metrics_count_requests_per_app_request_type_and_status(gateway):
     gateway.post("/v1/apps/answer/invoke", json=chat_body("one"))
     gateway.post("/v1/apps/answer/invoke", json=chat_body("please crash"))

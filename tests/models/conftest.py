@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tiers import uses
+from vllm_jobs import VLLMProbes
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.bench.workloads import workloads_dir
@@ -67,3 +70,12 @@ def tiny_gemma3() -> str:
     from prismserve.models import tiny
 
     return str(tiny.build("gemma3"))
+
+
+@pytest.fixture(scope="session")
+@uses("vllm")
+def vllm_probes() -> Iterator[VLLMProbes]:
+    """The probe scripts' runner in the vLLM environment: one process for the run (`VLLMProbes`)."""
+    probes = VLLMProbes()
+    yield probes
+    probes.close()

@@ -258,7 +258,7 @@ def test_a_voice_the_model_lacks_is_the_requests_fault(tiny_omni, monolith):
 
 
 def test_vllm_thinker_equals_the_transformers_thinker_and_its_talker_conditioning(
-    tiny_omni, cars_jpg, small_png, query_wav, tmp_path
+    tiny_omni, cars_jpg, small_png, query_wav, vllm_probes
 ):
     """Text only, an image, audio, both, two images (each its own tensor): see `check_vllm_thinker`."""
-    check_vllm_thinker(tiny_omni, omni_cases(cars_jpg, small_png, query_wav), tmp_path)
+    check_vllm_thinker(tiny_omni, omni_cases(cars_jpg, small_png, query_wav), vllm_probes)

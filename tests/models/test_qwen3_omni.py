@@ -139,7 +139,7 @@ def test_streaming_code2wav_decodes_as_the_whole_utterance(tiny_qwen3):
 
 
 def test_vllm_thinker_equals_the_transformers_thinker_and_its_talker_conditioning(
-    tiny_qwen3, cars_jpg, small_png, query_wav, tmp_path
+    tiny_qwen3, cars_jpg, small_png, query_wav, vllm_probes
 ):
     """Text only, an image (with its DeepStack levels), audio, both, two images: see `check_vllm_thinker`."""
-    check_vllm_thinker(tiny_qwen3, omni_cases(cars_jpg, small_png, query_wav), tmp_path)
+    check_vllm_thinker(tiny_qwen3, omni_cases(cars_jpg, small_png, query_wav), vllm_probes)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from vllm_jobs import run_in_vllm_env
 
 from prismserve.models import MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
@@ -25,7 +24,7 @@ CAUSAL_ON_CPU = {"gemma3"}
 
 
 @pytest.mark.parametrize("family", ["gemma3", "internvl3", "qwen2.5-vl"])
-def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, small_png, tmp_path):
+def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, small_png, vllm_probes):
     from prismserve.models import tiny
 
     path = str(tiny.build(family))
@@ -55,7 +54,7 @@ def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, sm
         "task": VLLMTask(model=path, dtype="float32", engine_args={"max_logprobs": -1}),
         "requests": [*requests, requests[-1], swapped],  # the two-image request twice: batched alike
     }
-    results = run_in_vllm_env("vllm_probe.py", job, tmp_path)
+    results = vllm_probes.run("vllm_probe.py", job)
     for case, (whole_tokens, reference), (tokens, logprobs) in zip(cases, expected, results, strict=False):
         assert tokens == whole_tokens == reference.token_ids, case.prompt
         logits = torch.log_softmax(torch.as_tensor(reference.logits, dtype=torch.float64), -1).numpy()

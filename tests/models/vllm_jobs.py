@@ -3,9 +3,13 @@ checks built on them."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
+import signal
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +23,71 @@ from prismserve.protocol.chat import ChatRequest
 from prismserve.tasklib import EncodedMedia, LLMInput, conversation
 from prismserve.tasklib.units import VLLMThinkerTask
 
+PROBES = Path(__file__).parents[1] / "runtime"
 
-def run_in_vllm_env(probe: str, job: dict[str, Any], tmp_path: Path, timeout: float = 600) -> Any:
-    """What `tests/runtime/{probe}` (a script run with the vLLM environment's Python, as replicas are)
-    writes for `job`: both travel as pickles."""
 
-    source, target = tmp_path / "job.pkl", tmp_path / "out.pkl"
-    source.write_bytes(pickle.dumps(job))
-    env = envs.runtime_env("vllm")
-    script = Path(__file__).parents[1] / "runtime" / probe
-    subprocess.run(
-        [env["py_executable"], str(script), str(source), str(target)],
-        env={**os.environ, **env["env_vars"]},
-        check=True,
-        timeout=timeout,
-    )
-    return pickle.loads(target.read_bytes())
+class VLLMProbes:
+    """Runs the probe scripts of tests/runtime (`main(source, target)`) in one process of the vLLM
+    environment, with the Python and paths its replicas get, for the whole test run: vLLM and the
+    executors are imported once, each family's engine started once, and an engine's shutdown
+    overlaps what the test does next (`vllm_probe_server.py`). Jobs and results travel as pickles."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.TemporaryDirectory(prefix="prismserve-vllm-probes-")
+        self.jobs = itertools.count()
+        self.server: subprocess.Popen[str] | None = None
+
+    def start(self) -> subprocess.Popen[str]:
+        """The server process, started if none runs (a new one after a job that timed out)."""
+        if self.server is None or self.server.poll() is not None:
+            env = envs.runtime_env("vllm")
+            self.server = subprocess.Popen(
+                [env["py_executable"], str(PROBES / "vllm_probe_server.py")],
+                stdin=subprocess.PIPE,
+                env={**os.environ, **env["env_vars"]},
+                text=True,
+                start_new_session=True,  # its engines' processes with it: killed as one group
+            )
+        return self.server
+
+    def run(self, probe: str, job: dict[str, Any], timeout: float = 600) -> Any:
+        """What `tests/runtime/{probe}` writes for `job`."""
+        index = next(self.jobs)
+        source, target = (Path(self.folder.name) / f"{index}.{name}.pkl" for name in ("job", "out"))
+        failed = target.with_name(target.name + ".error")
+        source.write_bytes(pickle.dumps(job))
+        server = self.start()
+        assert server.stdin is not None
+        server.stdin.write(f"{probe}\t{source}\t{target}\n")
+        server.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while not target.exists():
+            if failed.exists():
+                raise AssertionError(f"{probe} failed in the vLLM environment:\n{failed.read_text()}")
+            if server.poll() is not None:
+                raise AssertionError(f"the vLLM probe server exited ({server.returncode}) running {probe}")
+            if time.monotonic() > deadline:
+                self.stop(wait=0)
+                raise TimeoutError(f"{probe} wrote nothing within {timeout:.0f} s")
+            time.sleep(0.1)
+        return pickle.loads(target.read_bytes())
+
+    def stop(self, wait: float = 60) -> None:
+        """Stop the server: it finishes the job at hand (its engine's shutdown) first if it does so
+        within `wait` seconds, else it is killed with its engines' processes."""
+        if self.server is not None and self.server.poll() is None:
+            assert self.server.stdin is not None
+            self.server.stdin.close()
+            try:
+                self.server.wait(wait)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.server.pid, signal.SIGKILL)
+                self.server.wait()
+
+    def close(self) -> None:
+        """Stop the server and remove the jobs' files."""
+        self.stop()
+        self.folder.cleanup()
 
 
 def omni_cases(image: bytes, other_image: bytes, audio: bytes) -> list[ChatRequest]:
@@ -48,7 +101,7 @@ def omni_cases(image: bytes, other_image: bytes, audio: bytes) -> list[ChatReque
     ]
 
 
-def check_vllm_thinker(path: str, cases: list[ChatRequest], tmp_path: Path, steps: int = 10) -> None:
+def check_vllm_thinker(path: str, cases: list[ChatRequest], probes: VLLMProbes, steps: int = 10) -> None:
     """An Omni thinker on vLLM (in its own environment), given the image encoder's embeddings and raw
     audio, against the fissioned transformers thinker, for `cases` batched in one engine: the same
     greedy tokens and text, every step's full log-probabilities within 1e-4, the talker's
@@ -84,7 +137,7 @@ def check_vllm_thinker(path: str, cases: list[ChatRequest], tmp_path: Path, step
         "task": VLLMThinkerTask(model=path, dtype="float32", engine_args={"max_logprobs": -1}),
         "requests": [*requests, swapped],
     }
-    out = run_in_vllm_env("vllm_thinker_probe.py", job, tmp_path)
+    out = probes.run("vllm_thinker_probe.py", job)
     streamed = 0
     for (thought, conditioning, codes), (tokens, logprobs), (text, items, ahead) in zip(
         expected, out["logprobs"], out["runs"], strict=False

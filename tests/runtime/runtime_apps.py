@@ -5,13 +5,12 @@ import io
 import time
 
 from PIL import Image
+from ray_session import GPUS_PER_NODE  # noqa: F401  (the runtime tests import it from here)
 
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
-
-GPUS_PER_NODE = 4
 
 # The deployments of SIM_MLLM, as plans name them.
 ENCODER, LLM = "model.encoders.image", "model.llm"

@@ -62,8 +62,9 @@ def png(seed: int) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server(ray_cluster, serve_gateway, span_exporter):
+    """A gateway on the Ray runtime serving vl (planned) and omni, for the module's tests."""
     runtime = RayRuntime(values=VALUES)
     with (
         serve_gateway(

@@ -307,6 +307,7 @@ def prompt_tokens(model: str, text: str) -> int:
     return adapter_for(model).llm_inputs(conversation(ChatRequest.of(text))[0])["input_ids"].shape[1]
 
 
+@pytest.mark.vllm
 class TestVLLM:
     """Qwen2.5-VL's LLM on vLLM's engine, in the vLLM environment: fissioned (embeddings from the
     transformers encoder deployment) and monolithic (vLLM runs the vision tower on raw images)."""
@@ -366,6 +367,7 @@ class TestVLLM:
         assert len(replicas) == 1 and replicas[0]["state"] == "running" and replicas[0]["restarts"] == 0
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize(("family", "example_file"), OMNI_EXAMPLES)
 def test_omni_thinker_on_vllm_speaks_as_the_transformers_monolith(gateway, family, example_file):
     """An Omni model with its thinker on vLLM (vLLM environment): image encoder fissioned, audio raw to

@@ -5,6 +5,7 @@ write the results: per request, the generated token ids and each step's full log
 """
 
 import asyncio
+import os
 import pickle
 import sys
 
@@ -27,6 +28,13 @@ async def tokens_and_logprobs(executor, request) -> tuple[list[int], np.ndarray]
     return tokens, np.stack(steps)
 
 
+def write(target: str, results: object) -> None:
+    """Pickle `results` to `target` whole: a reader waiting for the file never sees half of it."""
+    with open(target + ".part", "wb") as f:
+        pickle.dump(results, f)
+    os.replace(target + ".part", target)
+
+
 async def main(source: str, target: str) -> None:
     from prismserve.executors.vllm_llm import VLLMExecutor
 
@@ -36,10 +44,9 @@ async def main(source: str, target: str) -> None:
     await executor.load()
     try:  # concurrently: batched
         results = await asyncio.gather(*(tokens_and_logprobs(executor, r) for r in job["requests"]))
+        write(target, results)  # before the engine's shutdown, which takes seconds
     finally:
         await executor.close()
-    with open(target, "wb") as f:
-        pickle.dump(results, f)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pickle
 import sys
 import time
 
-from vllm_probe import tokens_and_logprobs
+from vllm_probe import tokens_and_logprobs, write
 
 
 async def main(source: str, target: str) -> None:
@@ -57,11 +57,10 @@ async def main(source: str, target: str) -> None:
         while os.listdir(executor.states_dir) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)  # the engine removes an aborted request's lock file a step later
         left = sorted(os.listdir(executor.states_dir))
+        n = len(requests)
+        write(target, {"logprobs": results[:n], "runs": results[n : 2 * n], "left": left})
     finally:
         await executor.close()
-    n = len(requests)
-    with open(target, "wb") as f:
-        pickle.dump({"logprobs": results[:n], "runs": results[n : 2 * n], "left": left}, f)
 
 
 if __name__ == "__main__":
