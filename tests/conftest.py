@@ -56,15 +56,12 @@ def ray_cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    with pytest.MonkeyPatch.context() as env:
-        # The nodes' workers import the test apps' modules (`toy`), for `serve` subprocesses too.
-        env.setenv("PYTHONPATH", os.path.dirname(__file__), prepend=os.pathsep)
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 2, "num_gpus": GPUS_PER_NODE, "include_dashboard": False},
-        )
-        cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
-        cluster.wait_for_nodes()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "num_gpus": GPUS_PER_NODE, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
+    cluster.wait_for_nodes()
     ray.init(
         address=cluster.address,
         include_dashboard=False,

@@ -109,9 +109,13 @@ class RayRuntime(Runtime):
 
     async def close(self) -> None:
         if self._health is not None:
-            self._health.cancel()
+            # Cancelled until it ends: Python 3.11's `asyncio.wait_for` (a health check's) swallows a
+            # cancellation that comes as the call it waits for returns, and the checks would go on.
+            while not self._health.done():
+                self._health.cancel()
+                await asyncio.wait([self._health], timeout=1.0)
             with contextlib.suppress(asyncio.CancelledError):
-                await self._health
+                self._health.result()
             self._health = None
         await self.resources.close()
         for manager in self.managers.values():
