@@ -14,6 +14,7 @@ from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.runtime.resources import PlacementError
+from prismserve.runtime.task_manager import ReplicaState
 from prismserve.task import DispatchError, use_dispatcher
 
 ROUTED_PLAN = {
@@ -227,16 +228,16 @@ def test_killed_replica_is_restarted_and_no_other_request_is_lost(ray_cluster):
                 break
             await asyncio.sleep(0.05)
         after = await one(99)
-        return results, victim, after
+        return results, (victim.restarts, victim.state), after
 
-    results, victim, after = run(scenario)
+    results, (restarts, state), after = run(scenario)
     failures = [r for r in results if isinstance(r, DispatchError)]
     for failure in failures:
         assert "LLMTask" in str(failure)
     # Requests that met the dead replica were retried on a healthy one: none lost.
     assert failures == []
     assert all(r[-1] == f"r{i}" for i, r in enumerate(results))
-    assert victim.restarts == 1 and victim.up
+    assert restarts == 1 and state is ReplicaState.RUNNING  # read before the runtime closed
     assert after[-1] == "r99"
 
 
@@ -328,11 +329,11 @@ def test_a_killed_encoder_restarts_alone_its_slab_is_reclaimed_and_the_request_i
             await asyncio.sleep(0.3)  # the encoder is working on the request
             ray.kill(victim.handle, no_restart=True)
             answer = await serving
-        return answer, victim, [r.restarts for r in llm.replicas], glob.glob(slabs)
+        return answer, (victim.restarts, victim.state), [r.restarts for r in llm.replicas], glob.glob(slabs)
 
-    answer, victim, llm_restarts, left = run(scenario)
+    answer, (restarts, state), llm_restarts, left = run(scenario)
     assert answer.tokens == ["t0", "t1", "t2", "t3"]  # run again once the encoder was back
-    assert victim.restarts == 1 and victim.up
+    assert restarts == 1 and state is ReplicaState.RUNNING
     assert llm_restarts == [0]  # the healthy consumer was left alone
     assert left == []  # the dead replica's 64 MiB slab is gone from /dev/shm
 
@@ -356,3 +357,32 @@ def test_requests_wait_for_the_only_replica_while_it_restarts(ray_cluster):
     answers, victim = run(scenario)
     assert [a.tokens[-1] for a in answers] == ["w0", "w1", "w2", "w3"]
     assert victim.restarts == 1 and victim.in_flight == 0
+
+
+def test_close_ends_health_checks_that_swallow_a_cancellation():
+    """Python 3.11's `asyncio.wait_for` (a health check's) can swallow a cancellation that comes as
+    the call it waits for returns; close cancels again until the checks end instead of waiting forever."""
+
+    async def scenario():
+        runtime = RayRuntime()
+        swallowed = 0
+
+        async def checks():
+            nonlocal swallowed
+            while True:
+                try:
+                    await asyncio.sleep(0.01)
+                except asyncio.CancelledError:
+                    if swallowed:
+                        raise
+                    swallowed += 1  # as wait_for does when its call returns at the same time
+
+        runtime._health = asyncio.get_running_loop().create_task(checks())
+        await asyncio.sleep(0.05)
+        health = runtime._health
+        closing = asyncio.get_running_loop().create_task(runtime.close())
+        done, _ = await asyncio.wait([closing], timeout=10)  # not wait_for: its timeout would cancel again
+        health.cancel()  # where close hung: let the loop end
+        return bool(done), swallowed, runtime._health
+
+    assert asyncio.run(scenario()) == (True, 1, None)
