@@ -357,32 +357,3 @@ def test_requests_wait_for_the_only_replica_while_it_restarts(ray_cluster):
     answers, victim = run(scenario)
     assert [a.tokens[-1] for a in answers] == ["w0", "w1", "w2", "w3"]
     assert victim.restarts == 1 and victim.in_flight == 0
-
-
-def test_close_ends_health_checks_that_swallow_a_cancellation():
-    """Python 3.11's `asyncio.wait_for` (a health check's) can swallow a cancellation that comes as
-    the call it waits for returns; close cancels again until the checks end instead of waiting forever."""
-
-    async def scenario():
-        runtime = RayRuntime()
-        swallowed = 0
-
-        async def checks():
-            nonlocal swallowed
-            while True:
-                try:
-                    await asyncio.sleep(0.01)
-                except asyncio.CancelledError:
-                    if swallowed:
-                        raise
-                    swallowed += 1  # as wait_for does when its call returns at the same time
-
-        runtime._health = asyncio.get_running_loop().create_task(checks())
-        await asyncio.sleep(0.05)
-        health = runtime._health
-        closing = asyncio.get_running_loop().create_task(runtime.close())
-        done, _ = await asyncio.wait([closing], timeout=10)  # not wait_for: its timeout would cancel again
-        health.cancel()  # where close hung: let the loop end
-        return bool(done), swallowed, runtime._health
-
-    assert asyncio.run(scenario()) == (True, 1, None)

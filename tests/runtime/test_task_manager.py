@@ -9,6 +9,7 @@ from toy.tasks import EncoderTask
 
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import InProcessPool
+from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.runtime.task_manager import (
     Lease,
     NoReplicaError,
@@ -231,3 +232,32 @@ def test_token_aware_leases_go_to_the_fewest_pending_tokens_and_give_them_back()
     picks, (a, b, c), pending, after = asyncio.run(scenario())
     assert picks == [c, b, b]  # c: 0 < 100 < 900; then b: 100 < 500; then b: 400 < 500
     assert pending == [900, 450, 500] and after == [0, 0, 0]
+
+
+def test_close_ends_health_checks_that_swallow_a_cancellation():
+    """Python 3.11's `asyncio.wait_for` (a health check's) can swallow a cancellation that comes as
+    the call it waits for returns; close cancels again until the checks end instead of waiting forever."""
+
+    async def scenario():
+        runtime = RayRuntime()  # not started: no Ray
+        swallowed = 0
+
+        async def checks():
+            nonlocal swallowed
+            while True:
+                try:
+                    await asyncio.sleep(0.01)
+                except asyncio.CancelledError:
+                    if swallowed:
+                        raise
+                    swallowed += 1  # as wait_for does when its call returns at the same time
+
+        runtime._health = asyncio.get_running_loop().create_task(checks())
+        await asyncio.sleep(0.05)
+        health = runtime._health
+        closing = asyncio.get_running_loop().create_task(runtime.close())
+        done, _ = await asyncio.wait([closing], timeout=10)  # not wait_for: its timeout would cancel again
+        health.cancel()  # where close hung: let the loop end
+        return bool(done), swallowed, runtime._health
+
+    assert asyncio.run(scenario()) == (True, 1, None)
