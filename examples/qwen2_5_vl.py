@@ -7,7 +7,8 @@ directory) builds this same composition. This file is a starting point for other
 MODEL: a checkpoint directory or hub id, from $PRISMSERVE_MODEL (a tiny one: `prismserve tiny
 qwen2.5-vl` prints its path). $PRISMSERVE_MONOLITH=1 serves the whole model in one deployment.
 $PRISMSERVE_ENGINE=vllm runs the LLM on vLLM (its environment: `prismserve vllm-env`) instead of
-transformers, in $PRISMSERVE_VLLM_DTYPE (default: the checkpoint's).
+transformers, in $PRISMSERVE_VLLM_DTYPE (default: the checkpoint's); with $PRISMSERVE_PREFILL_DECODE=1
+on two vLLM deployments, prefill and decode, the KV cache handed over by vLLM's KV connector.
 """
 
 import os
@@ -23,6 +24,7 @@ vl = MLLMTask(
     modalities=("image", "video"),
     encoder_fission=os.environ.get("PRISMSERVE_MONOLITH") != "1",
     engine=os.environ.get("PRISMSERVE_ENGINE", "transformers"),
+    prefill_decode=os.environ.get("PRISMSERVE_PREFILL_DECODE") == "1",
     vllm={"dtype": os.environ.get("PRISMSERVE_VLLM_DTYPE", "auto")},
 )
 

@@ -24,6 +24,7 @@ model = MLLMTask(
     modalities=SETTINGS.modalities,
     encoder_fission=True,
     engine=SETTINGS.engine,
+    prefill_decode=SETTINGS.prefill_decode,
     vllm=SETTINGS.vllm,
     gpus=SETTINGS.gpus,
     media_tokens=MediaTokens(image=SETTINGS.image_tokens),

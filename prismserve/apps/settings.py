@@ -25,10 +25,12 @@ class ChatAppSettings(AppSettings):
 class MLLMAppSettings(ChatAppSettings):
     """`prismserve.apps.mllm`: a multimodal LLM with an encoder per media modality in `modalities`
     (what the app takes besides text), counting an image's tokens as its processor does
-    (`image_tokens`: `patches` for Qwen-VL, `tiles` for InternVL, `fixed` for Gemma 3; see `MediaTokens`)."""
+    (`image_tokens`: `patches` for Qwen-VL, `tiles` for InternVL, `fixed` for Gemma 3; see `MediaTokens`);
+    with `prefill_decode` (vLLM) its LLM is a prefill and a decode deployment (`MLLMTask`)."""
 
     modalities: tuple[MediaModality, ...] = ("image",)
     image_tokens: Literal["patches", "tiles", "fixed"] = "patches"
+    prefill_decode: bool = False
 
 
 class OmniAppSettings(ChatAppSettings):

@@ -18,7 +18,9 @@ The gaps in vLLM 0.32 filled here:
 - the stock `ExampleHiddenStatesConnector` copies with CUDA streams and pinned memory, which kills a
   CPU engine at the first finished request, it saves every request, and only once the request has
   finished (`CPUHiddenStatesConnector`: also streams a request's rows while it runs, when asked);
-- its Gemma 3 takes no precomputed image embeddings at all (`Gemma3Embeds`).
+- its Gemma 3 takes no precomputed image embeddings at all (`Gemma3Embeds`);
+- its file-based KV connector (`ExampleConnector`, the one that runs on a CPU) never deletes what it
+  saved, and its decode side saves too (`HandoffConnector`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
+    ExampleConnector,
+    align_to_block_size,
+)
 from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
     ExampleHiddenStatesConnector,
     ExampleHiddenStatesConnectorMetadata,
@@ -318,3 +326,67 @@ class CPUHiddenStatesConnector(ExampleHiddenStatesConnector):
         self._req_copy_events[pending.req_id] = done
         self._req_futures[pending.req_id] = future
         future.add_done_callback(partial(self._on_write_done, pending.req_id))
+
+
+class HandoffConnector(ExampleConnector):
+    """vLLM's file-based KV connector as a prefill → decode hand-off that leaves nothing behind.
+
+    Prefill (`kv_producer`) saves each prompt's KV cache in whole blocks under `shared_storage_path`,
+    in a folder named by the hash of the prompt's tokens and media; decode (`kv_consumer`), given the
+    same prompt and the first token, loads it instead of computing it (unless its own prefix cache
+    holds the prompt), saves nothing itself, and deletes the folder when its request ends. A folder no decode took (its request was cancelled
+    between the two, or its decode replica died) is deleted by prefill once it is older than
+    `handoff_ttl_s` (extra config). Correctness never rests on the files: a decode that finds none
+    computes the prompt itself.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        config = self._kv_transfer_config
+        self._producer = config.is_kv_producer
+        self._ttl_s = float(config.get_from_extra_config("handoff_ttl_s", 300.0))
+        self._loaded: dict[str, str] = {}  # decode side: request id -> the folder it loads
+        self._swept = 0.0
+
+    # --- scheduler side ---------------------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:
+        if not self._producer:
+            # Taken even when its own prefix cache holds the prompt already (nothing is loaded then).
+            folder = self._folder(request)
+            if os.path.isdir(folder):
+                self._loaded[request.request_id] = folder
+        return super().get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        folder = self._loaded.pop(request.request_id, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        if self._producer:
+            self._sweep()
+        return False, None
+
+    def _folder(self, request: Any) -> str:
+        """Where the KV of `request`'s prompt is (as `ExampleConnector` names it)."""
+        tokens = list(request.prompt_token_ids or [])
+        whole = align_to_block_size(len(tokens) - 1, self._block_size)
+        media = [feature.identifier for feature in request.mm_features]
+        return str(self._generate_foldername_debug(torch.tensor(tokens)[:whole], media))
+
+    def _sweep(self) -> None:
+        """Delete the hand-offs older than the TTL (at most every tenth of it)."""
+        now = time.time()
+        if now - self._swept < self._ttl_s / 10:
+            return
+        self._swept = now
+        with contextlib.suppress(OSError), os.scandir(self._storage_path) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_dir() and now - entry.stat().st_mtime > self._ttl_s:
+                        shutil.rmtree(entry.path, ignore_errors=True)
+
+    # --- worker side ------------------------------------------------------------------------------
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any
+    ) -> None:
+        if self._producer:
+            super().save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)

@@ -26,11 +26,16 @@ from prismserve.executors.text import ReplyText
 from prismserve.models import Encoded, adapter_for
 from prismserve.protocol.chat import FinishReason, TextDelta
 from prismserve.task import InvalidInputError, Stream
-from prismserve.task.components import LLMInput, VLLMEngineSettings
+from prismserve.task.components import DecodeInput, Handoff, LLMInput, VLLMEngineSettings, VLLMHandoffSettings
 
 GenerationOutputT = TypeVar("GenerationOutputT")
 
 AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; vLLM resamples otherwise
+# Where the out-of-tree pieces vLLM loads by name live (model classes, KV connectors).
+EXTENSIONS_MODULE = "prismserve.executors.vllm_extensions"
+# CPU attention takes blocks of a multiple of 32 tokens (its default is 128): the KV cache is handed
+# over in whole blocks, so smaller ones leave less of a prompt for decode to compute again.
+CPU_HANDOFF_BLOCK = 32
 
 
 def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
@@ -56,6 +61,27 @@ def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
             settings["distributed_executor_backend"] = "mp"
     elif cuda and task.gpus > 0:
         settings["gpu_memory_utilization"] = task.gpus
+    return settings
+
+
+def handoff_settings(task: VLLMEngineSettings, role: str, *, cuda: bool) -> dict[str, Any]:
+    """vLLM's engine arguments for one side (`kv_producer`: prefill, `kv_consumer`: decode) of a
+    prefill → decode hand-off through `HandoffConnector` (files in the task's `handoff_dir`)."""
+    if not isinstance(task, VLLMHandoffSettings):
+        raise TypeError(f"a prefill or decode executor needs VLLMHandoffSettings, not {type(task).__name__}")
+    settings: dict[str, Any] = {
+        "kv_transfer_config": {
+            "kv_connector": "HandoffConnector",
+            "kv_connector_module_path": EXTENSIONS_MODULE,
+            "kv_role": role,
+            "kv_connector_extra_config": {
+                "shared_storage_path": task.handoff_dir,
+                "handoff_ttl_s": task.handoff_ttl_s,
+            },
+        }
+    }
+    if not cuda:
+        settings["block_size"] = CPU_HANDOFF_BLOCK
     return settings
 
 
@@ -193,8 +219,15 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
             extra_args=extra_args,
         )
 
-    def text_deltas(self, request: LLMInput, reply: ReplyText, out: Any) -> list[TextDelta]:
-        """The text deltas of one vLLM output (`RequestOutput`), the last one's when it finished."""
+    def max_tokens(self, request: LLMInput) -> int | None:
+        """The most tokens the reply may have: the request's, else the checkpoint's (None: vLLM's)."""
+        return request.max_tokens if request.max_tokens is not None else self.defaults.get("max_tokens")
+
+    def text_deltas(
+        self, request: LLMInput, reply: ReplyText, out: Any, prompt_tokens: int | None = None
+    ) -> list[TextDelta]:
+        """The text deltas of one vLLM output (`RequestOutput`), the last one's when it finished,
+        which reports `prompt_tokens` (default: the prompt vLLM ran)."""
         if reply.finished:
             return []  # a stop string ended the reply; vLLM may still be generating
         completion = out.outputs[0]
@@ -207,7 +240,9 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
                 break
         if reply.stopped or completion.finish_reason is not None:
             reason: FinishReason = "length" if completion.finish_reason == "length" else "stop"
-            deltas.append(reply.finish(reason, len(out.prompt_token_ids or [])))
+            if prompt_tokens is None:
+                prompt_tokens = len(out.prompt_token_ids or [])
+            deltas.append(reply.finish(reason, prompt_tokens))
         return deltas
 
     async def close(self) -> None:
@@ -224,6 +259,78 @@ class VLLMExecutor(VLLMGeneration[Stream[TextDelta]]):
         reply = self.reply(request)
         async for out in self.outputs(request):
             for delta in self.text_deltas(request, reply, out):
+                yield delta
+            if reply.stopped:
+                return  # leaving the engine's generator aborts the request
+
+
+class VLLMPrefillExecutor(VLLMGeneration[Handoff]):
+    """The prefill side of a prefill/decode split: runs the prompt and its first token; the KV
+    connector saves the prompt's KV cache for decode, which goes on from the `Handoff`."""
+
+    def engine_settings(self) -> dict[str, Any]:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        return {**super().engine_settings(), **handoff_settings(self.task, "kv_producer", cuda=cuda)}
+
+    async def run(self, task_input: Any) -> Handoff:
+        request = LLMInput.model_validate(task_input)
+        last = None
+        async for out in self.outputs(request.model_copy(update={"max_tokens": 1})):
+            last = out
+        if last is None or not last.outputs[0].token_ids:
+            raise ExecutorUnhealthy(f"vLLM engine of {self.task.model} ended a prefill without a token")
+        completion = last.outputs[0]
+        token = completion.token_ids[0]
+        step = completion.logprobs[0] if completion.logprobs else None
+        ended: FinishReason | None = None
+        if completion.finish_reason == "stop":  # an end token
+            ended = "stop"
+        elif self.max_tokens(request) == 1:
+            ended = "length"
+        return Handoff(
+            token=token,
+            logprobs=_logprobs(step, token, request.top_logprobs),
+            finish_reason=ended,
+            prompt_tokens=len(last.prompt_token_ids or []),
+        )
+
+
+class VLLMDecodeExecutor(VLLMGeneration[Stream[TextDelta]]):
+    """The decode side of a prefill/decode split: streams the reply from prefill's first token on,
+    the prompt's KV cache loaded from prefill's hand-off rather than computed (the last partial
+    block is computed again).
+
+    Greedy replies equal one engine's, token for token and log-probability for log-probability.
+    What differs: the first token is part of decode's prompt, so vLLM's presence and frequency
+    penalties do not count it, and a seeded sampler draws from another point of its sequence.
+    """
+
+    def engine_settings(self) -> dict[str, Any]:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        return {**super().engine_settings(), **handoff_settings(self.task, "kv_consumer", cuda=cuda)}
+
+    async def stream(self, task_input: Any) -> AsyncIterator[TextDelta]:
+        request = DecodeInput.model_validate(task_input)
+        handoff = request.handoff
+        reply = self.reply(request)
+        if (delta := reply.push(handoff.token, handoff.logprobs)) is not None:
+            yield delta
+        if reply.stopped or handoff.finish_reason is not None:
+            yield reply.finish(handoff.finish_reason or "stop", handoff.prompt_tokens)
+            return
+        with media_rejected():
+            prompt = self.prompt(request)
+        # The prompt tokenized as vLLM tokenizes its text, then the first token: vLLM expands the
+        # media placeholders as it did for prefill, so the KV is found under the same tokens and media.
+        tokens = [*self.tokenizer.encode(prompt.pop("prompt")), handoff.token]
+        limit = self.max_tokens(request)
+        rest = request if limit is None else request.model_copy(update={"max_tokens": limit - 1})
+        async for out in self.outputs(rest, prompt={"prompt_token_ids": tokens, **prompt}):
+            for delta in self.text_deltas(request, reply, out, prompt_tokens=handoff.prompt_tokens):
                 yield delta
             if reply.stopped:
                 return  # leaving the engine's generator aborts the request

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from prismserve.protocol.chat import Sampling, TextDelta
+from prismserve.protocol.chat import FinishReason, Sampling, TextDelta
 from prismserve.task.base import TaskInput, TaskOutput
 from prismserve.task.data import DataHandle, Stream
 from prismserve.task.descriptor import ExecutorSettings
@@ -96,6 +96,24 @@ def _parts(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return [part for part in content or [] if isinstance(part, dict)]
+
+
+class Handoff(TaskOutput):
+    """What a prefill deployment hands its decode deployment beside the KV cache (which vLLM's KV
+    connector carries): the first token, which prefill computed, and what decode needs to go on
+    from it as if one engine had run the whole request."""
+
+    token: int
+    # The token's log-probability and the most likely tokens' (`ReplyText.push`'s form), when asked for.
+    logprobs: tuple[float, list[tuple[int, float]]] | None = None
+    finish_reason: FinishReason | None = None  # set when the first token ended the reply
+    prompt_tokens: int = Field(ge=0)  # the prompt as the engine counted it (media tokens included)
+
+
+class DecodeInput(LLMInput):
+    """A request to decode: the same conversation and media its prefill got, and prefill's `handoff`."""
+
+    handoff: Handoff
 
 
 class ThinkerOutput(TaskOutput):
@@ -194,6 +212,15 @@ class VLLMEngineSettings(LLMSettings):
     max_model_len: int = Field(default=4096, ge=16)
     kv_cache_gib: int = Field(default=1, ge=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)
+
+
+class VLLMHandoffSettings(VLLMEngineSettings):
+    """A vLLM engine of a prefill or decode deployment: the two hand the KV cache over through
+    `handoff_dir`, a directory both reach (one node's file system; shared storage across nodes),
+    where a hand-off waits `handoff_ttl_s` at most for its decode before it is deleted."""
+
+    handoff_dir: str = Field(min_length=1)
+    handoff_ttl_s: float = Field(default=300.0, gt=0)
 
 
 class OmniMonolithSettings(ModelSettings):

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
 from typing import Any, Literal
 
 from pydantic import Field
 
 from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart, TextDelta, TextPart, VideoPart
-from prismserve.task import InvalidInputError, Stream, Task, TaskOutput
+from prismserve.task import InvalidInputError, Stream, Task, TaskDefinitionError, TaskOutput
 from prismserve.tasklib.gpus import component_gpus
 from prismserve.tasklib.media_tokens import MediaTokens
 from prismserve.tasklib.units import (
+    DecodeInput,
     EncodedMedia,
     EncoderTask,
     LLMInput,
     LLMTask,
     MediaItem,
     MediaModality,
+    VLLMDecodeTask,
+    VLLMPrefillTask,
     VLLMTask,
 )
 
@@ -94,6 +101,12 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     `modalities` are the encoders the model has. `engine` runs the LLM on transformers or on vLLM
     (`VLLMTask`, with `vllm` settings such as `dtype` or `engine_args`). `gpus` sets the GPUs per
     replica of components (`{"image": 0.2, "llm": 0.8}`; on vLLM `{"llm": 2}` is tensor parallelism).
+
+    With `prefill_decode` (vLLM only) the LLM is two deployments, TriInfer's P and D: prefill
+    computes the prompt and the first token, decode streams the rest, the KV cache handed over by
+    vLLM's KV connector (`VLLMPrefillTask`, `VLLMDecodeTask`; their GPUs are `gpus["prefill"]` and
+    `gpus["decode"]`). The hand-off directory is `vllm["handoff_dir"]`, by default one under the
+    system's temporary directory per model and engine settings.
     """
 
     model: str
@@ -101,6 +114,7 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     modalities: tuple[MediaModality, ...] = ("image",)
     encoder_fission: bool = True
     engine: Literal["transformers", "vllm"] = "transformers"
+    prefill_decode: bool = False
     vllm: dict[str, Any] = Field(default_factory=dict)
     # GPUs per replica by component: the encoders by modality, and "llm".
     gpus: dict[str, float] = Field(default_factory=dict)
@@ -108,24 +122,50 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     media_tokens: MediaTokens = Field(default_factory=MediaTokens)
 
     def post_init(self) -> None:
+        if self.prefill_decode and self.engine != "vllm":
+            raise TaskDefinitionError(
+                "MLLMTask(prefill_decode=True) splits a vLLM engine into prefill and decode: set engine='vllm'"
+            )
         encoders = list(self.modalities) if self.encoder_fission else []
-        owner = f"MLLMTask(encoder_fission={self.encoder_fission})"
-        llm = VLLMTask if self.engine == "vllm" else LLMTask
-        shares = component_gpus(owner, self.gpus, {**dict.fromkeys(encoders, EncoderTask), "llm": llm})
+        owner = f"MLLMTask(encoder_fission={self.encoder_fission}, prefill_decode={self.prefill_decode})"
+        llm: dict[str, Any] = (
+            {"prefill": VLLMPrefillTask, "decode": VLLMDecodeTask}
+            if self.prefill_decode
+            else {"llm": VLLMTask if self.engine == "vllm" else LLMTask}
+        )
+        shares = component_gpus(owner, self.gpus, {**dict.fromkeys(encoders, EncoderTask), **llm})
         if self.encoder_fission:
             source = self.encoder_model or self.model
             self.encoders = {m: EncoderTask(model=source, modality=m, gpus=shares[m]) for m in encoders}
         self.llm: VLLMTask | LLMTask
         whole = not self.encoder_fission
-        if self.engine == "vllm":
+        if self.prefill_decode:
+            settings = {"handoff_dir": handoff_dir(self.model, self.vllm), **self.vllm}
+            self.prefill = VLLMPrefillTask(
+                model=self.model, with_encoders=whole, gpus=shares["prefill"], **settings
+            )
+            self.decode = VLLMDecodeTask(
+                model=self.model, with_encoders=whole, gpus=shares["decode"], **settings
+            )
+        elif self.engine == "vllm":
             self.llm = VLLMTask(model=self.model, with_encoders=whole, gpus=shares["llm"], **self.vllm)
         else:
             self.llm = LLMTask(model=self.model, with_encoders=whole, gpus=shares["llm"])
 
     def invoke(self, request: ChatRequest) -> TextOutput:
         encoders = self.encoders if self.encoder_fission else None
-        return TextOutput(
-            text=self.llm.invoke(
-                llm_input(request, self.model, self.modalities, encoders, counting=self.media_tokens)
-            )
-        )
+        prompt = llm_input(request, self.model, self.modalities, encoders, counting=self.media_tokens)
+        if not self.prefill_decode:
+            return TextOutput(text=self.llm.invoke(prompt))
+        handoff = self.prefill.invoke(prompt)
+        return TextOutput(text=self.decode.invoke(DecodeInput(**prompt.__dict__, handoff=handoff)))
+
+
+def handoff_dir(model: str, vllm: dict[str, Any]) -> str:
+    """The default directory a prefill deployment hands the KV cache over to its decode deployment in:
+    one per model and engine settings (a KV cache is only good for an engine built like the one that
+    computed it), under the system's temporary directory."""
+    settings = json.dumps([model, vllm], sort_keys=True, default=str)
+    return os.path.join(
+        tempfile.gettempdir(), "prismserve-kv", hashlib.sha256(settings.encode()).hexdigest()[:16]
+    )

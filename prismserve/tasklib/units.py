@@ -13,9 +13,11 @@ from typing import Any
 from prismserve.protocol.chat import TextDelta
 from prismserve.task import ExecutorRef, Stream, UnitTask
 from prismserve.task.components import (
+    DecodeInput,
     EncodedMedia,
     EncoderOutput,
     EncoderSettings,
+    Handoff,
     ImageGeneratorSettings,
     ImageGenInput,
     ImageOutput,
@@ -31,6 +33,7 @@ from prismserve.task.components import (
     TalkerInput,
     ThinkerOutput,
     VLLMEngineSettings,
+    VLLMHandoffSettings,
     VocoderInput,
 )
 from prismserve.tasklib.media_tokens import MediaTokens
@@ -39,10 +42,12 @@ __all__ = [
     "DEFAULT_COUNTING",
     "ONE_DEVICE",
     "CountsMedia",
+    "DecodeInput",
     "EncodedMedia",
     "EncoderOutput",
     "EncoderSettings",
     "EncoderTask",
+    "Handoff",
     "ImageGenInput",
     "ImageGeneratorSettings",
     "ImageGeneratorTask",
@@ -63,7 +68,10 @@ __all__ = [
     "TextEncoderTask",
     "ThinkerOutput",
     "ThinkerTask",
+    "VLLMDecodeTask",
     "VLLMEngineSettings",
+    "VLLMHandoffSettings",
+    "VLLMPrefillTask",
     "VLLMTask",
     "VLLMThinkerTask",
     "VocoderInput",
@@ -109,6 +117,22 @@ class VLLMTask(CountsMedia, UnitTask[LLMInput, Stream[TextDelta]], VLLMEngineSet
 
     executor_kind = "mm-llm-vllm"
     executor_ref = ExecutorRef("prismserve.executors.vllm_llm:VLLMExecutor", env="vllm")
+
+
+class VLLMPrefillTask(CountsMedia, UnitTask[LLMInput, Handoff], VLLMHandoffSettings):
+    """The prefill side of `model`'s LLM split into prefill and decode (TriInfer's P): computes the
+    prompt (its KV cache goes to decode through vLLM's KV connector) and the first token."""
+
+    executor_kind = "mm-llm-prefill"
+    executor_ref = ExecutorRef("prismserve.executors.vllm_llm:VLLMPrefillExecutor", env="vllm")
+
+
+class VLLMDecodeTask(CountsMedia, UnitTask[DecodeInput, Stream[TextDelta]], VLLMHandoffSettings):
+    """The decode side of `model`'s LLM split into prefill and decode (TriInfer's D): streams the
+    reply from prefill's first token on, with the KV cache prefill handed over."""
+
+    executor_kind = "mm-llm-decode"
+    executor_ref = ExecutorRef("prismserve.executors.vllm_llm:VLLMDecodeExecutor", env="vllm")
 
 
 class ThinkerTask(CountsMedia, UnitTask[LLMInput, ThinkerOutput], LLMSettings):

@@ -57,7 +57,7 @@ def test_each_unit_tasks_executor_resolves_and_takes_its_settings_input_and_outp
 
 def test_only_vllm_stages_run_in_an_environment_of_their_own():
     envs = {cls.__qualname__: cls.executor_ref.env for cls in NAMING if cls.executor_ref.env}
-    assert envs == {"VLLMTask": "vllm", "VLLMThinkerTask": "vllm"}
+    assert envs == dict.fromkeys(["VLLMTask", "VLLMThinkerTask", "VLLMPrefillTask", "VLLMDecodeTask"], "vllm")
 
 
 class PromptEncoder(Executor[ModelSettings, PromptInput, PromptEmbeddings]):

@@ -63,3 +63,43 @@ def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, sm
     np.testing.assert_allclose(results[3][1], results[2][1], atol=1e-5, rtol=0)
     # The embeddings' order reaches vLLM's positions: swapped images give other log-probabilities.
     assert np.abs(results[4][1][0] - results[2][1][0]).max() > 1e-3
+
+
+def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, vllm_probes, tmp_path):
+    """TriInfer's P and D on two vLLM engines, the KV cache handed over by the KV connector: the
+    reply's tokens and every step's log-probabilities (the chosen token's and the five most likely)
+    are transformers' greedy ones, for text and image prompts; each hand-off is gone once decoded."""
+    from prismserve.models import tiny
+    from prismserve.tasklib.units import VLLMDecodeTask, VLLMPrefillTask
+
+    path = str(tiny.build("qwen2.5-vl"))
+    encoder, llm = adapter_for(path), adapter_for(path)
+    encoder.load_encoder("image")
+    llm.load_llm(with_encoders=False)
+    cases = [
+        ChatRequest.of("Say what prismserve is, and why a serving system splits prefill from decode. " * 2),
+        ChatRequest.of("What is in the picture?", images=[cars_jpg]),
+    ]
+    expected, requests = [], []
+    for case in cases:
+        messages, media = conversation(case)
+        encoded = encoder.encode("image", [m.data for m in media]) if media else []
+        reference = llm.generate(llm.llm_inputs(messages, encoded=encoded), STEPS, with_logits=True)
+        logprobs = torch.log_softmax(torch.as_tensor(reference.logits, dtype=torch.float64), -1).numpy()
+        expected.append(([llm.tokenizer.decode([t]) for t in reference.token_ids], reference, logprobs))
+        handles = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in encoded]
+        requests.append(LLMInput(conversation=messages, encoded=handles, max_tokens=STEPS, top_logprobs=5))
+    settings = {"model": path, "dtype": "float32", "handoff_dir": str(tmp_path)}
+    job = {"prefill": VLLMPrefillTask(**settings), "decode": VLLMDecodeTask(**settings), "requests": requests}
+    results = vllm_probes.run("vllm_pd_probe.py", job)
+    for case, (tokens, reference, logprobs), result in zip(cases, expected, results, strict=True):
+        deltas = result["deltas"]
+        assert sum(d.tokens for d in deltas) == STEPS and deltas[-1].finish_reason == "length"
+        steps = [entry for d in deltas for entry in d.logprobs or ()]
+        assert [step.token for step in steps] == tokens, case.prompt
+        for step, token, row in zip(steps, reference.token_ids, logprobs, strict=True):
+            assert step.logprob == pytest.approx(row[token], abs=1e-4), case.prompt
+            top = sorted(row, reverse=True)[:5]
+            assert [t.logprob for t in step.top] == pytest.approx(top, abs=1e-4), case.prompt
+        assert len(result["saved"]) == 1  # prefill handed the prompt's KV over ...
+        assert result["left"] == []  # ... and decode took it and deleted it

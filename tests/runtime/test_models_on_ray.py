@@ -8,7 +8,9 @@ import base64
 import concurrent.futures
 import contextlib
 import io
+import os
 import re
+import shutil
 import time
 import wave
 from collections.abc import Iterator
@@ -35,6 +37,7 @@ from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.task import use_dispatcher
 from prismserve.tasklib import EncoderTask, LLMTask, MLLMTask, OmniTask, reply_text
 from prismserve.tasklib.imagegen import ImageGenTask
+from prismserve.tasklib.mllm import handoff_dir
 from prismserve.tasklib.units import ImageGeneratorTask, OmniMonolithTask
 
 TOKEN = "models-on-ray"
@@ -351,6 +354,31 @@ class TestVLLM:
                 time.sleep(1)
             assert llm[0]["replicas"][0]["state"] == "running" and llm[0]["replicas"][0]["restarts"] == 1
             assert ask_about_cars(url, "qwen2_5_vl") == expected
+
+    def test_prefill_and_decode_on_two_vllm_engines_answer_as_the_monolith(self, gateway):
+        settings = {**VLLM, "PRISMSERVE_PREFILL_DECODE": "1"}
+        with example(gateway, "qwen2.5-vl", "qwen2_5_vl.py", **settings) as (url, admin, model):
+            handoffs = handoff_dir(model, {"dtype": "float32"})
+            shutil.rmtree(handoffs, ignore_errors=True)  # what an earlier run left
+            expected = hf_cars_answer(model)
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:  # batched in both engines
+                answers = list(
+                    pool.map(
+                        lambda stream: ask_about_cars(url, "qwen2_5_vl", stream=stream), [True, False] * 2
+                    )
+                )
+            assert expected and answers == [expected] * 4
+            kinds = sorted(
+                d["executor_kind"] for d in admin.get("/admin/status").json()["deployments"].values()
+            )
+            assert kinds == ["mm-encoder", "mm-encoder", "mm-llm-decode", "mm-llm-prefill"]  # image, video
+            sliver = io.BytesIO()
+            Image.new("RGB", (1200, 4)).save(sliver, format="PNG")  # decodes; the encoder cannot take it
+            with pytest.raises(openai.BadRequestError):
+                ask_about_cars(url, "qwen2_5_vl", image=sliver.getvalue())
+            assert ask_about_cars(url, "qwen2_5_vl", stream=True) == expected
+            # Every hand-off was taken and deleted, those of prompts decode had in its prefix cache too.
+            assert os.listdir(handoffs) == []
 
     def test_monolith_on_vllm_answers_the_same_and_rejects_bad_images(self, gateway):
         settings = {**VLLM, "PRISMSERVE_MONOLITH": "1"}
