@@ -29,8 +29,9 @@ def default_app_source(family: ModelFamily, model: str, settings: EngineSettings
 
 def engine_fields(settings: EngineSettings, main: str) -> dict[str, Any]:
     """The app settings the engine flags make for a family whose main component is `main`: `engine`
-    and `vllm` on vLLM, `gpus` when a GPU share or tensor parallelism is given (tensor parallelism is
-    whole GPUs; a memory share is a share of one, with tensor parallelism vLLM's own setting)."""
+    and `vllm` on vLLM, `prefill_decode` when asked, `gpus` when a GPU share or tensor parallelism is
+    given (tensor parallelism is whole GPUs; a memory share is a share of one, with tensor parallelism
+    vLLM's own setting)."""
     values: dict[str, Any] = {}
     tp, share = settings.tensor_parallel_size, settings.gpu_memory_utilization
     if settings.engine == "vllm":
@@ -44,10 +45,14 @@ def engine_fields(settings: EngineSettings, main: str) -> dict[str, Any]:
         values["engine"] = "vllm"
         if vllm:
             values["vllm"] = vllm
+    # Split into prefill and decode, the main component is two deployments, each sized alike.
+    sized = ("prefill", "decode") if settings.prefill_decode else (main,)
+    if settings.prefill_decode:
+        values["prefill_decode"] = True
     if tp is not None and tp > 1:
-        values["gpus"] = {main: float(tp)}
+        values["gpus"] = dict.fromkeys(sized, float(tp))
     elif share is not None:
-        values["gpus"] = {main: share}
+        values["gpus"] = dict.fromkeys(sized, share)
     return values
 
 

@@ -35,11 +35,12 @@ class EngineSettings(BaseModel):
     max_model_len: int | None = Field(default=None, ge=16)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     tensor_parallel_size: int | None = Field(default=None, ge=1)
+    prefill_decode: bool | None = None  # the LLM stage as a prefill and a decode deployment (vLLM)
 
 
 # Settings only vLLM engines take (the transformers engines load in the checkpoint's dtype, have no
 # fixed context length and run a replica on one device).
-VLLM_ONLY = ("dtype", "max_model_len", "tensor_parallel_size")
+VLLM_ONLY = ("dtype", "max_model_len", "tensor_parallel_size", "prefill_decode")
 
 
 class DefaultApp(BaseModel):
@@ -89,7 +90,7 @@ class ModelFamily:
                 f"{self.name} does not run on --engine {engine}; engines: {', '.join(self.engines)}"
             )
         if engine != "vllm":
-            given = [name for name in VLLM_ONLY if getattr(settings, name) is not None]
+            given = [name for name in VLLM_ONLY if getattr(settings, name) not in (None, False)]
             if given:
                 flags = ", ".join("--" + name.replace("_", "-") for name in given)
                 hint = " (add --engine vllm)" if "vllm" in self.engines else ""

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "max_model_len": None,
     "gpu_memory_utilization": None,
     "tensor_parallel_size": None,
+    "prefill_decode": None,
     "log_level": "warning",
     "access_log": True,
     "api_key": None,
@@ -39,7 +40,14 @@ DEFAULTS: dict[str, Any] = {
 """Every setting of `prismserve serve` (by its flag's dest) and its value when neither the command
 line nor the config file gives one."""
 
-ENGINE_SETTINGS = ("engine", "dtype", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size")
+ENGINE_SETTINGS = (
+    "engine",
+    "dtype",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "prefill_decode",
+)
 
 
 class ConfigError(Exception):
@@ -141,6 +149,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--tensor-parallel-size",
         type=int,
         help="vLLM: GPUs per replica of the LLM stage (tensor parallelism)",
+    )
+    engine.add_argument(
+        "--prefill-decode",
+        action=argparse.BooleanOptionalAction,
+        help="vLLM: the LLM stage as two deployments, prefill and decode, the KV cache handed over by "
+        "vLLM's KV connector (vision-language families)",
     )
     gateway = parser.add_argument_group("gateway")
     gateway.add_argument(
