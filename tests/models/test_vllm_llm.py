@@ -4,6 +4,9 @@ step, for requests batched in one engine."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -68,7 +71,8 @@ def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, sm
 def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, vllm_probes, tmp_path):
     """TriInfer's P and D on two vLLM engines, the KV cache handed over by the KV connector: the
     reply's tokens and every step's log-probabilities (the chosen token's and the five most likely)
-    are transformers' greedy ones, for text and image prompts; each hand-off is gone once decoded."""
+    are transformers' greedy ones, for text and image prompts; each hand-off is gone once decoded, and
+    one no decode took once older than the TTL."""
     from prismserve.models import tiny
     from prismserve.tasklib.units import VLLMDecodeTask, VLLMPrefillTask
 
@@ -89,6 +93,9 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
         expected.append(([llm.tokenizer.decode([t]) for t in reference.token_ids], reference, logprobs))
         handles = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in encoded]
         requests.append(LLMInput(conversation=messages, encoded=handles, max_tokens=STEPS, top_logprobs=5))
+    stale = tmp_path / "0123abcd"  # a hand-off no decode took (its decode replica died, say), 10 min old
+    stale.mkdir()
+    os.utime(stale, (time.time() - 600, time.time() - 600))
     settings = {"model": path, "dtype": "float32", "handoff_dir": str(tmp_path)}
     job = {"prefill": VLLMPrefillTask(**settings), "decode": VLLMDecodeTask(**settings), "requests": requests}
     results = vllm_probes.run("vllm_pd_probe.py", job)
@@ -101,5 +108,6 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
             assert step.logprob == pytest.approx(row[token], abs=1e-4), case.prompt
             top = sorted(row, reverse=True)[:5]
             assert [t.logprob for t in step.top] == pytest.approx(top, abs=1e-4), case.prompt
-        assert len(result["saved"]) == 1  # prefill handed the prompt's KV over ...
+        assert len(result["saved"]) == 1 and stale.name not in result["saved"]  # prefill handed the prompt's
+        # KV over (and deleted the hand-off older than its TTL) ...
         assert result["left"] == []  # ... and decode took it and deleted it
