@@ -28,8 +28,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -70,6 +68,8 @@ from vllm.multimodal.inputs import MultiModalFieldConfig
 from vllm.multimodal.parse import ImageEmbeddingItems, ImageProcessorItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdateDetails
 from vllm.v1.request import RequestStatus
+
+from prismserve.executors.handoff import TAKEN
 
 
 class _RawItemsText:
@@ -334,35 +334,35 @@ class HandoffConnector(ExampleConnector):
     Prefill (`kv_producer`) saves each prompt's KV cache in whole blocks under `shared_storage_path`,
     in a folder named by the hash of the prompt's tokens and media; decode (`kv_consumer`), given the
     same prompt and the first token, loads it instead of computing it (unless its own prefix cache
-    holds the prompt), saves nothing itself, and deletes the folder when its request ends. A folder no decode took (its request was cancelled
-    between the two, or its decode replica died) is deleted by prefill once it is older than
-    `handoff_ttl_s` (extra config). Correctness never rests on the files: a decode that finds none
-    computes the prompt itself.
+    holds the prompt), saves nothing itself, and marks the folder taken (`TAKEN`) when its request
+    ends. Deleting is the sweep's (`prismserve.executors.vllm_llm.sweep_handoffs`, run by the
+    executors): a folder taken a grace period ago, or untouched for the TTL. Each side touches a
+    folder as it schedules a request that reuses or loads it, so no sweep deletes one about to be
+    read — also when two decodes load the same prompt's. Correctness never rests on the files: a
+    decode that finds none computes the prompt itself, and one that cannot read a file it found
+    reports the blocks as failed loads, which the engine computes (`kv_load_failure_policy="recompute"`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        config = self._kv_transfer_config
-        self._producer = config.is_kv_producer
-        self._ttl_s = float(config.get_from_extra_config("handoff_ttl_s", 300.0))
+        self._producer = self._kv_transfer_config.is_kv_producer
         self._loaded: dict[str, str] = {}  # decode side: request id -> the folder it loads
-        self._swept = 0.0
+        self._failed: set[int] = set()  # worker side: blocks whose KV could not be loaded
 
     # --- scheduler side ---------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:
-        if not self._producer:
-            # Taken even when its own prefix cache holds the prompt already (nothing is loaded then).
-            folder = self._folder(request)
-            if os.path.isdir(folder):
+        folder = self._folder(request)
+        with contextlib.suppress(OSError):  # none: nothing to reuse or load
+            os.utime(folder)
+            if not self._producer:  # taken even when its own prefix cache holds the prompt (nothing loaded)
                 self._loaded[request.request_id] = folder
         return super().get_num_new_matched_tokens(request, num_computed_tokens)
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         folder = self._loaded.pop(request.request_id, None)
         if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-        if self._producer:
-            self._sweep()
+            with contextlib.suppress(OSError), open(os.path.join(folder, TAKEN), "w"):
+                pass
         return False, None
 
     def _folder(self, request: Any) -> str:
@@ -372,19 +372,20 @@ class HandoffConnector(ExampleConnector):
         media = [feature.identifier for feature in request.mm_features]
         return str(self._generate_foldername_debug(torch.tensor(tokens)[:whole], media))
 
-    def _sweep(self) -> None:
-        """Delete the hand-offs older than the TTL (at most every tenth of it)."""
-        now = time.time()
-        if now - self._swept < self._ttl_s / 10:
-            return
-        self._swept = now
-        with contextlib.suppress(OSError), os.scandir(self._storage_path) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    if entry.is_dir() and now - entry.stat().st_mtime > self._ttl_s:
-                        shutil.rmtree(entry.path, ignore_errors=True)
-
     # --- worker side ------------------------------------------------------------------------------
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        try:
+            super().start_load_kv(forward_context, **kwargs)
+        except OSError:  # a file gone under it: the engine computes those blocks (`kv_load_failure_policy`)
+            meta = self._get_connector_metadata()
+            for request in getattr(meta, "requests", []):
+                if not request.is_store:
+                    self._failed.update((request.slot_mapping // self._block_size).unique().tolist())
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        failed, self._failed = self._failed, set()
+        return failed
+
     def save_kv_layer(
         self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any
     ) -> None:

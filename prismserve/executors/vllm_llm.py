@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from prismserve.executors.base import Executor, ExecutorUnhealthy, deadline_priority, media_rejected
+from prismserve.executors.handoff import sweep_handoffs
 from prismserve.executors.text import ReplyText
 from prismserve.models import Encoded, adapter_for
 from prismserve.protocol.chat import FinishReason, TextDelta
@@ -74,10 +75,8 @@ def handoff_settings(task: VLLMEngineSettings, role: str, *, cuda: bool) -> dict
             "kv_connector": "HandoffConnector",
             "kv_connector_module_path": EXTENSIONS_MODULE,
             "kv_role": role,
-            "kv_connector_extra_config": {
-                "shared_storage_path": task.handoff_dir,
-                "handoff_ttl_s": task.handoff_ttl_s,
-            },
+            "kv_connector_extra_config": {"shared_storage_path": task.handoff_dir},
+            "kv_load_failure_policy": "recompute",  # a hand-off that cannot be read is computed
         }
     }
     if not cuda:
@@ -264,15 +263,43 @@ class VLLMExecutor(VLLMGeneration[Stream[TextDelta]]):
                 return  # leaving the engine's generator aborts the request
 
 
-class VLLMPrefillExecutor(VLLMGeneration[Handoff]):
-    """The prefill side of a prefill/decode split: runs the prompt and its first token; the KV
-    connector saves the prompt's KV cache for decode, which goes on from the `Handoff`."""
+class HandoffSide(VLLMGeneration[GenerationOutputT]):
+    """One side (`role`) of a prefill → decode hand-off: the engine's KV connector, and the sweep of
+    the hand-off folders done with (`sweep_handoffs`), every grace period while the replica runs."""
+
+    role = ""
 
     def engine_settings(self) -> dict[str, Any]:
         import torch
 
         cuda = torch.cuda.is_available()
-        return {**super().engine_settings(), **handoff_settings(self.task, "kv_producer", cuda=cuda)}
+        return {**super().engine_settings(), **handoff_settings(self.task, self.role, cuda=cuda)}
+
+    async def load(self) -> None:
+        await super().load()
+        self._sweeping = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        settings = self.task
+        assert isinstance(settings, VLLMHandoffSettings)  # handoff_settings refused others at load
+        while True:
+            await asyncio.sleep(settings.handoff_grace_s)
+            await asyncio.to_thread(
+                sweep_handoffs, settings.handoff_dir, settings.handoff_ttl_s, settings.handoff_grace_s
+            )
+
+    async def close(self) -> None:
+        sweeping = getattr(self, "_sweeping", None)
+        if sweeping is not None:
+            sweeping.cancel()
+        await super().close()
+
+
+class VLLMPrefillExecutor(HandoffSide[Handoff]):
+    """The prefill side of a prefill/decode split: runs the prompt and its first token; the KV
+    connector saves the prompt's KV cache for decode, which goes on from the `Handoff`."""
+
+    role = "kv_producer"
 
     async def run(self, task_input: Any) -> Handoff:
         request = LLMInput.model_validate(task_input)
@@ -297,7 +324,7 @@ class VLLMPrefillExecutor(VLLMGeneration[Handoff]):
         )
 
 
-class VLLMDecodeExecutor(VLLMGeneration[Stream[TextDelta]]):
+class VLLMDecodeExecutor(HandoffSide[Stream[TextDelta]]):
     """The decode side of a prefill/decode split: streams the reply from prefill's first token on,
     the prompt's KV cache loaded from prefill's hand-off rather than computed (the last partial
     block is computed again).
@@ -307,11 +334,7 @@ class VLLMDecodeExecutor(VLLMGeneration[Stream[TextDelta]]):
     penalties do not count it, and a seeded sampler draws from another point of its sequence.
     """
 
-    def engine_settings(self) -> dict[str, Any]:
-        import torch
-
-        cuda = torch.cuda.is_available()
-        return {**super().engine_settings(), **handoff_settings(self.task, "kv_consumer", cuda=cuda)}
+    role = "kv_consumer"
 
     async def stream(self, task_input: Any) -> AsyncIterator[TextDelta]:
         request = DecodeInput.model_validate(task_input)

@@ -217,10 +217,12 @@ class VLLMEngineSettings(LLMSettings):
 class VLLMHandoffSettings(VLLMEngineSettings):
     """A vLLM engine of a prefill or decode deployment: the two hand the KV cache over through
     `handoff_dir`, a directory both reach (one node's file system; shared storage across nodes),
-    where a hand-off waits `handoff_ttl_s` at most for its decode before it is deleted."""
+    where a hand-off waits `handoff_ttl_s` at most for its decode, and is deleted `handoff_grace_s`
+    after its decode took it."""
 
     handoff_dir: str = Field(min_length=1)
     handoff_ttl_s: float = Field(default=300.0, gt=0)
+    handoff_grace_s: float = Field(default=5.0, gt=0)
 
 
 class OmniMonolithSettings(ModelSettings):

@@ -71,8 +71,8 @@ def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, sm
 def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, vllm_probes, tmp_path):
     """TriInfer's P and D on two vLLM engines, the KV cache handed over by the KV connector: the
     reply's tokens and every step's log-probabilities (the chosen token's and the five most likely)
-    are transformers' greedy ones, for text and image prompts; each hand-off is gone once decoded, and
-    one no decode took once older than the TTL."""
+    are transformers' greedy ones, for text and image prompts; each hand-off is taken by decode and
+    swept after, as is one no decode took once older than the TTL."""
     from prismserve.models import tiny
     from prismserve.tasklib.units import VLLMDecodeTask, VLLMPrefillTask
 
@@ -83,6 +83,7 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
     cases = [
         ChatRequest.of("Say what prismserve is, and why a serving system splits prefill from decode. " * 2),
         ChatRequest.of("What is in the picture?", images=[cars_jpg]),
+        ChatRequest.of("Say again what prismserve is, and why a serving system splits prefill from decode."),
     ]
     expected, requests = [], []
     for case in cases:
@@ -98,8 +99,10 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
     os.utime(stale, (time.time() - 600, time.time() - 600))
     settings = {"model": path, "dtype": "float32", "handoff_dir": str(tmp_path)}
     job = {"prefill": VLLMPrefillTask(**settings), "decode": VLLMDecodeTask(**settings), "requests": requests}
+    job["damaged"] = [2]  # a layer's file of the last hand-off is lost: decode computes those blocks
     results = vllm_probes.run("vllm_pd_probe.py", job)
-    for case, (tokens, reference, logprobs), result in zip(cases, expected, results, strict=True):
+    seen: set[str] = set()
+    for case, (tokens, reference, logprobs), result in zip(cases, expected, results["requests"], strict=True):
         deltas = result["deltas"]
         assert sum(d.tokens for d in deltas) == STEPS and deltas[-1].finish_reason == "length"
         steps = [entry for d in deltas for entry in d.logprobs or ()]
@@ -108,6 +111,29 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
             assert step.logprob == pytest.approx(row[token], abs=1e-4), case.prompt
             top = sorted(row, reverse=True)[:5]
             assert [t.logprob for t in step.top] == pytest.approx(top, abs=1e-4), case.prompt
-        assert len(result["saved"]) == 1 and stale.name not in result["saved"]  # prefill handed the prompt's
-        # KV over (and deleted the hand-off older than its TTL) ...
-        assert result["left"] == []  # ... and decode took it and deleted it
+        (handed,) = set(result["saved"]) - {stale.name} - seen  # prefill handed the prompt's KV over ...
+        assert result["taken"][handed]  # ... and decode took it
+        seen |= set(result["saved"])
+    assert results["left"] == []  # the sweeps deleted what was taken, and the stale hand-off
+
+
+def test_a_decode_engine_killed_mid_reply_fails_its_request_only_and_its_handoff_is_swept(
+    vllm_probes, tmp_path
+):
+    from prismserve.models import tiny
+    from prismserve.tasklib.units import VLLMDecodeTask, VLLMPrefillTask
+
+    path = str(tiny.build("qwen2.5-vl"))
+    long = "Say what prismserve is, and why a serving system splits prefill from decode. " * 2
+    requests = [
+        LLMInput(conversation=conversation(ChatRequest.of(text))[0], max_tokens=200)
+        for text in (long, "Tell it again: " + long)
+    ]
+    settings = {"model": path, "dtype": "float32", "handoff_dir": str(tmp_path)}
+    settings |= {"handoff_ttl_s": 6.0, "handoff_grace_s": 1.0}
+    job = {"prefill": VLLMPrefillTask(**settings), "decode": VLLMDecodeTask(**settings), "requests": requests}
+    result = vllm_probes.run("vllm_pd_kill_probe.py", job)
+    assert "EngineDeadError" in result["killed"] or "died" in result["killed"]
+    assert sum(d.tokens for d in result["lived"]) == 200  # the other decode's reply, whole
+    assert False in result["left"].values()  # the killed decode's hand-off, never taken ...
+    assert result["swept"] == []  # ... gone once older than the TTL
