@@ -335,7 +335,7 @@ class HandoffConnector(ExampleConnector):
     in a folder named by the hash of the prompt's tokens and media; decode (`kv_consumer`), given the
     same prompt and the first token, loads it instead of computing it (unless its own prefix cache
     holds the prompt), saves nothing itself, and marks the folder taken (`TAKEN`) when its request
-    ends. Deleting is the sweep's (`prismserve.executors.vllm_llm.sweep_handoffs`, run by the
+    ends. Deleting is the sweep's (`prismserve.executors.handoff.sweep_handoffs`, run by the
     executors): a folder taken a grace period ago, or untouched for the TTL. Each side touches a
     folder as it schedules a request that reuses or loads it, so no sweep deletes one about to be
     read — also when two decodes load the same prompt's. Correctness never rests on the files: a
