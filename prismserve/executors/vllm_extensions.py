@@ -366,9 +366,11 @@ class HandoffConnector(ExampleConnector):
         return False, None
 
     def _folder(self, request: Any) -> str:
-        """Where the KV of `request`'s prompt is (as `ExampleConnector` names it)."""
+        """Where the KV of `request`'s prompt is handed over (as `ExampleConnector` names it): prefill
+        saves the prompt's whole blocks, decode (whose prompt has the first token too) loads the
+        whole blocks before its last token — the same ones."""
         tokens = list(request.prompt_token_ids or [])
-        whole = align_to_block_size(len(tokens) - 1, self._block_size)
+        whole = align_to_block_size(len(tokens) if self._producer else len(tokens) - 1, self._block_size)
         media = [feature.identifier for feature in request.mm_features]
         return str(self._generate_foldername_debug(torch.tensor(tokens)[:whole], media))
 
