@@ -24,6 +24,7 @@ import numpy as np
 from prismserve.executors.base import Executor, ExecutorUnhealthy, deadline_priority, media_rejected
 from prismserve.executors.handoff import sweep_handoffs
 from prismserve.executors.text import ReplyText
+from prismserve.executors.vllm_plugin import EXTENSIONS  # out-of-tree pieces vLLM loads by name
 from prismserve.models import Encoded, adapter_for
 from prismserve.protocol.chat import FinishReason, TextDelta
 from prismserve.task import InvalidInputError, Stream
@@ -32,8 +33,6 @@ from prismserve.task.components import DecodeInput, Handoff, LLMInput, VLLMEngin
 GenerationOutputT = TypeVar("GenerationOutputT")
 
 AUDIO_RATE = 16_000  # what the audio encoders of the supported families take; vLLM resamples otherwise
-# Where the out-of-tree pieces vLLM loads by name live (model classes, KV connectors).
-EXTENSIONS_MODULE = "prismserve.executors.vllm_extensions"
 # CPU attention takes blocks of a multiple of 32 tokens (its default is 128): the KV cache is handed
 # over in whole blocks, so smaller ones leave less of a prompt for decode to compute again.
 CPU_HANDOFF_BLOCK = 32
@@ -73,7 +72,7 @@ def handoff_settings(task: VLLMEngineSettings, role: str, *, cuda: bool) -> dict
     settings: dict[str, Any] = {
         "kv_transfer_config": {
             "kv_connector": "HandoffConnector",
-            "kv_connector_module_path": EXTENSIONS_MODULE,
+            "kv_connector_module_path": EXTENSIONS,
             "kv_role": role,
             "kv_connector_extra_config": {"shared_storage_path": task.handoff_dir},
             "kv_load_failure_policy": "recompute",  # a hand-off that cannot be read is computed

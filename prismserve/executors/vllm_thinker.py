@@ -35,7 +35,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from prismserve.executors.base import media_rejected
-from prismserve.executors.vllm_llm import AUDIO_RATE, EXTENSIONS_MODULE, VLLMGeneration
+from prismserve.executors.vllm_llm import AUDIO_RATE, VLLMGeneration
+from prismserve.executors.vllm_plugin import EXTENSIONS
 from prismserve.models import qwen2_5_omni, qwen3_omni
 from prismserve.models.conditioning import ConditioningBuilder, Item
 from prismserve.protocol.chat import TextDelta
@@ -43,7 +44,7 @@ from prismserve.task import InvalidInputError, Stream
 from prismserve.task.components import LLMInput, ThinkerOutput
 
 CONNECTOR = "CPUHiddenStatesConnector"
-CONNECTOR_MODULE = EXTENSIONS_MODULE
+CONNECTOR_MODULE = EXTENSIONS
 
 
 class VLLMThinkerExecutor(VLLMGeneration[ThinkerOutput]):
