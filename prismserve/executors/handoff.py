@@ -9,6 +9,14 @@ import shutil
 import time
 
 TAKEN = ".taken"  # in a hand-off folder: a decode loaded it (or had the prompt cached) and finished
+# The key of a prefill's `kv_transfer_params` (vLLM's output, at its end) naming the folder it saved to.
+HANDOFF_FOLDER = "handoff_folder"
+
+
+def mark_taken(folder: str) -> None:
+    """Mark a hand-off folder done with (the sweep deletes it a grace period later); gone: nothing to do."""
+    with contextlib.suppress(OSError), open(os.path.join(folder, TAKEN), "w"):
+        pass
 
 
 def sweep_handoffs(folder: str, ttl_s: float, grace_s: float, now: float | None = None) -> list[str]:

@@ -69,7 +69,7 @@ from vllm.multimodal.parse import ImageEmbeddingItems, ImageProcessorItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdateDetails
 from vllm.v1.request import RequestStatus
 
-from prismserve.executors.handoff import TAKEN
+from prismserve.executors.handoff import HANDOFF_FOLDER, mark_taken
 
 
 class _RawItemsText:
@@ -359,10 +359,11 @@ class HandoffConnector(ExampleConnector):
         return super().get_num_new_matched_tokens(request, num_computed_tokens)
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        if self._producer:  # the prefill executor marks it taken itself if no decode will load it
+            return False, {HANDOFF_FOLDER: self._folder(request)}
         folder = self._loaded.pop(request.request_id, None)
         if folder is not None:
-            with contextlib.suppress(OSError), open(os.path.join(folder, TAKEN), "w"):
-                pass
+            mark_taken(folder)
         return False, None
 
     def _folder(self, request: Any) -> str:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from prismserve.executors.base import Executor, ExecutorUnhealthy, deadline_priority, media_rejected
-from prismserve.executors.handoff import sweep_handoffs
+from prismserve.executors.handoff import HANDOFF_FOLDER, mark_taken, sweep_handoffs
 from prismserve.executors.text import ReplyText
 from prismserve.executors.vllm_plugin import EXTENSIONS  # out-of-tree pieces vLLM loads by name
 from prismserve.models import Encoded, adapter_for
@@ -296,7 +296,9 @@ class HandoffSide(VLLMGeneration[GenerationOutputT]):
 
 class VLLMPrefillExecutor(HandoffSide[Handoff]):
     """The prefill side of a prefill/decode split: runs the prompt and its first token; the KV
-    connector saves the prompt's KV cache for decode, which goes on from the `Handoff`."""
+    connector saves the prompt's KV cache for decode, which goes on from the `Handoff`. A reply that
+    ended at its first token needs no decode (unless an Omni thinker's talker needs the prompt's
+    hidden states): its hand-off is marked taken at once, for the sweep."""
 
     role = "kv_producer"
 
@@ -315,6 +317,9 @@ class VLLMPrefillExecutor(HandoffSide[Handoff]):
             ended = "stop"
         elif self.max_tokens(request) == 1:
             ended = "length"
+        folder = (last.kv_transfer_params or {}).get(HANDOFF_FOLDER)
+        if ended and not request.speech and folder:
+            await asyncio.to_thread(mark_taken, folder)
         return Handoff(
             token=token,
             logprobs=_logprobs(step, token, request.top_logprobs),
@@ -323,36 +328,58 @@ class VLLMPrefillExecutor(HandoffSide[Handoff]):
         )
 
 
-class VLLMDecodeExecutor(HandoffSide[Stream[TextDelta]]):
-    """The decode side of a prefill/decode split: streams the reply from prefill's first token on,
-    the prompt's KV cache loaded from prefill's hand-off rather than computed (the last partial
-    block is computed again).
+class DecodeSide(HandoffSide[GenerationOutputT]):
+    """The decode side of a prefill/decode split: goes on from prefill's first token, the prompt's KV
+    cache loaded from prefill's hand-off rather than computed (the last partial block is computed again)."""
+
+    role = "kv_consumer"
+
+    def continuation(self, request: DecodeInput, prompt: dict[str, Any]) -> tuple[dict[str, Any], LLMInput]:
+        """The engine's prompt and request that go on from the hand-off: the prompt tokenized as vLLM
+        tokenizes its text (so it expands the media placeholders as it did for prefill, and the KV
+        is found under the same tokens and media), then the first token, and the tokens left to
+        generate. A reply that ended at its first token has the prompt alone and one token (an Omni
+        thinker's talker needs the prompt's hidden states, which only an engine run gives here)."""
+        handoff = request.handoff
+        tokens = self.tokenizer.encode(prompt["prompt"])
+        rest = {key: value for key, value in prompt.items() if key != "prompt"}
+        if handoff.finish_reason is not None:
+            return {"prompt_token_ids": tokens, **rest}, request.model_copy(update={"max_tokens": 1})
+        limit = self.max_tokens(request)
+        left = request if limit is None else request.model_copy(update={"max_tokens": limit - 1})
+        return {"prompt_token_ids": [*tokens, handoff.token], **rest}, left
+
+    def opening(self, request: DecodeInput, reply: ReplyText) -> list[TextDelta]:
+        """The reply's first text delta, prefill's token (and its end, if the reply ended there or at a
+        stop string)."""
+        handoff = request.handoff
+        deltas = []
+        if (delta := reply.push(handoff.token, handoff.logprobs)) is not None:
+            deltas.append(delta)
+        if reply.stopped or handoff.finish_reason is not None:
+            deltas.append(reply.finish(handoff.finish_reason or "stop", handoff.prompt_tokens))
+        return deltas
+
+
+class VLLMDecodeExecutor(DecodeSide[Stream[TextDelta]]):
+    """The decode side of a prefill/decode split of an LLM: streams the reply from prefill's first token on.
 
     Greedy replies equal one engine's, token for token and log-probability for log-probability.
     What differs: the first token is part of decode's prompt, so vLLM's presence and frequency
     penalties do not count it, and a seeded sampler draws from another point of its sequence.
     """
 
-    role = "kv_consumer"
-
     async def stream(self, task_input: Any) -> AsyncIterator[TextDelta]:
         request = DecodeInput.model_validate(task_input)
-        handoff = request.handoff
         reply = self.reply(request)
-        if (delta := reply.push(handoff.token, handoff.logprobs)) is not None:
+        for delta in self.opening(request, reply):
             yield delta
-        if reply.stopped or handoff.finish_reason is not None:
-            yield reply.finish(handoff.finish_reason or "stop", handoff.prompt_tokens)
+        if reply.finished:
             return
         with media_rejected():
-            prompt = self.prompt(request)
-        # The prompt tokenized as vLLM tokenizes its text, then the first token: vLLM expands the
-        # media placeholders as it did for prefill, so the KV is found under the same tokens and media.
-        tokens = [*self.tokenizer.encode(prompt.pop("prompt")), handoff.token]
-        limit = self.max_tokens(request)
-        rest = request if limit is None else request.model_copy(update={"max_tokens": limit - 1})
-        async for out in self.outputs(rest, prompt={"prompt_token_ids": tokens, **prompt}):
-            for delta in self.text_deltas(request, reply, out, prompt_tokens=handoff.prompt_tokens):
+            prompt, rest = self.continuation(request, self.prompt(request))
+        async for out in self.outputs(rest, prompt=prompt):
+            for delta in self.text_deltas(request, reply, out, prompt_tokens=request.handoff.prompt_tokens):
                 yield delta
             if reply.stopped:
                 return  # leaving the engine's generator aborts the request

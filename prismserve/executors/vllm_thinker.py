@@ -28,6 +28,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,20 +36,31 @@ from typing import Any, Protocol
 import numpy as np
 
 from prismserve.executors.base import media_rejected
-from prismserve.executors.vllm_llm import AUDIO_RATE, VLLMGeneration
+from prismserve.executors.text import ReplyText
+from prismserve.executors.vllm_llm import (
+    AUDIO_RATE,
+    DecodeSide,
+    GenerationOutputT,
+    VLLMGeneration,
+    VLLMPrefillExecutor,
+)
 from prismserve.executors.vllm_plugin import EXTENSIONS
 from prismserve.models import qwen2_5_omni, qwen3_omni
 from prismserve.models.conditioning import ConditioningBuilder, Item
 from prismserve.protocol.chat import TextDelta
 from prismserve.task import InvalidInputError, Stream
-from prismserve.task.components import LLMInput, ThinkerOutput
+from prismserve.task.components import DecodeInput, Handoff, LLMInput, ThinkerOutput
 
 CONNECTOR = "CPUHiddenStatesConnector"
 CONNECTOR_MODULE = EXTENSIONS
 
 
-class VLLMThinkerExecutor(VLLMGeneration[ThinkerOutput]):
-    """Streams the thinker's text from vLLM and, when speech is asked for, the talker's conditioning."""
+class ThinkerEngine(VLLMGeneration[GenerationOutputT]):
+    """An Omni thinker's vLLM engine, which caches the captured layer's states and hands them out
+    through `CPUHiddenStatesConnector` — beside a prefill/decode KV hand-off where there is one (both
+    through vLLM's `MultiConnector`; the hand-off carries the captured layer's cache too, so decode's
+    rows are whole) — and what a request to it gives (`think`): text and, when speech is asked for,
+    the talker's conditioning."""
 
     async def load(self) -> None:
         config = json.loads(_checkpoint_file(self.task.model, "config.json").read_text())
@@ -63,8 +75,26 @@ class VLLMThinkerExecutor(VLLMGeneration[ThinkerOutput]):
         await super().load()
 
     def engine_settings(self) -> dict[str, Any]:
+        settings = super().engine_settings()
+        states: dict[str, Any] = {
+            "kv_connector": CONNECTOR,
+            "kv_connector_module_path": CONNECTOR_MODULE,
+            "kv_role": "kv_producer",
+            "kv_connector_extra_config": {"shared_storage_path": self.states_dir},
+        }
+        handoff = settings.get("kv_transfer_config")
+        if handoff is not None:  # a prefill/decode hand-off beside: vLLM's MultiConnector runs both
+            policy = "kv_load_failure_policy"  # the engine's, read from the outer config
+            states = {
+                "kv_connector": "MultiConnector",
+                "kv_role": "kv_both",
+                "kv_connector_extra_config": {
+                    "connectors": [{k: v for k, v in handoff.items() if k != policy}, states]
+                },
+                **({policy: handoff[policy]} if policy in handoff else {}),
+            }
         return {
-            **super().engine_settings(),
+            **settings,
             # One layer's output (before any norm) at every position, cached beside the KV.
             "speculative_config": {
                 "method": "extract_hidden_states",
@@ -73,12 +103,7 @@ class VLLMThinkerExecutor(VLLMGeneration[ThinkerOutput]):
                     "hf_config": {"eagle_aux_hidden_state_layer_ids": [self.readout.layer]}
                 },
             },
-            "kv_transfer_config": {
-                "kv_connector": CONNECTOR,
-                "kv_connector_module_path": CONNECTOR_MODULE,
-                "kv_role": "kv_producer",
-                "kv_connector_extra_config": {"shared_storage_path": self.states_dir},
-            },
+            "kv_transfer_config": states,
         }
 
     def check_media(self, request: LLMInput) -> None:
@@ -96,38 +121,60 @@ class VLLMThinkerExecutor(VLLMGeneration[ThinkerOutput]):
                 "not raw media"
             )
 
-    async def run(self, task_input: Any) -> ThinkerOutput:
-        request = LLMInput.model_validate(task_input)
-        with media_rejected():
-            prompt = self.prompt(request)  # bad input fails the call itself
-            speaker = self.readout.speaker(request.speaker) if request.speech else None
+    def speaker(self, request: LLMInput) -> str | None:
+        """The checkpoint's voice `request` asks for; None without speech (an unknown one: MediaError)."""
+        return self.readout.speaker(request.speaker) if request.speech else None
+
+    async def think(
+        self,
+        request: LLMInput,
+        prompt: dict[str, Any],
+        speaker: str | None,
+        reply: ReplyText,
+        after: Prefilled | None = None,
+    ) -> ThinkerOutput:
+        """Generate for `request` from its built `prompt`: text streamed per token (through `reply`)
+        and, with a `speaker`, the talker's conditioning streamed beside it; `after` a prefill, going
+        on from the reply's start."""
         # Only requests with transfer parameters are saved (CPUHiddenStatesConnector); their rows are
         # also streamed to a file of their own while they run.
         rows_path = os.path.join(self.states_dir, f"{uuid.uuid4().hex}.rows")
         transfer = {"include_output_tokens": True, "stream_rows_path": rows_path}
-        saving = {"kv_transfer_params": transfer} if request.speech else None
+        saving = {"kv_transfer_params": transfer} if speaker is not None else None
+        text: Stream[TextDelta] = Stream("text")
+        talker: Stream[Any] = Stream("talker")
+        for delta in after.deltas if after else ():
+            text.put(delta)
+        if reply.finished and speaker is None:
+            text.close()
+            talker.close()
+            return ThinkerOutput(text=text, talker=talker)
         outputs = self.outputs(request, prompt=prompt, extra_args=saving)
         # The first output (or vLLM's refusal of the input, an InvalidInputError) before answering.
         first = await anext(outputs, None)
-        text: Stream[TextDelta] = Stream("text")
-        talker: Stream[Any] = Stream("talker")
+        replying = after is None or after.in_prompt  # the engine's tokens are the reply's
+        prompt_tokens = after.prompt_tokens if after else None
 
-        async def think() -> None:
+        async def generate() -> None:
             speech = None
             final = None
-            reply = self.reply(request)
             try:
                 if speaker is not None and first is not None:
                     extra = await asyncio.to_thread(self.media_positions, request, prompt)
                     prompt_ids = list(first.prompt_token_ids or [])
+                    if after is not None and after.in_prompt:
+                        prompt_ids.pop()  # prefill's token, fed to the builder as the reply's first
                     builder = self.readout.builder(prompt_ids, speaker, talker.put, extra)
                     speech = _Speech(self.readout, builder, prompt_ids, rows_path)
+                    if after is not None:
+                        speech.generated([after.token])
                 pending = [first] if first is not None else []
                 async for out in _chain(pending, outputs):
-                    for delta in self.text_deltas(request, reply, out):
-                        text.put(delta)
-                    if speech is not None:
-                        speech.generated(out.outputs[0].token_ids)
+                    if replying:
+                        for delta in self.text_deltas(request, reply, out, prompt_tokens):
+                            text.put(delta)
+                        if speech is not None:
+                            speech.generated(out.outputs[0].token_ids)
                     final = out
             except Exception as exc:  # noqa: BLE001 - both consumers get the thinker's error
                 text.fail(exc)
@@ -147,7 +194,7 @@ class VLLMThinkerExecutor(VLLMGeneration[ThinkerOutput]):
             finally:
                 _remove(rows_path)
 
-        self.spawn(think())
+        self.spawn(generate())
         return ThinkerOutput(text=text, talker=talker)
 
     def media_positions(self, request: LLMInput, prompt: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -182,6 +229,59 @@ class VLLMThinkerExecutor(VLLMGeneration[ThinkerOutput]):
         states = getattr(self, "states_dir", None)
         if states is not None:
             shutil.rmtree(states, ignore_errors=True)
+
+
+class VLLMThinkerExecutor(ThinkerEngine[ThinkerOutput]):
+    """Streams the thinker's text from vLLM and, when speech is asked for, the talker's conditioning."""
+
+    async def run(self, task_input: Any) -> ThinkerOutput:
+        request = LLMInput.model_validate(task_input)
+        with media_rejected():
+            prompt = self.prompt(request)  # bad input fails the call itself
+            speaker = self.speaker(request)
+        return await self.think(request, prompt, speaker, self.reply(request))
+
+
+class VLLMThinkerPrefillExecutor(ThinkerEngine[Handoff], VLLMPrefillExecutor):
+    """The prefill side of a thinker split into prefill and decode: the prompt and the first token,
+    the KV cache (the captured layer's too) handed over to decode. Saves no hidden states: decode's
+    engine holds every position's after the hand-off."""
+
+    async def run(self, task_input: Any) -> Handoff:
+        with media_rejected():  # an unknown voice is refused before any work
+            self.speaker(LLMInput.model_validate(task_input))
+        return await super().run(task_input)
+
+
+class VLLMThinkerDecodeExecutor(ThinkerEngine[ThinkerOutput], DecodeSide[ThinkerOutput]):
+    """The decode side of a thinker split into prefill and decode: text from prefill's first token
+    on and, when speech is asked for, the talker's conditioning of every position — prompt and reply —
+    from this engine's hidden states (the prompt's cache came with the hand-off). A reply that ended
+    at prefill's token still runs the engine when speech is asked for, on the prompt alone, for its rows."""
+
+    async def run(self, task_input: Any) -> ThinkerOutput:
+        request = DecodeInput.model_validate(task_input)
+        reply = self.reply(request)
+        deltas = self.opening(request, reply)
+        with media_rejected():
+            speaker = self.speaker(request)
+            prompt, rest = self.continuation(request, self.prompt(request))
+        handoff = request.handoff
+        after = Prefilled(deltas, handoff.token, handoff.finish_reason is None, handoff.prompt_tokens)
+        return await self.think(rest, prompt, speaker, reply, after)
+
+
+@dataclass(frozen=True)
+class Prefilled:
+    """Where a thinker's decode goes on from: the reply's first delta(s) (its end too, if it ended
+    there), prefill's token, whether that token ends the engine's prompt (when the reply ended at
+    it, it does not: the engine runs for the prompt's rows alone, its own token not the reply's), and
+    the prompt's length as prefill counted it."""
+
+    deltas: list[TextDelta]
+    token: int
+    in_prompt: bool
+    prompt_tokens: int
 
 
 class _Speech:

@@ -10,14 +10,17 @@ from pydantic import Field
 from prismserve.protocol.chat import ChatChunk, ChatRequest, TextDelta
 from prismserve.task import Stream, Task, TaskDefinitionError, TaskOutput, UnitTask
 from prismserve.tasklib.gpus import component_gpus
-from prismserve.tasklib.mllm import TextOutput, llm_input
+from prismserve.tasklib.mllm import TextOutput, handoff_dir, llm_input
 from prismserve.tasklib.units import (
+    DecodeInput,
     EncoderTask,
     MediaModality,
     OmniMonolithTask,
     TalkerInput,
     TalkerTask,
     ThinkerTask,
+    VLLMThinkerDecodeTask,
+    VLLMThinkerPrefillTask,
     VLLMThinkerTask,
     VocoderInput,
     VocoderTask,
@@ -40,6 +43,12 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     such as `dtype` or `engine_args`). vLLM 0.32 takes audio only raw, so with `encoder_fission` only
     the image encoder is split out and the thinker deployment keeps the audio tower.
 
+    With `prefill_decode` (vLLM only) the thinker is two deployments, TriInfer's P and D: prefill
+    computes the prompt and the first token, decode the rest and the talker's conditioning, the KV
+    cache (the talker's captured layer with it) handed over by vLLM's KV connector
+    (`VLLMThinkerPrefillTask`, `VLLMThinkerDecodeTask`; GPUs `gpus["prefill"]`, `gpus["decode"]`;
+    the hand-off directory as `MLLMTask`'s).
+
     `gpus` sets the GPUs per replica of components (shares below 1 share a GPU:
     `{"thinker": 0.8, "image": 0.1, "audio": 0.1}`); components it leaves out get their default (1).
     """
@@ -51,8 +60,10 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     speaker: str | None = None  # the default voice; a request's `voice` overrides it
     max_codes: int = Field(default=600, ge=1)
     engine: Literal["transformers", "vllm"] = "transformers"
+    prefill_decode: bool = False
     vllm: dict[str, Any] = Field(default_factory=dict)
-    # GPUs per replica by component: encoders by modality, "thinker", "talker", "vocoder"; "whole" (monolith).
+    # GPUs per replica by component: encoders by modality, "thinker" (or "prefill" and "decode"),
+    # "talker", "vocoder"; "whole" (monolith).
     gpus: dict[str, float] = Field(default_factory=dict)
 
     def post_init(self) -> None:
@@ -66,24 +77,44 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
             self.whole = OmniMonolithTask(model=self.model, max_codes=self.max_codes, gpus=shares["whole"])
             return
         vllm = self.engine == "vllm"
+        if self.prefill_decode and not vllm:
+            raise TaskDefinitionError(
+                "OmniTask(prefill_decode=True) splits the thinker's vLLM engine into prefill and decode: "
+                "set engine='vllm'"
+            )
         fissioned: list[MediaModality] = (
             [m for m in self.modalities if not (vllm and m == "audio")] if self.encoder_fission else []
         )
-        owner = f"OmniTask(engine={self.engine!r}, encoder_fission={self.encoder_fission})"
+        owner = (
+            f"OmniTask(engine={self.engine!r}, encoder_fission={self.encoder_fission}, "
+            f"prefill_decode={self.prefill_decode})"
+        )
         components: dict[str, type[UnitTask[Any, Any]]] = dict.fromkeys(fissioned, EncoderTask)
-        components |= {"thinker": VLLMThinkerTask if vllm else ThinkerTask, "talker": TalkerTask}
+        thinker: dict[str, type[UnitTask[Any, Any]]] = (
+            {"prefill": VLLMThinkerPrefillTask, "decode": VLLMThinkerDecodeTask}
+            if self.prefill_decode
+            else {"thinker": VLLMThinkerTask if vllm else ThinkerTask}
+        )
+        components |= {**thinker, "talker": TalkerTask}
         shares = component_gpus(owner, self.gpus, {**components, "vocoder": VocoderTask})
         if self.encoder_fission:
             self.encoders = {m: EncoderTask(model=self.model, modality=m, gpus=shares[m]) for m in fissioned}
         self.thinker: ThinkerTask | VLLMThinkerTask
-        if vllm:
+        whole = not self.encoder_fission
+        if self.prefill_decode:
+            settings = {"handoff_dir": handoff_dir(self.model, self.vllm), **self.vllm}
+            self.prefill = VLLMThinkerPrefillTask(
+                model=self.model, with_encoders=whole, gpus=shares["prefill"], **settings
+            )
+            self.decode = VLLMThinkerDecodeTask(
+                model=self.model, with_encoders=whole, gpus=shares["decode"], **settings
+            )
+        elif vllm:
             self.thinker = VLLMThinkerTask(
-                model=self.model, with_encoders=not self.encoder_fission, gpus=shares["thinker"], **self.vllm
+                model=self.model, with_encoders=whole, gpus=shares["thinker"], **self.vllm
             )
         else:
-            self.thinker = ThinkerTask(
-                model=self.model, with_encoders=not self.encoder_fission, gpus=shares["thinker"]
-            )
+            self.thinker = ThinkerTask(model=self.model, with_encoders=whole, gpus=shares["thinker"])
         self.talker = TalkerTask(model=self.model, gpus=shares["talker"])
         self.vocoder = VocoderTask(model=self.model, gpus=shares["vocoder"])
 
@@ -94,7 +125,11 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
             out = self.whole.invoke(llm_input(request, self.model, self.modalities, None, **speech))
             return OmniOutput(text=out.text, audio=out.audio if request.wants_audio else None)
         encoders = self.encoders if self.encoder_fission else None
-        thought = self.thinker.invoke(llm_input(request, self.model, self.modalities, encoders, **speech))
+        prompt = llm_input(request, self.model, self.modalities, encoders, **speech)
+        if self.prefill_decode:
+            thought = self.decode.invoke(DecodeInput(**prompt.__dict__, handoff=self.prefill.invoke(prompt)))
+        else:
+            thought = self.thinker.invoke(prompt)
         if not request.wants_audio:
             return OmniOutput(text=thought.text)
         talk = TalkerInput(

@@ -73,6 +73,8 @@ __all__ = [
     "VLLMHandoffSettings",
     "VLLMPrefillTask",
     "VLLMTask",
+    "VLLMThinkerDecodeTask",
+    "VLLMThinkerPrefillTask",
     "VLLMThinkerTask",
     "VocoderInput",
     "VocoderTask",
@@ -155,6 +157,22 @@ class VLLMThinkerTask(CountsMedia, UnitTask[LLMInput, ThinkerOutput], VLLMEngine
 
     executor_kind = "mm-thinker-vllm"
     executor_ref = ExecutorRef("prismserve.executors.vllm_thinker:VLLMThinkerExecutor", env="vllm")
+
+
+class VLLMThinkerPrefillTask(CountsMedia, UnitTask[LLMInput, Handoff], VLLMHandoffSettings):
+    """The prefill side of an Omni thinker split into prefill and decode (TriInfer's P): computes the
+    prompt (its KV cache, the captured layer's with it, goes to decode) and the first token."""
+
+    executor_kind = "mm-thinker-prefill"
+    executor_ref = ExecutorRef("prismserve.executors.vllm_thinker:VLLMThinkerPrefillExecutor", env="vllm")
+
+
+class VLLMThinkerDecodeTask(CountsMedia, UnitTask[DecodeInput, ThinkerOutput], VLLMHandoffSettings):
+    """The decode side of an Omni thinker split into prefill and decode (TriInfer's D): `VLLMThinkerTask`'s
+    output from prefill's first token on, the talker's conditioning read from this engine alone."""
+
+    executor_kind = "mm-thinker-decode"
+    executor_ref = ExecutorRef("prismserve.executors.vllm_thinker:VLLMThinkerDecodeExecutor", env="vllm")
 
 
 class TalkerTask(UnitTask[TalkerInput, Stream[list[Any]]], ModelSettings):

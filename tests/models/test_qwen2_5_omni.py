@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
-from vllm_jobs import check_vllm_thinker, omni_cases
+from vllm_jobs import check_vllm_thinker, check_vllm_thinker_prefill_decode, omni_cases
 
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaError, MediaInput, adapter_for
@@ -262,3 +262,14 @@ def test_vllm_thinker_equals_the_transformers_thinker_and_its_talker_conditionin
 ):
     """Text only, an image, audio, both, two images (each its own tensor): see `check_vllm_thinker`."""
     check_vllm_thinker(tiny_omni, omni_cases(cars_jpg, small_png, query_wav), vllm_probes)
+
+
+def test_vllm_thinker_split_into_prefill_and_decode_equals_the_transformers_thinker(
+    tiny_omni, cars_jpg, query_wav, vllm_probes, tmp_path
+):
+    """Text, an image and audio through TriInfer's P and D: see `check_vllm_thinker_prefill_decode`."""
+    cases = [
+        ChatRequest.of("Say what prismserve is, and why a serving system splits prefill from decode. " * 2),
+        ChatRequest.of("Answer the question about the picture.", images=[cars_jpg], audios=[query_wav]),
+    ]
+    check_vllm_thinker_prefill_decode(tiny_omni, cases, vllm_probes, tmp_path)

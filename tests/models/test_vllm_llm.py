@@ -71,8 +71,9 @@ def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, sm
 def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, vllm_probes, tmp_path):
     """TriInfer's P and D on two vLLM engines, the KV cache handed over by the KV connector: the
     reply's tokens and every step's log-probabilities (the chosen token's and the five most likely)
-    are transformers' greedy ones, for text and image prompts; each hand-off is taken by decode and
-    swept after, as is one no decode took once older than the TTL."""
+    are transformers' greedy ones, for text and image prompts; each hand-off is taken by decode (or by
+    prefill, for a reply that ended at its token: no decode loads it) and swept after, as is one no
+    decode took once older than the TTL."""
     from prismserve.models import tiny
     from prismserve.tasklib.units import VLLMDecodeTask, VLLMPrefillTask
 
@@ -84,16 +85,20 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
         ChatRequest.of("Say what prismserve is, and why a serving system splits prefill from decode. " * 2),
         ChatRequest.of("What is in the picture?", images=[cars_jpg]),
         ChatRequest.of("Say again what prismserve is, and why a serving system splits prefill from decode."),
+        ChatRequest.of(
+            "In one token: what is prismserve, and why does a serving system split prefill from decode?"
+        ),
     ]
+    lengths = [STEPS, STEPS, STEPS, 1]
     expected, requests = [], []
-    for case in cases:
+    for case, steps in zip(cases, lengths, strict=True):
         messages, media = conversation(case)
         encoded = encoder.encode("image", [m.data for m in media]) if media else []
-        reference = llm.generate(llm.llm_inputs(messages, encoded=encoded), STEPS, with_logits=True)
+        reference = llm.generate(llm.llm_inputs(messages, encoded=encoded), steps, with_logits=True)
         logprobs = torch.log_softmax(torch.as_tensor(reference.logits, dtype=torch.float64), -1).numpy()
         expected.append(([llm.tokenizer.decode([t]) for t in reference.token_ids], reference, logprobs))
         handles = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in encoded]
-        requests.append(LLMInput(conversation=messages, encoded=handles, max_tokens=STEPS, top_logprobs=5))
+        requests.append(LLMInput(conversation=messages, encoded=handles, max_tokens=steps, top_logprobs=5))
     stale = tmp_path / "0123abcd"  # a hand-off no decode took (its decode replica died, say), 10 min old
     stale.mkdir()
     os.utime(stale, (time.time() - 600, time.time() - 600))
@@ -102,17 +107,19 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
     job["damaged"] = [2]  # a layer's file of the last hand-off is lost: decode computes those blocks
     results = vllm_probes.run("vllm_pd_probe.py", job)
     seen: set[str] = set()
-    for case, (tokens, reference, logprobs), result in zip(cases, expected, results["requests"], strict=True):
+    for case, steps, (tokens, reference, logprobs), result in zip(
+        cases, lengths, expected, results["requests"], strict=True
+    ):
         deltas = result["deltas"]
-        assert sum(d.tokens for d in deltas) == STEPS and deltas[-1].finish_reason == "length"
-        steps = [entry for d in deltas for entry in d.logprobs or ()]
-        assert [step.token for step in steps] == tokens, case.prompt
-        for step, token, row in zip(steps, reference.token_ids, logprobs, strict=True):
+        assert sum(d.tokens for d in deltas) == steps and deltas[-1].finish_reason == "length"
+        chosen = [entry for d in deltas for entry in d.logprobs or ()]
+        assert [step.token for step in chosen] == tokens, case.prompt
+        for step, token, row in zip(chosen, reference.token_ids, logprobs, strict=True):
             assert step.logprob == pytest.approx(row[token], abs=1e-4), case.prompt
             top = sorted(row, reverse=True)[:5]
             assert [t.logprob for t in step.top] == pytest.approx(top, abs=1e-4), case.prompt
         (handed,) = set(result["saved"]) - {stale.name} - seen  # prefill handed the prompt's KV over ...
-        assert result["taken"][handed]  # ... and decode took it
+        assert result["taken"][handed]  # ... and decode took it (prefill, for the one-token reply)
         seen |= set(result["saved"])
     assert results["left"] == []  # the sweeps deleted what was taken, and the stale hand-off
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from prismserve.executors import envs
@@ -21,7 +22,7 @@ from prismserve.models import adapter_for
 from prismserve.models.conditioning import merged
 from prismserve.protocol.chat import ChatRequest
 from prismserve.tasklib import EncodedMedia, LLMInput, conversation
-from prismserve.tasklib.units import VLLMThinkerTask
+from prismserve.tasklib.units import VLLMThinkerDecodeTask, VLLMThinkerPrefillTask, VLLMThinkerTask
 
 PROBES = Path(__file__).parents[1] / "runtime"
 
@@ -101,13 +102,13 @@ def omni_cases(image: bytes, other_image: bytes, audio: bytes) -> list[ChatReque
     ]
 
 
-def check_vllm_thinker(path: str, cases: list[ChatRequest], probes: VLLMProbes, steps: int = 10) -> None:
-    """An Omni thinker on vLLM (in its own environment), given the image encoder's embeddings and raw
-    audio, against the fissioned transformers thinker, for `cases` batched in one engine: the same
-    greedy tokens and text, every step's full log-probabilities within 1e-4, the talker's
-    conditioning within 1e-5 and the talker's codes from it equal. The last case (two images) also
-    runs with its images swapped and without speech: other log-probabilities, no conditioning. Every
-    hidden-states file the engine saved was read and deleted; an aborted request saved none."""
+def thinker_references(
+    path: str, cases: list[ChatRequest], steps: int, **request: Any
+) -> tuple[Any, Any, list[tuple[Any, dict[str, np.ndarray], list[Any]]], list[LLMInput]]:
+    """The fissioned transformers thinker's replies to `cases` (`steps` greedy tokens, logits and
+    hidden states), the talker's conditioning and codes from them; and the requests a vLLM thinker
+    gets for the cases (the image encoder's embeddings and raw audio, speech asked for, `request`'s
+    fields). Returns the thinker and talker adapters, the references and the requests."""
     encoders, thinker, talker = (
         {m: adapter_for(path) for m in ("image", "audio")},
         adapter_for(path),
@@ -130,8 +131,36 @@ def check_vllm_thinker(path: str, cases: list[ChatRequest], probes: VLLMProbes, 
                   if e.modality == "image"]  # fmt: skip
         audio = [m for m in media if m.modality == "audio"]  # raw: vLLM runs the audio tower itself
         requests.append(
-            LLMInput(conversation=messages, encoded=images, media=audio, max_tokens=steps, speech=True)
+            LLMInput(
+                conversation=messages, encoded=images, media=audio, max_tokens=steps, speech=True, **request
+            )
         )
+    return thinker, talker, expected, requests
+
+
+def assert_same_conditioning(
+    items: list[Any], conditioning: dict[str, np.ndarray], talker: Any, codes: Any
+) -> None:
+    """The talker's conditioning items a vLLM thinker gave, merged, equal the transformers thinker's
+    (floats within 1e-5), and the talker's codes from them equal."""
+    vllm_conditioning = merged(items)
+    assert sorted(vllm_conditioning) == sorted(conditioning)
+    for name, value in conditioning.items():
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(vllm_conditioning[name], value, atol=1e-5, rtol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(vllm_conditioning[name], value, err_msg=name)
+    assert talker.talk(vllm_conditioning, 40) == codes and codes
+
+
+def check_vllm_thinker(path: str, cases: list[ChatRequest], probes: VLLMProbes, steps: int = 10) -> None:
+    """An Omni thinker on vLLM (in its own environment), given the image encoder's embeddings and raw
+    audio, against the fissioned transformers thinker, for `cases` batched in one engine: the same
+    greedy tokens and text, every step's full log-probabilities within 1e-4, the talker's
+    conditioning within 1e-5 and the talker's codes from it equal. The last case (two images) also
+    runs with its images swapped and without speech: other log-probabilities, no conditioning. Every
+    hidden-states file the engine saved was read and deleted; an aborted request saved none."""
+    thinker, talker, expected, requests = thinker_references(path, cases, steps)
     swapped = requests[-1].model_copy(update={"encoded": requests[-1].encoded[::-1], "speech": False})
     job = {
         "task": VLLMThinkerTask(model=path, dtype="float32", engine_args={"max_logprobs": -1}),
@@ -155,15 +184,42 @@ def check_vllm_thinker(path: str, cases: list[ChatRequest], probes: VLLMProbes, 
         assert ahead is not None or len(thought.token_ids) < 5
         assert len(items) > 2
         streamed += ahead is not None
-        vllm_conditioning = merged(items)
-        assert sorted(vllm_conditioning) == sorted(conditioning)
-        for name, value in conditioning.items():
-            if value.dtype.kind == "f":
-                np.testing.assert_allclose(vllm_conditioning[name], value, atol=1e-5, rtol=0, err_msg=name)
-            else:
-                np.testing.assert_array_equal(vllm_conditioning[name], value, err_msg=name)
-        assert talker.talk(vllm_conditioning, 40) == codes and codes
+        assert_same_conditioning(items, conditioning, talker, codes)
     assert streamed >= 2
     swapped_logprobs, (_, swapped_items, _) = out["logprobs"][-1][1], out["runs"][-1]
     assert np.abs(swapped_logprobs[0] - out["logprobs"][-2][1][0]).max() > 1e-3 and swapped_items == []
     assert out["left"] == []
+
+
+def check_vllm_thinker_prefill_decode(
+    path: str, cases: list[ChatRequest], probes: VLLMProbes, handoffs: Path, steps: int = 10
+) -> None:
+    """An Omni thinker split into prefill and decode on two vLLM engines (TriInfer's P and D), the KV
+    cache handed over in `handoffs`, against the fissioned transformers thinker, for `cases` all at
+    once: the reply's tokens and every step's log-probabilities (the chosen token's and the five most
+    likely) equal, the talker's conditioning — read on the decode side alone — within 1e-5 and its
+    codes equal. The first case also runs with a reply that ends at prefill's token (one token):
+    its conditioning too (same prompt: the same hand-off). Decode took every prompt's hand-off, and
+    every hand-off and hidden-states file is gone at the end."""
+    thinker, talker, expected, requests = thinker_references(path, cases, steps, top_logprobs=5)
+    _, _, (one,), (short,) = thinker_references(path, cases[:1], 1, top_logprobs=5)
+    settings = {"model": path, "dtype": "float32", "handoff_dir": str(handoffs), "handoff_grace_s": 1.0}
+    job = {
+        "prefill": VLLMThinkerPrefillTask(**settings),
+        "decode": VLLMThinkerDecodeTask(**settings),
+        "requests": [*requests, short],
+    }
+    out = probes.run("vllm_thinker_pd_probe.py", job)
+    for (thought, conditioning, codes), (deltas, items) in zip([*expected, one], out["runs"], strict=True):
+        logprobs = torch.log_softmax(torch.as_tensor(thought.logits, dtype=torch.float64), -1).numpy()
+        steps_seen = [entry for d in deltas for entry in d.logprobs or ()]
+        assert [s.token for s in steps_seen] == [thinker.tokenizer.decode([t]) for t in thought.token_ids]
+        for step, token, row in zip(steps_seen, thought.token_ids, logprobs, strict=True):
+            assert step.logprob == pytest.approx(row[token], abs=1e-4)
+            assert [t.logprob for t in step.top] == pytest.approx(sorted(row, reverse=True)[:5], abs=1e-4)
+        assert deltas[-1].finish_reason == "length" and sum(d.tokens for d in deltas) == len(
+            thought.token_ids
+        )
+        assert_same_conditioning(items, conditioning, talker, codes)
+    assert list(out["taken"].values()) == [True] * len(cases)
+    assert out["left"] == [] and out["states"] == []
