@@ -57,7 +57,8 @@ def test_each_unit_tasks_executor_resolves_and_takes_its_settings_input_and_outp
 
 def test_only_vllm_stages_run_in_an_environment_of_their_own():
     envs = {cls.__qualname__: cls.executor_ref.env for cls in NAMING if cls.executor_ref.env}
-    assert envs == dict.fromkeys(["VLLMTask", "VLLMThinkerTask", "VLLMPrefillTask", "VLLMDecodeTask"], "vllm")
+    vllm = ["VLLMTask", "VLLMThinkerTask", "VLLMPrefillTask", "VLLMDecodeTask"]
+    assert envs == dict.fromkeys([*vllm, "VLLMThinkerPrefillTask", "VLLMThinkerDecodeTask"], "vllm")
 
 
 class PromptEncoder(Executor[ModelSettings, PromptInput, PromptEmbeddings]):
