@@ -25,6 +25,7 @@ model = OmniTask(
     monolith=SETTINGS.monolith,
     max_codes=SETTINGS.max_codes,
     engine=SETTINGS.engine,
+    prefill_decode=SETTINGS.prefill_decode,
     vllm=SETTINGS.vllm,
     gpus=SETTINGS.gpus,
 )

@@ -14,23 +14,23 @@ from prismserve.tasklib.units import MediaModality
 class ChatAppSettings(AppSettings):
     """What every built-in chat app takes: the checkpoint `model` (a local path or hub id, which
     `GET /v1/models` reports), the engine of its LLM stage with its `vllm` settings, and `gpus` per
-    replica by component (`{"llm": 0.5}`; on vLLM `{"llm": 2}` is tensor parallelism)."""
+    replica by component (`{"llm": 0.5}`; on vLLM `{"llm": 2}` is tensor parallelism); with
+    `prefill_decode` (vLLM) the LLM stage is a prefill and a decode deployment (`MLLMTask`, `OmniTask`)."""
 
     model: str = Field(min_length=1)
     engine: Literal["transformers", "vllm"] = "transformers"
     vllm: dict[str, Any] = Field(default_factory=dict)
     gpus: dict[str, float] = Field(default_factory=dict)
+    prefill_decode: bool = False
 
 
 class MLLMAppSettings(ChatAppSettings):
     """`prismserve.apps.mllm`: a multimodal LLM with an encoder per media modality in `modalities`
     (what the app takes besides text), counting an image's tokens as its processor does
-    (`image_tokens`: `patches` for Qwen-VL, `tiles` for InternVL, `fixed` for Gemma 3; see `MediaTokens`);
-    with `prefill_decode` (vLLM) its LLM is a prefill and a decode deployment (`MLLMTask`)."""
+    (`image_tokens`: `patches` for Qwen-VL, `tiles` for InternVL, `fixed` for Gemma 3; see `MediaTokens`)."""
 
     modalities: tuple[MediaModality, ...] = ("image",)
     image_tokens: Literal["patches", "tiles", "fixed"] = "patches"
-    prefill_decode: bool = False
 
 
 class OmniAppSettings(ChatAppSettings):

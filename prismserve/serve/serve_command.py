@@ -154,7 +154,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--prefill-decode",
         action=argparse.BooleanOptionalAction,
         help="vLLM: the LLM stage as two deployments, prefill and decode, the KV cache handed over by "
-        "vLLM's KV connector (vision-language families)",
+        "vLLM's KV connector (vision-language and Omni families)",
     )
     gateway = parser.add_argument_group("gateway")
     gateway.add_argument(

@@ -67,6 +67,11 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     gpus: dict[str, float] = Field(default_factory=dict)
 
     def post_init(self) -> None:
+        if self.prefill_decode and (self.engine != "vllm" or self.monolith):
+            raise TaskDefinitionError(
+                "OmniTask(prefill_decode=True) splits the thinker's vLLM engine into prefill and decode: "
+                "set engine='vllm' (and monolith=False)"
+            )
         if self.monolith:
             if self.engine != "transformers":
                 raise TaskDefinitionError(
@@ -77,11 +82,6 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
             self.whole = OmniMonolithTask(model=self.model, max_codes=self.max_codes, gpus=shares["whole"])
             return
         vllm = self.engine == "vllm"
-        if self.prefill_decode and not vllm:
-            raise TaskDefinitionError(
-                "OmniTask(prefill_decode=True) splits the thinker's vLLM engine into prefill and decode: "
-                "set engine='vllm'"
-            )
         fissioned: list[MediaModality] = (
             [m for m in self.modalities if not (vllm and m == "audio")] if self.encoder_fission else []
         )

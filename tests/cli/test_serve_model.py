@@ -72,6 +72,12 @@ def test_default_apps_load_with_the_settings_in_place():
     units = load_app_source(default_app_source(QWEN2_5_VL, "/ckpt/vl", split), "pd").named_unit_tasks()
     llm = {path: (type(unit).__name__, unit.gpus) for path, unit in units.items() if "encoders" not in path}
     assert llm == {"model.prefill": ("VLLMPrefillTask", 0.4), "model.decode": ("VLLMDecodeTask", 0.4)}
+    units = load_app_source(default_app_source(QWEN2_5_OMNI, "/ckpt/o", split), "opd").named_unit_tasks()
+    thinker = {path: (type(unit).__name__, unit.gpus) for path, unit in units.items() if "encoders" not in path}
+    assert thinker == {
+        "model.prefill": ("VLLMThinkerPrefillTask", 0.4), "model.decode": ("VLLMThinkerDecodeTask", 0.4),
+        "model.talker": ("TalkerTask", 1.0), "model.vocoder": ("VocoderTask", 1.0),
+    }  # fmt: skip
     shared = default_app_source(QWEN2_5_OMNI, "/ckpt/o", EngineSettings(gpu_memory_utilization=0.4))
     assert load_app_source(shared, "o").named_unit_tasks()["model.thinker"].gpus == 0.4
     image = load_app_source(default_app_source(QWEN_IMAGE, "/ckpt/i"), "i").named_unit_tasks()
@@ -151,7 +157,7 @@ def test_write_app_to_stdout_and_its_errors(tmp_path, capsys):
         (QWEN2_5_VL, {"max_model_len": 64, "tensor_parallel_size": 2}, "--max-model-len, --tensor-parallel-size only apply"),
         (QWEN_IMAGE, {"engine": "vllm"}, "qwen-image does not run on --engine vllm; engines: transformers"),
         (QWEN2_5_VL, {"prefill_decode": True}, "--prefill-decode only applies to the vLLM engine, not transformers (add --engine vllm)"),
-        (QWEN2_5_OMNI, {"engine": "vllm", "prefill_decode": True}, "does not take these settings: prefill_decode"),
+        (QWEN_IMAGE, {"engine": "vllm", "prefill_decode": True}, "qwen-image does not run on --engine vllm"),
     ],
 )  # fmt: skip
 def test_settings_that_do_not_apply_are_errors(family, given, message):

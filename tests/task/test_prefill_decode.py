@@ -1,4 +1,4 @@
-"""MLLMTask with prefill and decode split (TriInfer's P and D): what it records and deploys."""
+"""MLLMTask and OmniTask with prefill and decode split (TriInfer's P and D): what they record and deploy."""
 
 from __future__ import annotations
 
@@ -6,8 +6,17 @@ import pytest
 
 from prismserve.protocol.chat import ChatRequest
 from prismserve.task import TaskDefinitionError
-from prismserve.tasklib import MLLMTask
-from prismserve.tasklib.units import DecodeInput, EncoderTask, VLLMDecodeTask, VLLMPrefillTask
+from prismserve.tasklib import MLLMTask, OmniTask
+from prismserve.tasklib.units import (
+    DecodeInput,
+    EncoderTask,
+    TalkerTask,
+    VLLMDecodeTask,
+    VLLMPrefillTask,
+    VLLMThinkerDecodeTask,
+    VLLMThinkerPrefillTask,
+    VocoderTask,
+)
 
 
 def test_the_llm_is_recorded_as_prefill_then_decode_fed_by_prefills_handoff():
@@ -43,3 +52,21 @@ def test_prefill_decode_needs_the_vllm_engine():
         TaskDefinitionError, match=r"prefill_decode=True\) splits a vLLM engine .* engine='vllm'"
     ):
         MLLMTask(model="m", prefill_decode=True)
+
+
+def test_an_omni_thinker_is_recorded_as_prefill_then_decode_feeding_the_talker():
+    task = OmniTask(model="m", engine="vllm", prefill_decode=True, gpus={"prefill": 0.5, "decode": 0.5})
+    graph = task.record(ChatRequest.of("say what this is", images=[b"png"], audio_out=True))
+    kinds = [type(n.task) for n in graph.nodes]
+    assert kinds == [EncoderTask, VLLMThinkerPrefillTask, VLLMThinkerDecodeTask, TalkerTask, VocoderTask]
+    _, prefill, decode, talker, _ = graph.nodes
+    assert {src for src in decode.deps.values()} >= {prefill.index}
+    assert set(talker.deps.values()) == {decode.index}  # the conditioning comes from decode alone
+    assert decode.input.speech and (task.prefill.gpus, task.decode.gpus) == (0.5, 0.5)
+    assert task.prefill.handoff_dir == task.decode.handoff_dir
+
+
+@pytest.mark.parametrize("settings", [{}, {"engine": "vllm", "monolith": True}])
+def test_an_omni_prefill_decode_split_needs_the_split_vllm_thinker(settings):
+    with pytest.raises(TaskDefinitionError, match=r"prefill_decode=True\) splits the thinker's vLLM engine"):
+        OmniTask(model="m", prefill_decode=True, **settings)
