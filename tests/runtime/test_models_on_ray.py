@@ -388,6 +388,22 @@ class TestVLLM:
             while taken_handoffs(handoffs) and time.monotonic() < deadline:
                 time.sleep(0.5)
             assert taken_handoffs(handoffs) == []
+            # TriInfer's ED + P: the encoders and decode share one GPU (shares packed), prefill has its own.
+            encoders = {f"vl.encoders.{m}": 0.15 for m in ("image", "video")}
+            plan = {
+                "options": {"ED": {**encoders, "vl.decode": 0.7}, "P": {"vl.prefill": 1.0}},
+                "cells": [{"gpus": 2, "replicas": {"ED": 1, "P": 1}}],
+                "routing": {"image+text": {"ED->P": 1.0}, "text": {"ED->P": 1.0}},
+            }
+            assert admin.post("/admin/apps/qwen2_5_vl/plan", json=plan).status_code == 200
+            assert ask_about_cars(url, "qwen2_5_vl", stream=True) == expected
+            gpus: dict[tuple[str, float], set[str]] = {}
+            for d in admin.get("/admin/status").json()["deployments"].values():
+                for r in d["replicas"]:
+                    if r["state"] == "running":
+                        gpus.setdefault((d["executor_kind"], r["gpus"]), set()).update(r["gpu_ids"])
+            shared = gpus[("mm-encoder", 0.15)] | gpus[("mm-llm-decode", 0.7)]
+            assert len(shared) == 1 and gpus[("mm-llm-prefill", 1.0)].isdisjoint(shared)
 
     def test_monolith_on_vllm_answers_the_same_and_rejects_bad_images(self, gateway):
         settings = {**VLLM, "PRISMSERVE_MONOLITH": "1"}
