@@ -328,6 +328,15 @@ class CPUHiddenStatesConnector(ExampleHiddenStatesConnector):
         future.add_done_callback(partial(self._on_write_done, pending.req_id))
 
 
+@dataclass
+class _Chunked:
+    """Scheduler side, prefill: a prompt prefilled in chunks (its tokens, media hashes, blocks so far)."""
+
+    tokens: list[int]
+    media: list[str]
+    blocks: list[int]
+
+
 class HandoffConnector(ExampleConnector):
     """vLLM's file-based KV connector as a prefill → decode hand-off that leaves nothing behind.
 
@@ -341,12 +350,17 @@ class HandoffConnector(ExampleConnector):
     read — also when two decodes load the same prompt's. Correctness never rests on the files: a
     decode that finds none computes the prompt itself, and one that cannot read a file it found
     reports the blocks as failed loads, which the engine computes (`kv_load_failure_policy="recompute"`).
+
+    A prompt prefilled in chunks (longer than the engine's token budget per step) is saved when its
+    last chunk runs, every block of it: the stock connector saves at a request's first step, whose
+    blocks then hold the first chunk only (a hand-off decode's engine dies loading).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._producer = self._kv_transfer_config.is_kv_producer
         self._loaded: dict[str, str] = {}  # decode side: request id -> the folder it loads
+        self._chunked: dict[str, _Chunked] = {}  # prefill side: prompts not yet whole
         self._failed: set[int] = set()  # worker side: blocks whose KV could not be loaded
 
     # --- scheduler side ---------------------------------------------------------------------------
@@ -358,7 +372,47 @@ class HandoffConnector(ExampleConnector):
                 self._loaded[request.request_id] = folder
         return super().get_num_new_matched_tokens(request, num_computed_tokens)
 
+    def build_connector_meta(self, scheduler_output: Any) -> Any:
+        meta = super().build_connector_meta(scheduler_output)
+        if self._producer:
+            self._save_whole_prompts(scheduler_output, meta)
+        return meta
+
+    def _save_whole_prompts(self, scheduler_output: Any, meta: Any) -> None:
+        """Save chunked prompts once whole: drop the stock connector's save of a first chunk, and save
+        the whole prompt in the step that schedules its last chunk."""
+        scheduled = scheduler_output.num_scheduled_tokens
+        first = {}
+        for new in scheduler_output.scheduled_new_reqs:
+            tokens = list(new.prompt_token_ids or [])
+            if new.num_computed_tokens + scheduled[new.req_id] < len(tokens):
+                media = [feature.identifier for feature in new.mm_features]
+                self._chunked[new.req_id] = _Chunked(tokens, media, list(new.block_ids[0]))
+                first[new.req_id] = torch.tensor(tokens)[: align_to_block_size(len(tokens), self._block_size)]
+        if first:
+            meta.requests = [
+                r
+                for r in meta.requests
+                if not (r.is_store and any(torch.equal(r.token_ids, t) for t in first.values()))
+            ]
+        cached = scheduler_output.scheduled_cached_reqs
+        for req_id, blocks, computed in zip(
+            cached.req_ids, cached.new_block_ids, cached.num_computed_tokens, strict=True
+        ):
+            chunked = self._chunked.get(req_id)
+            if chunked is None:
+                continue
+            if req_id in cached.resumed_req_ids:  # preempted, now with blocks of its own again
+                chunked.blocks = list(blocks[0]) if blocks else []
+            elif blocks:
+                chunked.blocks += blocks[0]
+            if computed + scheduled[req_id] >= len(chunked.tokens):
+                del self._chunked[req_id]
+                if not self._found_match_for_prompt(chunked.tokens, chunked.media):  # as the stock one
+                    meta.add_request(chunked.tokens, chunked.blocks, self._block_size, True, chunked.media)
+
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        self._chunked.pop(request.request_id, None)  # aborted before its prompt was whole
         if self._producer:  # the prefill executor marks it taken itself if no decode will load it
             return False, {HANDOFF_FOLDER: self._folder(request)}
         folder = self._loaded.pop(request.request_id, None)

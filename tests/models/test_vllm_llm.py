@@ -71,9 +71,9 @@ def test_vllm_llm_on_encoder_embeddings_equals_transformers(family, cars_jpg, sm
 def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, vllm_probes, tmp_path):
     """TriInfer's P and D on two vLLM engines, the KV cache handed over by the KV connector: the
     reply's tokens and every step's log-probabilities (the chosen token's and the five most likely)
-    are transformers' greedy ones, for text and image prompts; each hand-off is taken by decode (or by
-    prefill, for a reply that ended at its token: no decode loads it) and swept after, as is one no
-    decode took once older than the TTL."""
+    are transformers' greedy ones, for text and image prompts prefilled in chunks; each hand-off is
+    taken by decode (or by prefill, for a reply that ended at its token: no decode loads it) and
+    swept after, as is one no decode took once older than the TTL."""
     from prismserve.models import tiny
     from prismserve.tasklib.units import VLLMDecodeTask, VLLMPrefillTask
 
@@ -103,8 +103,13 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
     stale.mkdir()
     os.utime(stale, (time.time() - 600, time.time() - 600))
     settings = {"model": path, "dtype": "float32", "handoff_dir": str(tmp_path)}
-    job = {"prefill": VLLMPrefillTask(**settings), "decode": VLLMDecodeTask(**settings), "requests": requests}
-    job["damaged"] = [2]  # a layer's file of the last hand-off is lost: decode computes those blocks
+    # Prefill computes prompts in chunks of 32 tokens: each hand-off is saved whole once its last chunk ran.
+    chunks = {"engine_args": {"max_num_batched_tokens": 32, "enable_chunked_prefill": True}}
+    job = {"prefill": VLLMPrefillTask(**settings, **chunks), "decode": VLLMDecodeTask(**settings)}
+    job |= {
+        "requests": requests,
+        "damaged": [2],
+    }  # a layer's file of the last hand-off is lost: decode computes those blocks
     results = vllm_probes.run("vllm_pd_probe.py", job)
     seen: set[str] = set()
     for case, steps, (tokens, reference, logprobs), result in zip(
