@@ -10,9 +10,11 @@ the prefill and decode executors build theirs, for each connector:
          needs `nixl` in the vLLM environment (`<vllm-env>/bin/python -m pip install nixl==1.5.1`)
 Per prompt length (random token ids, a fresh prompt per repeat so no prefix cache helps), after a
 warm-up: prefill's time for the prompt and one token (`prefill_s`, the files connector saving),
-decode's time to its first token given prompt + that token (`decode_s`, loading the KV), and the
-same decode engine's time to first token for a fresh prompt of the same length with nothing handed
-over (`cold_s`, a cold prefill). `kv_bytes`: the KV cache moved (files: the hand-off folder's size;
+decode's time to its first token (`decode_s`, loading the KV; files: given prompt + prefill's token,
+as prismserve's decode runs; nixl: given the prompt and prefill's `kv_transfer_params`, as vLLM's
+own prefill/decode proxy runs — NIXL refuses a decode prompt with more blocks than prefill's), and
+the same decode engine's time to first token for a fresh prompt of the same length with nothing
+handed over (`cold_s`, a cold prefill). `kv_bytes`: the KV cache moved (files: the hand-off folder's size;
 nixl: the prompt's blocks, from the model's shape); `bytes_per_s` = kv_bytes / decode_s, a lower
 bound on the hand-off's bandwidth (decode_s also computes what was not handed over: the last
 partial block and the new token). Medians over `--repeats`; `cold_s / decode_s` per repeat, then the
@@ -108,9 +110,12 @@ async def one_handoff(
     handed = out.kv_transfer_params if connector == "nixl" else None
     if connector == "nixl" and not handed:
         raise RuntimeError("NixlConnector's prefill returned no kv_transfer_params: nothing to hand over")
-    decode_s, _ = await first_output(decode, [*prompt, token], handed)
+    # Files: decode goes on from prefill's token, the prompt's KV found by hashing the tokens. NIXL:
+    # decode gets the same prompt, pulls its whole blocks and computes the rest (vLLM's own recipe).
+    asked = [*prompt, token] if connector == "files" else prompt
+    decode_s, _ = await first_output(decode, asked, handed)
     moved = folder_bytes(folder, before) if connector == "files" else None
-    cold = [rng.randrange(vocab) for _ in range(length + 1)]
+    cold = [rng.randrange(vocab) for _ in range(len(asked))]
     cold_s, _ = await first_output(decode, cold, None)
     return {"prefill_s": prefill_s, "decode_s": decode_s, "cold_s": cold_s, "files_bytes": moved or 0}
 

@@ -139,8 +139,9 @@ async def measure_budgets(
 ) -> Budgets:
     """Every budget of `app`'s deployments that its SLOs bound, measured through `invoke(task, input)`
     (a call served to its end): median batch latencies of `repeats` tries per point searched. An
-    encoder's image budget is searched up to its `max_batch`, a vLLM engine's token budget up to its
-    context (`max_tokens` caps it). `clock` reads the time (tests give one their calls advance)."""
+    encoder's image budget is searched up to its `max_batch`, a vLLM engine's token budget up to the
+    step its engine runs now (`engine_step`: a longer prompt would take several steps, not one) and
+    its context less room for the chat template (`max_tokens` caps it too). `clock` reads the time (tests give one their calls advance)."""
     ttft_s, tbt_s = strictest_slo(app)
     timing = Timing(repeats, clock)
     found: dict[str, Budget] = {}
@@ -148,19 +149,30 @@ async def measure_budgets(
     for path, task in app.named_unit_tasks().items():
         role = role_of(task)
         limit = None if role is None else latency_limit(role, ttft_s, tbt_s)
-        if role is None or limit is None:
-            continue
+        if role is None or limit is None or getattr(task, "modality", "image") != "image":
+            continue  # no budget to set, none the SLOs bound, or an audio or video encoder (images only)
         if isinstance(task, EncoderSettings):
             measure, kind, high, step = _images(invoke, task, image, timing), "images", task.max_batch, 1
         else:
             assert isinstance(task, VLLMEngineSettings)  # role_of gives no other a role
             measure, kind, step = _tokens(invoke, task, timing), "tokens", TOKEN_STEP
-            high = min(task.max_model_len - 8, max_tokens or task.max_model_len)  # room for the template
+            high = min(task.max_model_len - 8, engine_step(task), max_tokens or task.max_model_len)
         value, latency, within = await search_budget(measure, limit, high, step)
         found[path] = Budget(
             role=role, kind=kind, value=value, limit_s=limit, latency_s=latency, within_limit=within
         )
     return Budgets(ttft_s=ttft_s, tbt_s=tbt_s, deployments=found)
+
+
+# vLLM 0.32's tokens per step when nothing sets them (`SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS`).
+VLLM_DEFAULT_STEP = 2048
+
+
+def engine_step(task: VLLMEngineSettings) -> int:
+    """The most tokens one step of the task's engine computes as it runs now: its token budget, its
+    `engine_args`' `max_num_batched_tokens`, else vLLM's default."""
+    chosen = task.engine_args.get("max_num_batched_tokens", task.token_budget)
+    return int(chosen) if chosen else VLLM_DEFAULT_STEP
 
 
 class Timing:

@@ -170,9 +170,9 @@ def test_budgets_are_measured_for_every_role_against_its_limit(tiny_vl, cars_jpg
     decoding = budgets.deployments["vl.decode" if split else "vl.llm"]
     assert (decoding.role, decoding.value, decoding.limit_s) == ("D" if split else "PD", 1984, 0.05)
     assert decoding.latency_s <= 0.05
-    if split:  # within 0.2 s: 9500 tokens, more than the context holds (4096, less the template)
+    if split:  # within 0.2 s: 9500 tokens, more than one step of the engine as profiled (2048)
         prefill = budgets.deployments["vl.prefill"]
-        assert (prefill.role, prefill.value, prefill.limit_s) == ("P", 4064, 0.2)
+        assert (prefill.role, prefill.value, prefill.limit_s) == ("P", 2048, 0.2)
 
 
 def test_an_slo_the_smallest_batch_misses_gives_the_smallest_batch_flagged(tiny_vl, cars_jpg):
@@ -239,3 +239,26 @@ def test_budgets_of_another_app_or_no_budgets_file_are_refused_with_a_fix(tiny_v
     spec.write_text("components: [a]\n")
     with pytest.raises(InvalidRequestError, match="budgets.yaml"):
         load_budgets(spec)
+
+
+def test_serve_refuses_budgets_of_another_app_before_anything_starts(tiny_vl, tmp_path):
+    from prismserve.runtime.pool import InProcessPool
+    from prismserve.runtime.ray_runtime import RayRuntime
+    from prismserve.serve.launch import ServeOptions, StartupError, prepare_server
+
+    app_file = tmp_path / "vl.py"
+    app_file.write_text(APP.format(model=tiny_vl, split=False))
+    llm = Budget(role="PD", kind="tokens", value=96, limit_s=0.05, latency_s=0.04, within_limit=True)
+    good, other = tmp_path / "good.budgets.yaml", tmp_path / "other.budgets.yaml"
+    good.write_text(budgets_document(Budgets(deployments={"vl.llm": llm}), {}))
+    other.write_text(budgets_document(Budgets(deployments={"vl.decode": llm}), {}))
+    runtime = RayRuntime(values={}, pool=InProcessPool({"a": 1}))  # never started
+    server = prepare_server(ServeOptions(str(app_file), port=0, budgets_path=str(good)), runtime=runtime)
+    server.listener.close()
+    assert server.budgets is not None and server.budgets.deployments["vl.llm"].value == 96
+    with pytest.raises(StartupError, match=r"^--budgets: .*\['vl.decode'\].*profile the app again"):
+        prepare_server(ServeOptions(str(app_file), port=0, budgets_path=str(other)), runtime=runtime)
+    with pytest.raises(StartupError, match=r"^--budgets: cannot read budgets"):
+        prepare_server(
+            ServeOptions(str(app_file), port=0, budgets_path=str(tmp_path / "none.yaml")), runtime=runtime
+        )
