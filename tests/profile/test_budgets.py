@@ -186,7 +186,7 @@ def test_an_slo_the_smallest_batch_misses_gives_the_smallest_batch_flagged(tiny_
     assert (budget.value, budget.within_limit) == (32, False) and budget.latency_s > 0.001
 
 
-def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_path):
+def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_path, caplog):
     app = load_app_source(APP.format(model=tiny_vl, split=True), "vl")
     before = {p: t.deployment_key() for p, t in app.named_unit_tasks().items()}
     budgets = Budgets(
@@ -199,6 +199,10 @@ def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_pat
             "vl.decode": Budget(
                 role="D", kind="tokens", value=96, limit_s=0.05, latency_s=0.04, within_limit=True
             ),
+            # Below the context (4096): the files hand-off would save chunked prompts in part.
+            "vl.prefill": Budget(
+                role="P", kind="tokens", value=2048, limit_s=0.2, latency_s=0.1, within_limit=True
+            ),
         },
     )
     path = tmp_path / "vl.budgets.yaml"
@@ -206,7 +210,8 @@ def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_pat
     apply_budgets(app, load_budgets(path))
     tasks = app.named_unit_tasks()
     assert tasks["vl.encoders.image"].max_batch == 6 and tasks["vl.decode"].token_budget == 96
-    assert tasks["vl.prefill"].token_budget is None
+    assert tasks["vl.prefill"].token_budget is None  # held back, with a warning
+    assert "saves only a chunked prompt's first chunk" in caplog.text
     # The app's serve() calls the composite the module holds: it has the budgeted tasks.
     assert app.module.vl.decode is tasks["vl.decode"] and app.module.vl.encoders["image"].max_batch == 6
     after = {p: t.deployment_key() for p, t in tasks.items()}
