@@ -267,3 +267,16 @@ def test_serve_refuses_budgets_of_another_app_before_anything_starts(tiny_vl, tm
         prepare_server(
             ServeOptions(str(app_file), port=0, budgets_path=str(tmp_path / "none.yaml")), runtime=runtime
         )
+
+
+def test_profile_prints_the_budgets_and_writes_them_beside_its_out_file(tmp_path, capsys):
+    from prismserve.serve.profile_command import _report_budgets
+
+    profile, out = tmp_path / "vl-abc.yaml", tmp_path / "spec.yaml"
+    llm = Budget(role="PD", kind="tokens", value=96, limit_s=0.05, latency_s=0.04, within_limit=True)
+    _report_budgets(profile, out)
+    assert "no batching budgets" in capsys.readouterr().err
+    (tmp_path / "vl-abc.budgets.yaml").write_text(budgets_document(Budgets(deployments={"vl.llm": llm}), {}))
+    _report_budgets(profile, out)
+    assert f"serve --budgets {tmp_path / 'spec.budgets.yaml'}" in capsys.readouterr().err
+    assert load_budgets(tmp_path / "spec.budgets.yaml").deployments["vl.llm"].value == 96
