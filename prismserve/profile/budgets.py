@@ -18,6 +18,7 @@ engine that runs its own encoders (EPD) gets only the token budget.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import statistics
 import time
@@ -144,7 +145,8 @@ async def measure_budgets(
     (a call served to its end): median batch latencies of `repeats` tries per point searched. An
     encoder's image budget is searched up to its `max_batch`, a vLLM engine's token budget up to the
     step its engine runs now (`engine_step`: a longer prompt would take several steps, not one) and
-    its context less room for the chat template (`max_tokens` caps it too). `clock` reads the time (tests give one their calls advance)."""
+    its context less room for the chat template (`max_tokens` caps it too). `clock` reads the time
+    (tests give one their calls advance)."""
     ttft_s, tbt_s = strictest_slo(app)
     timing = Timing(repeats, clock)
     found: dict[str, Budget] = {}
@@ -211,22 +213,29 @@ def _tokens(
     invoke: Callable[[UnitTask[Any, Any], Any], Awaitable[Any]], task: Any, timing: Timing
 ) -> Measure:
     """A vLLM engine's step latency for `n` tokens: a prompt of `n` tokens and one token out, one
-    engine step (the prompt as the model's tokenizer counts it with the chat template)."""
+    engine step (the prompt as the model's tokenizer counts it with the chat template). Every prompt
+    starts with a number of its own, so vLLM's prefix cache computes none of it ahead."""
     words = _word_counter(task.model)
+    tags = itertools.count()
+
+    def request(n: int) -> LLMInput:
+        text = _text(words(n), next(tags))
+        conversation = [{"role": "user", "content": [{"type": "text", "text": text}]}]
+        if role_of(task) == "D":  # decode given a first token and no hand-off: it computes the prompt
+            return DecodeInput(
+                conversation=conversation, max_tokens=2, handoff=Handoff(token=0, prompt_tokens=n)
+            )
+        return LLMInput(conversation=conversation, max_tokens=1)
 
     async def measure(n: int) -> float:
-        conversation = [{"role": "user", "content": [{"type": "text", "text": _text(words(n))}]}]
-        request: LLMInput = LLMInput(conversation=conversation, max_tokens=1)
-        if role_of(task) == "D":  # decode given a first token and no hand-off: it computes the prompt
-            handoff = Handoff(token=0, prompt_tokens=n)
-            request = DecodeInput(conversation=conversation, max_tokens=2, handoff=handoff)
-        return await timing.median(lambda: invoke(task, request))
+        return await timing.median(lambda: invoke(task, request(n)))
 
     return measure
 
 
-def _text(words: int) -> str:
-    return " ".join(["hello"] * words)
+def _text(words: int, tag: int = 0) -> str:
+    """A prompt of `words` words after the number `tag` (six digits: prompts of one length are alike long)."""
+    return " ".join([f"{tag % 1_000_000:06d}", *["hello"] * words])
 
 
 def _word_counter(model: str) -> Callable[[int], int]:
@@ -246,12 +255,18 @@ def _word_counter(model: str) -> Callable[[int], int]:
 
 
 async def served(runtime: Any, app: App) -> Callable[[UnitTask[Any, Any], Any], Awaitable[Any]]:
-    """`invoke(task, input)` on `runtime`'s replicas of `app`, a stream read to its end."""
+    """`invoke(task, input)` on `runtime`'s replicas of `app`, served to its end: a stream, or each
+    stream of an output (a thinker's text and talker streams), read to its last item."""
 
     async def invoke(task: UnitTask[Any, Any], value: Any) -> Any:
         async with runtime.request(app.name):
             out = await task(value)
-            return await out.collect() if isinstance(out, Stream) else out
+            streams = (
+                [out] if isinstance(out, Stream) else [v for v in vars(out).values() if isinstance(v, Stream)]
+            )
+            for stream in streams:
+                await stream.collect()
+            return out
 
     return invoke
 
