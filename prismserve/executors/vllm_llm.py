@@ -61,7 +61,24 @@ def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
             settings["distributed_executor_backend"] = "mp"
     elif cuda and task.gpus > 0:
         settings["gpu_memory_utilization"] = task.gpus
-    return settings
+    return {**settings, **budget_settings(task)}
+
+
+# vLLM's default of sequences per step: a token budget below it would be refused, so it lowers them.
+VLLM_MAX_NUM_SEQS = 128
+
+
+def budget_settings(task: VLLMEngineSettings) -> dict[str, Any]:
+    """vLLM's scheduler arguments for the task's token budget (none without one): tokens per step,
+    prompts chunked to fit them, and no more sequences per step than tokens (vLLM requires it).
+    vLLM 0.32's encoder budget follows `max_num_batched_tokens`; it has no setting of its own."""
+    if task.token_budget is None:
+        return {}
+    return {
+        "max_num_batched_tokens": task.token_budget,
+        "enable_chunked_prefill": True,
+        "max_num_seqs": min(task.token_budget, VLLM_MAX_NUM_SEQS),
+    }
 
 
 def handoff_settings(task: VLLMEngineSettings, role: str, *, cuda: bool) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from prismserve.bench import TRACES
 from prismserve.bench import workloads as w
 from prismserve.bench.workloads import RequestSpec
 from prismserve.planner import Host, Plan, PlanSpec
+from prismserve.profile.budgets import Budgets, budgets_document, budgets_path, measure_budgets, served
 from prismserve.profile.cache import cache_key, cache_path, cached, hardware
 from prismserve.profile.measure import seconds_per_request
 from prismserve.profile.requests import chat_request, deployments_of, servable, shares
@@ -116,10 +117,29 @@ async def cached_profile(
         return spec, path, False
     spec = await profile(runtime, app, workload(workload_name, requests), batch, rounds)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(spec_document(spec, {"profile of": app.name, **about}))
-    partial.replace(path)  # a reader never sees half a file
+    budgets = await app_budgets(runtime, app)
+    if budgets is not None:  # first: a spec in the cache has its budgets beside it
+        _write(budgets_path(path), budgets_document(budgets, {"budgets of": app.name, **about}))
+    _write(path, spec_document(spec, {"profile of": app.name, **about}))
     return spec, path, True
+
+
+def _write(path: Path, text: str) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    partial.replace(path)  # a reader never sees half a file
+
+
+async def app_budgets(runtime: Any, app: App) -> Budgets | None:
+    """The stage-level batching budgets of `app`'s deployments (`budgets.py`), measured on `runtime`'s
+    replicas; None when its SLOs bound none (no TTFT or TBT, or no deployment with a budget to set),
+    or the app knows its costs (emulated: its `sim` replicas have no batch to set)."""
+    if app.config.planner_spec is not None:
+        return None
+    budgets = await measure_budgets(
+        await served(runtime, app), app, (w.workloads_dir() / "media" / "cars.jpg").read_bytes()
+    )
+    return budgets if budgets.deployments else None
 
 
 def _workload_identity(name: str, requests: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -85,12 +85,21 @@ class Runtime(ABC):
             ledger=RequestLedger(),
         )
 
-    async def register_app(self, source: str, name: str, filename: str | None = None) -> App:
-        """Load, validate and register an app from its source; deploy what it needs.
+    async def register_app(
+        self,
+        source: str,
+        name: str,
+        filename: str | None = None,
+        prepare: Callable[[App], None] | None = None,
+    ) -> App:
+        """Load, validate and register an app from its source; deploy what it needs. `prepare` changes
+        the loaded app before its deployments are keyed and started (the profile's batching budgets).
 
         Raises AppLoadError or AppRegistryError with a message for the user.
         """
         app = load_app_source(source, name, filename or f"<app {name}>")
+        if prepare is not None:
+            prepare(app)
         self.registry.register(app)
         try:
             await self._on_register(app)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from prismserve.control import Controls
+    from prismserve.profile.budgets import Budgets
 
 TOKEN_VARIABLE = "PRISMSERVE_ADMIN_TOKEN"
 API_KEY_VARIABLE = "PRISMSERVE_API_KEY"
@@ -53,6 +54,7 @@ class ServeOptions:
     gpus: int | str | None = None  # plan for this many GPUs ("all": the cluster's) at start
     profile_workload: str = "any2any"
     replan: bool = True  # with gpus: re-plan as the traffic's mix drifts
+    budgets_path: str | None = None  # batching budgets `prismserve profile` measured, set on the deployments
     fake_gpus: int | None = None
     address: str | None = None
     routing: str = "static"
@@ -93,6 +95,21 @@ def run_server(options: ServeOptions, *, runtime: Runtime | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _load_budgets(path: str | None, app: App) -> Budgets | None:
+    """The batching budgets at `path` (None: none asked for), checked against the app before anything starts."""
+    from prismserve.errors import InvalidRequestError
+    from prismserve.profile.budgets import apply_budgets, load_budgets
+
+    if path is None:
+        return None
+    try:
+        budgets = load_budgets(Path(path))
+        apply_budgets(app, budgets)  # on the copy loaded to check the app: refuse budgets of another app now
+    except InvalidRequestError as exc:
+        raise StartupError(f"--budgets: {exc}") from None
+    return budgets
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -124,6 +141,7 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         except WorkloadError as exc:
             raise StartupError(f"--profile-workload: {exc}") from None
     plan = _load_plan(options.plan_path)
+    budgets = _load_budgets(options.budgets_path, app)
     runtime = runtime or _runtime(options)
     chosen = os.environ.get(TOKEN_VARIABLE, "")
     token = chosen or secrets.token_urlsafe(24)
@@ -145,6 +163,7 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         filename=filename,
         app=app,
         plan=plan,
+        budgets=budgets,
         plan_gpus=options.gpus,
         profile_workload=options.profile_workload,
         replan=options.replan,
@@ -172,6 +191,7 @@ class GatewayServer:
     listener: socket.socket
     tracer_provider: TracerProvider | None = None
     plan_gpus: int | str | None = None  # plan for this many GPUs at start ("all": the cluster's)
+    budgets: Budgets | None = None  # batching budgets set on the app's deployments before they start
     profile_workload: str = "any2any"
     replan: bool = True  # watch the traffic of a plan made at start and re-plan as it drifts
 
@@ -213,7 +233,13 @@ class GatewayServer:
                 raise asyncio.CancelledError
 
     async def _register(self) -> None:
-        app = await self.runtime.register_app(self.source, self.app_name, filename=self.filename)
+        from prismserve.profile.budgets import apply_budgets
+
+        budgets = self.budgets
+        prepare = None if budgets is None else (lambda loaded: apply_budgets(loaded, budgets))
+        app = await self.runtime.register_app(
+            self.source, self.app_name, filename=self.filename, prepare=prepare
+        )
         if self.plan is not None:
             await self.runtime.deploy(self.app_name, self.plan)
         if self.plan_gpus is not None:

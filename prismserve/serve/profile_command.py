@@ -76,7 +76,24 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.write_text(path.read_text())
     print(path.read_text(), end="")
+    _report_budgets(path, args.out)
     return 0
+
+
+def _report_budgets(path: Path, out: Path | None) -> None:
+    """The budgets measured beside the spec, if the app's SLOs bound any: on stderr, and beside `out`
+    (`prismserve serve --budgets FILE` sets them)."""
+    from prismserve.profile.budgets import budgets_path
+
+    budgets = budgets_path(path)
+    if not budgets.is_file():
+        print("prismserve: no batching budgets (the app's SLOs set no TTFT or TBT)", file=sys.stderr)
+        return
+    if out is not None:
+        budgets_path(out).write_text(budgets.read_text())
+        budgets = budgets_path(out)
+    print(f"prismserve: batching budgets (serve --budgets {budgets}):", file=sys.stderr)
+    print(budgets.read_text(), end="", file=sys.stderr)
 
 
 async def _profile(args: argparse.Namespace, source: str, name: str, filename: str) -> Path:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 DEFAULTS: dict[str, Any] = {
     "name": None,
     "plan": None,
+    "budgets": None,
     "gpus": None,
     "profile_workload": "any2any",
     "replan": True,
@@ -90,6 +91,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "given) to FILE ('-': standard output) and exit, starting nothing; edit it, then `prismserve serve FILE`",
     )
     parser.add_argument("--plan", metavar="PLAN.json", help="deployment plan to apply at start")
+    parser.add_argument(
+        "--budgets",
+        metavar="FILE",
+        help="batching budgets `prismserve profile` measured (its .budgets.yaml): each deployment's "
+        "images per encoder batch and tokens per vLLM step, set before it starts",
+    )
     parser.add_argument(
         "--gpus",
         type=_gpus,
@@ -290,6 +297,7 @@ def run_serve(args: argparse.Namespace) -> int:
             target=options["model"],
             name=options["name"],
             plan_path=options["plan"],
+            budgets_path=options["budgets"],
             gpus=options["gpus"],
             profile_workload=options["profile_workload"],
             replan=options["replan"],

@@ -205,13 +205,16 @@ class VLLMEngineSettings(LLMSettings):
     """How a unit task's vLLM engine runs `model` (the fields every vLLM-run task shares).
 
     Its replicas run in the vLLM environment (`prismserve vllm-env`). `kv_cache_gib` sizes the KV
-    cache on a CPU; `engine_args` go to vLLM's `AsyncEngineArgs` as they are.
+    cache on a CPU; `engine_args` go to vLLM's `AsyncEngineArgs` as they are. `token_budget`: the most
+    tokens one engine step computes (TriInfer's token budget, from `prismserve profile`; vLLM's
+    `max_num_batched_tokens` with chunked prefill), None: vLLM's default.
     """
 
     dtype: str = "auto"
     max_model_len: int = Field(default=4096, ge=16)
     kv_cache_gib: int = Field(default=1, ge=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)
+    token_budget: int | None = Field(default=None, ge=1)
 
 
 class VLLMHandoffSettings(VLLMEngineSettings):

@@ -26,6 +26,8 @@ SCRIPTS = {
     "bench_transports.py": ["--calls", "20"],
     "bench_routing.py": ["--clients", "4", "--seconds", "1"],
     "bench_vocoder.py": ["--codes", "60", "--rounds", "1", "--at-once", "2"],
+    # Files only: NIXL is not part of the vLLM environment `prismserve vllm-env` builds.
+    "bench_kv_transfer.py": ["--lengths", "64", "--repeats", "1", "--connectors", "files"],
     "bench_omni.py": [
         "--clients",
         "2",
