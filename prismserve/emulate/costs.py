@@ -28,6 +28,10 @@ class CostModel:
         """A100-seconds of each needed component for `spec`."""
         raise NotImplementedError
 
+    def stage_costs(self) -> StageCosts | None:
+        """Per-iteration latencies for trace replay (TriInfer's E/P/D models), or None."""
+        return None
+
 
 def qwen_image_tokens(width: int, height: int) -> int:
     """Tokens a Qwen-VL / Qwen-Omni vision encoder makes of an image (one per 28x28 pixels)."""

@@ -415,7 +415,10 @@ def goodput(
     while _meets(trace, layout, costs, hi, stage_batching, dual_stream):
         lo, hi = hi, hi * 2
         if hi > 1e6:
-            raise PlannerError("goodput: the layout meets the SLOs at any rate; check the stage costs")
+            raise PlannerError(
+                f"goodput: layout {layout_name(layout)} meets the SLOs even with all {len(trace)} requests "
+                "arriving at once; replay a longer trace (it must load the layout for longer than the TTFT SLO)"
+            )
     floor = 1e-3
     if lo == 0.0:
         while hi > floor and not _meets(trace, layout, costs, hi / 2, stage_batching, dual_stream):

@@ -172,3 +172,8 @@ def test_read_trace_reads_the_workload_format(tmp_path):
 
 def test_fixed_budgets_are_vllms_default():
     assert fixed_budgets(COSTS).tokens == 8192 and fixed_budgets(COSTS).images == 14
+
+
+def test_a_trace_too_short_to_load_the_layout_has_no_goodput():
+    with pytest.raises(PlannerError, match="replay a longer trace"):
+        goodput(trace(20), {"EPD": 8}, COSTS)
