@@ -150,3 +150,6 @@ def test_llava15_has_triinfers_seven_roles_on_one_gpu_and_its_work_follows_the_r
     # The MILP plans it (ED lies on no planner path, so it gets no replica).
     plan = plan_for_budget(LLAVA15.planner_spec([spec] * 10), 8, max_exponent=3)
     assert plan.gpus == 8 and all("ED" not in cell.replicas for cell in plan.cells)
+    # It is servable: its app loads, with one unit task per option.
+    app = load_app_source(app_source(LLAVA15.name), LLAVA15.name)
+    assert app.name == LLAVA15.name
