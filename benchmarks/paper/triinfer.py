@@ -5,11 +5,13 @@ instances, replayed in virtual time (`prismserve.planner.replay`: Algorithm 1 in
 requests migrating between them). Workloads: one 336x336 image per request (576 tokens) with
 dataset-shaped text and output lengths (synthetic: the paper gives only plots of them), arrivals
 from the Mooncake conversation trace's timestamps (the paper's production trace, 004 §5.1) scaled
-to each rate. Layouts are chosen on a held-out trace (another seed), as the paper profiles on a
+to each rate (requests sharing one of its coarse timestamps spread over the tick). Layouts are
+chosen on a held-out trace (another seed and stretch of the trace), as the paper profiles on a
 tenth of each dataset and evaluates on the rest. Deterministic for a seed.
 
 - Figure 9: SLO attainment vs per-GPU rate and goodput (≥ 90 % attainment, by bisection) for
-  vLLM (8 EPD instances, vLLM's budget: 8192 tokens per step, no dual stream), the fixed layouts
+  vLLM (8 EPD instances, vLLM's budget: 8192 tokens per step, no dual stream), the same 8 EPD
+  instances with Algorithm 1's budgets and dual streams (not in the paper), the fixed layouts
   of the paper's baselines scaled to 8 (DistServe 12EP+20D -> 3EP+5D, EPDServe 4E+8P+20D ->
   1E+2P+5D, and ED+P at 4ED+4P) and the hybrid choice (Algorithm 2).
 - Figure 10: hybrid -> E+P+D evenly split (2E+3P+3D) -> the same without stage-level batching.
@@ -56,6 +58,7 @@ DATASETS = {
 SLOS = {"Table 5 (TTFT 4 s, TBT 80 ms)": (4.0, 0.08), "tight TTFT (1 s, 80 ms)": (1.0, 0.08)}
 FIXED = {
     "vLLM (8EPD)": {"EPD": 8},
+    "8EPD with stage-level batching": {"EPD": 8},
     "DistServe-like EP+D (3EP+5D)": {"EP": 3, "D": 5},
     "EPDServe-like E+P+D (1E+2P+5D)": {"E": 1, "P": 2, "D": 5},
     "ED+P (4ED+4P)": {"ED": 4, "P": 4},
@@ -64,14 +67,14 @@ EVEN = {"E": 2, "P": 3, "D": 3}
 BREAKDOWN_LAYOUT = {"E": 1, "P": 3, "D": 4}  # 004 Figure 11's configuration
 
 
-def workload(dataset: str, count: int, seed: int, arrivals: str) -> list[TraceRequest]:
-    """`count` requests of `dataset` (one image each) at a mean rate of 1 request/s."""
+def workload(dataset: str, count: int, seed: int, arrivals: str, window: int = 0) -> list[TraceRequest]:
+    """`count` requests of `dataset` (one image each) at a mean rate of 1 request/s. Mooncake arrivals
+    come from window `window` of the trace (requests `window·count` on), so that the evaluation and
+    the history traces (and seeds) see different stretches of it."""
     rng = np.random.default_rng(seed)
     shape = DATASETS[dataset]
     if arrivals == "mooncake":
-        times = [
-            s.arrival_s for s in mooncake("conversation", Arrivals("trace", 1.0), count=count, seed=seed)
-        ]
+        times = mooncake_times(count, window)
     else:
         times = list(poisson_times(rng, 1.0, count, None))
     low, high = shape["text"]
@@ -79,6 +82,29 @@ def workload(dataset: str, count: int, seed: int, arrivals: str) -> list[TraceRe
     text = rng.integers(low, high + 1, count)
     output = np.clip(np.rint(rng.lognormal(np.log(median), sigma, count)), 1, 512).astype(int)
     return [TraceRequest(float(t), int(x), int(o), 1) for t, x, o in zip(times, text, output, strict=True)]
+
+
+def mooncake_times(count: int, window: int) -> list[float]:
+    """Arrival times of `count` Mooncake conversation requests from window `window`, at 1 request/s.
+
+    The trace's timestamps are coarse: 90 % of its inter-arrival gaps are 0, so requests come in
+    clumps that no rate scaling separates. Requests sharing a timestamp are spread evenly over the
+    interval to the next distinct one (what the trace's resolution cannot tell apart)."""
+    raw = [s.arrival_s for s in mooncake("conversation", Arrivals("trace"), count=(window + 1) * count + 1)]
+    if len(raw) < (window + 1) * count + 1:
+        raise WorkloadError(
+            f"the Mooncake trace holds {len(raw)} requests: too few for window {window} of {count}"
+        )
+    times = np.array(raw[window * count : (window + 1) * count + 1])
+    spread = times.copy()
+    start = 0
+    for i in range(1, len(times) + 1):
+        if i == len(times) or times[i] != times[start]:
+            end = times[i] if i < len(times) else times[start] + 1.0
+            spread[start:i] = times[start] + (end - times[start]) * np.arange(i - start) / (i - start)
+            start = i
+    spread = spread[:count] - spread[0]
+    return list(spread * (count - 1) / spread[-1])
 
 
 def with_slo(costs: StageCosts, ttft: float, tbt: float) -> StageCosts:
@@ -214,8 +240,11 @@ def main() -> None:
     assert base is not None
     started = time.process_time()
     try:
-        traces = {d: workload(d, args.requests, args.seed, args.arrivals) for d in datasets}
-        histories = {d: workload(d, args.requests, args.seed + 1000, args.arrivals) for d in datasets}
+        traces = {d: workload(d, args.requests, args.seed, args.arrivals, 2 * args.seed) for d in datasets}
+        histories = {
+            d: workload(d, args.requests, args.seed + 1000, args.arrivals, 2 * args.seed + 1)
+            for d in datasets
+        }
     except WorkloadError as exc:
         sys.exit(f"error: {exc} (or run with --arrivals poisson)")
     rates = [0.5 * k for k in range(1, 29)]

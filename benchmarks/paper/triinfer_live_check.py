@@ -11,7 +11,7 @@ What must agree and what need not: both sides take their work from `Llava15Costs
 its per-iteration latencies, the sim from the full-batch work they imply), so throughput at
 overload should agree; latencies need not — the sim executors share a replica among up to 8
 requests (processor sharing), the replay runs Algorithm 1's budgeted iterations.
-Run: python benchmarks/paper/triinfer_live_check.py [--requests 400] [--speedup 0.25]
+Run: python benchmarks/paper/triinfer_live_check.py [--requests 400] [--speedup 0.1]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate import LLAVA15
 from prismserve.planner.replay import Replay, layout_name, read_trace, scaled
 
-GPUS = 4
+GPUS = 8  # the app starts with one replica of each of its 7 one-GPU options
 IMAGE = (336, 336)
 
 
