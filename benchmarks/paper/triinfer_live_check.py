@@ -46,7 +46,7 @@ def main() -> None:
     )
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument(
-        "--speedup", type=float, default=0.25, help="sim time divisor (default 0.25: 4x slower)"
+        "--speedup", type=float, default=0.1, help="sim time divisor (default 0.1: 10x slower)"
     )
     parser.add_argument("--load", type=float, default=1.3, help="arrival rate / the plan's exact capacity")
     parser.add_argument("--seed", type=int, default=0)

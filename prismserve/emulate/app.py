@@ -34,7 +34,9 @@ class EmulatedAppSettings(AppSettings):
     @classmethod
     def _known(cls, model: str) -> str:
         if model not in MODELS or model not in MODALITIES:
-            raise ValueError(f"no emulated model {model!r}; there are {sorted(set(MODELS) & set(MODALITIES))}")
+            raise ValueError(
+                f"no emulated model {model!r}; there are {sorted(set(MODELS) & set(MODALITIES))}"
+            )
         return model
 
     @property

@@ -3,7 +3,8 @@
 Each line has the workload format (`prismserve.bench.workloads.read_requests`, `planner.replay.read_trace`):
 `arrival_s` (seconds since the gateway started recording), `text_tokens` (whitespace-separated words
 of the messages' text: the gateway has no tokenizer, and emulated models size prompts in words too),
-`output_tokens` (tokens the answer reported), `images` ([[width, height], ...]), `audios`, `videos`,
+`output_tokens` (the answer's tokens as the app reports them, the API's `usage.completion_tokens`: an
+answer chunk without a count counts one), `images` ([[width, height], ...]), `audios`, `videos`,
 `audio_out`. TriInfer's Algorithm 2 lays instances out by replaying such a trace.
 """
 

@@ -153,3 +153,11 @@ def test_llava15_has_triinfers_seven_roles_on_one_gpu_and_its_work_follows_the_r
     # It is servable: its app loads, with one unit task per option.
     app = load_app_source(app_source(LLAVA15.name), LLAVA15.name)
     assert app.name == LLAVA15.name
+
+
+def test_an_emulated_answer_reports_its_token_count():
+    # The gateway's usage and a recorded trace (`serve --record-trace`) read it.
+    from prismserve.emulate.tasks import completion
+
+    answer = completion(ChatRequest.of("hello", max_tokens=7))
+    assert answer.tokens == 7 and len(answer.text.split()) == 7
