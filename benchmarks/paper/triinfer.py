@@ -32,7 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from prismserve.bench.workloads import Arrivals, WorkloadError, mooncake, poisson_times
+from prismserve.bench.workloads import (
+    Arrivals,
+    RequestSpec,
+    WorkloadError,
+    mooncake,
+    poisson_times,
+    write_requests,
+)
 from prismserve.emulate import LLAVA15
 from prismserve.planner.replay import (
     Replay,
@@ -214,6 +221,16 @@ def exhaustive(trace, history, costs, instances) -> dict:
     }
 
 
+def write_inputs(folder: Path, trace: list[TraceRequest]) -> None:
+    """The plan spec of LLaVA-1.5 at `trace`'s mix (its stage costs included) and the trace as a workload file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    specs = [RequestSpec(r.arrival_s, r.text_tokens, r.output_tokens, images=((336, 336),)) for r in trace]
+    spec = LLAVA15.planner_spec(specs)
+    (folder / "llava15_spec.json").write_text(spec.model_dump_json(exclude_none=True, indent=1))
+    write_requests(specs, folder / "textcaps_trace.jsonl")
+    print(f"wrote {folder / 'llava15_spec.json'} and {folder / 'textcaps_trace.jsonl'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -227,7 +244,19 @@ def main() -> None:
         "--quick", action="store_true", help="4 instances, TextCaps only, one SLO (smoke test)"
     )
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--write-inputs",
+        type=Path,
+        metavar="DIR",
+        help="only write DIR/llava15_spec.json and DIR/textcaps_trace.jsonl (the inputs of "
+        "`prismserve plan SPEC --gpus 8 --by-replay TRACE`) and exit",
+    )
     args = parser.parse_args()
+    if args.write_inputs is not None:
+        write_inputs(
+            args.write_inputs, workload("TextCaps", args.requests, args.seed, args.arrivals, 2 * args.seed)
+        )
+        return
     instances = 4 if args.quick else 8
     datasets = ["TextCaps"] if args.quick else list(DATASETS)
     slos = dict(list(SLOS.items())[:1]) if args.quick else SLOS
