@@ -321,7 +321,8 @@ def main() -> None:
     out["cpu_seconds"] = time.process_time() - started
     print(json.dumps(out["exhaustive_summary"]), f"CPU {out['cpu_seconds']:.0f} s")
     args.results.mkdir(parents=True, exist_ok=True)
-    name = f"triinfer{'_quick' if args.quick else ''}_seed{args.seed}.json"
+    poisson = "_poisson" if args.arrivals == "poisson" else ""
+    name = f"triinfer{'_quick' if args.quick else ''}{poisson}_seed{args.seed}.json"
     (args.results / name).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.results / name}")
 

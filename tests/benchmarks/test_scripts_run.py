@@ -187,7 +187,7 @@ def test_triinfer_replay_runs_its_figures_in_quick_form(tmp_path):
     ]
     result = run_script(args, paper, 240)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    data = json.loads((tmp_path / "triinfer_quick_seed0.json").read_text())
+    data = json.loads((tmp_path / "triinfer_quick_poisson_seed0.json").read_text())
     assert all(row["goodput_per_gpu"] > 0 for row in data["figure9"]["TextCaps"].values())
     assert data["exhaustive_summary"]["cases"] == 1 and len(data["exhaustive"]) == 1
     (case,) = data["exhaustive"].values()
