@@ -491,7 +491,7 @@ def all_layouts(instances: int) -> list[dict[str, int]]:
 
 
 @dataclass(frozen=True)
-class Choice:
+class LayoutChoice:
     """Algorithm 2's result: the layout kept and every candidate's goodput (requests/s per GPU)."""
 
     layout: dict[str, int]
@@ -499,7 +499,7 @@ class Choice:
     candidates: dict[str, float]
 
 
-def hybrid_layout(trace: list[TraceRequest], costs: StageCosts, instances: int) -> Choice:
+def hybrid_layout(trace: list[TraceRequest], costs: StageCosts, instances: int) -> LayoutChoice:
     """Algorithm 2: the best of E+P+D, EP+D and ED+P at the work-proportional split, by replayed goodput."""
     candidates = {}
     best: tuple[float, dict[str, int]] | None = None
@@ -509,4 +509,4 @@ def hybrid_layout(trace: list[TraceRequest], costs: StageCosts, instances: int) 
         if best is None or rate > best[0]:
             best = (rate, layout)
     assert best is not None
-    return Choice(best[1], best[0], candidates)
+    return LayoutChoice(best[1], best[0], candidates)
