@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from prismserve.bench.plots import attainment_curves
 from prismserve.bench.workloads import (
     Arrivals,
     RequestSpec,
@@ -231,6 +232,19 @@ def write_inputs(folder: Path, trace: list[TraceRequest]) -> None:
     print(f"wrote {folder / 'llava15_spec.json'} and {folder / 'textcaps_trace.jsonl'}")
 
 
+def plot_figure9(figure9: dict, folder: Path, prefix: str) -> list[Path]:
+    """One PNG of attainment curves per dataset: <folder>/<prefix>_fig9_<dataset>.png."""
+    paths = []
+    for dataset, rows in figure9.items():
+        curves = {label: [(p["rate_per_gpu"], p["slo"]) for p in row["curve"]] for label, row in rows.items()}
+        goodputs = {label: row["goodput_per_gpu"] for label, row in rows.items()}
+        path = folder / f"{prefix}_fig9_{dataset.lower()}.png"
+        paths.append(
+            attainment_curves(curves, goodputs, path, f"LLaVA-1.5-7B, {dataset}-shaped, 8 instances")
+        )
+    return paths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -325,6 +339,8 @@ def main() -> None:
     name = f"triinfer{'_quick' if args.quick else ''}{poisson}_seed{args.seed}.json"
     (args.results / name).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.results / name}")
+    for path in plot_figure9(out["figure9"], args.results, name.removesuffix(".json")):
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
