@@ -106,6 +106,7 @@ class Instance:
         self.load = 0  # requests here (waiting or running): the router's load measure
 
     def has_work(self) -> bool:
+        """Whether a step would do anything (a migrated decode waits while the KV cache is full)."""
         return bool(
             self.decoding or self.encoding or self.prefilling or self.new_encodes or self.new_prefills
         ) or bool(self.new_decodes and self._fits(self.new_decodes[0]))
