@@ -49,8 +49,10 @@ class Server:
         routing: str = "static",
         plan_for: list[RequestSpec] | None = None,
         speedup: float = 1.0,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.model, self.gpus, self.routing = model, gpus, routing
+        self.extra = extra  # more `prismserve serve` flags (e.g. --record-trace FILE)
         self.plan_for, self.speedup = plan_for, speedup
         self.token = secrets.token_hex(8)
         self.url = ""
@@ -75,6 +77,7 @@ class Server:
             "0",
             "--routing",
             self.routing,
+            *self.extra,
         ]
         env = {**os.environ, "PRISMSERVE_ADMIN_TOKEN": self.token}
         if self.plan_for is not None:

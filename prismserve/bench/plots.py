@@ -1,4 +1,4 @@
-"""PNG plots of load runs: latency CDFs and throughput bars (matplotlib, the `bench` extra)."""
+"""PNG plots of load runs: latency CDFs, throughput bars, SLO attainment curves (matplotlib, the `bench` extra)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,27 @@ def throughput_bars(
     axes.set_xticks(list(xs), labels, rotation=20)
     axes.set(ylabel="requests/s", title=title)
     axes.grid(axis="y", alpha=0.3)
+    return _save(figure, plt, path)
+
+
+def attainment_curves(
+    curves: dict[str, list[tuple[float, float]]],
+    goodput: dict[str, float],
+    path: str | Path,
+    title: str = "SLO attainment",
+) -> Path:
+    """SLO attainment against per-GPU rate, one curve per deployment, a dashed line at 90 % and a
+    dotted one at each deployment's goodput (as TriInfer's Figure 9 draws them)."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for label, points in curves.items():
+        (line,) = axes.plot([r for r, _ in points], [100 * a for _, a in points], marker=".", label=label)
+        if goodput.get(label):
+            axes.axvline(goodput[label], color=line.get_color(), linestyle=":", alpha=0.7)
+    axes.axhline(90, color="gray", linestyle="--", alpha=0.7)
+    axes.set(xlabel="request rate (req/s per GPU)", ylabel="SLO attainment (%)", title=title, ylim=(0, 101))
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small", loc="lower left")
     return _save(figure, plt, path)
 
 

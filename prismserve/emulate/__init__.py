@@ -5,7 +5,15 @@ options say how components are deployed and batch, and the same definitions give
 profiles and the runtime its `sim` profiles.
 """
 
-from prismserve.emulate.catalog import INTERNVL3, MODELS, QWEN25_OMNI
+from prismserve.emulate.catalog import INTERNVL3, LLAVA15, MODELS, QWEN25_OMNI
 from prismserve.emulate.model import DEPLOYMENT_PREFIX, EmulatedModel, EmulatedOption
 
-__all__ = ["DEPLOYMENT_PREFIX", "INTERNVL3", "MODELS", "QWEN25_OMNI", "EmulatedModel", "EmulatedOption"]
+__all__ = [
+    "DEPLOYMENT_PREFIX",
+    "INTERNVL3",
+    "LLAVA15",
+    "MODELS",
+    "QWEN25_OMNI",
+    "EmulatedModel",
+    "EmulatedOption",
+]

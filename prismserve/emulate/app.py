@@ -14,6 +14,7 @@ CHAT_APP = "prismserve.emulate.chat_app"
 MODALITIES = {
     "qwen25-omni": (frozenset({"text", "image", "audio", "video"}), frozenset({"text", "audio"})),
     "internvl3-38b": (frozenset({"text", "image"}), frozenset({"text"})),
+    "llava15-7b": (frozenset({"text", "image"}), frozenset({"text"})),
 }
 
 
@@ -33,7 +34,9 @@ class EmulatedAppSettings(AppSettings):
     @classmethod
     def _known(cls, model: str) -> str:
         if model not in MODELS or model not in MODALITIES:
-            raise ValueError(f"no emulated model {model!r}; there are {sorted(MODELS)}")
+            raise ValueError(
+                f"no emulated model {model!r}; there are {sorted(set(MODELS) & set(MODALITIES))}"
+            )
         return model
 
     @property

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from prismserve.emulate.costs import InternVL3Costs, QwenOmniCosts
+from prismserve.emulate.costs import InternVL3Costs, Llava15Costs, QwenOmniCosts
 from prismserve.emulate.model import EmulatedModel, EmulatedOption
 
 
@@ -82,7 +82,27 @@ INTERNVL3 = EmulatedModel(
     ),
 )
 
-MODELS = {m.name: m for m in (QWEN25_OMNI, INTERNVL3)}
+# LLaVA-1.5-7B (TriInfer, paper 004): every option on one GPU (H20), including ED (encode and decode
+# colocated, prefill apart). Per-iteration behaviour (Algorithm 1's budgets, dual streams) is the
+# replay's (`planner.replay`, `Llava15Costs.stage_costs`); these batching fields shape the `sim`
+# replicas, whose full-batch rates are the costs' work. ED cannot lie on a planner path (000's roles:
+# an option runs everything it holds that is still to run, so ED would decode before prefill): the
+# MILP leaves it unused; trace replay lays it out.
+LLAVA15 = EmulatedModel(
+    name="llava15-7b",
+    costs=Llava15Costs(),
+    options=(
+        EmulatedOption(name="E", components=("E",), **ENCODER),
+        EmulatedOption(name="P", components=("P",), **PREFILL),
+        EmulatedOption(name="D", components=("D",), **DECODER),
+        EmulatedOption(name="EP", components=("E", "P"), **PREFILL),
+        EmulatedOption(name="ED", components=("E", "D"), **DECODER),
+        EmulatedOption(name="PD", components=("P", "D"), **DECODER),
+        EmulatedOption(name="EPD", components=("E", "P", "D"), **DECODER),
+    ),
+)
+
+MODELS = {m.name: m for m in (QWEN25_OMNI, INTERNVL3, LLAVA15)}
 
 # 000 §7.3 baselines, as the options they may use (replica counts are left to the planner,
 # "chosen to maximize throughput given the planner output").

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from prismserve.bench.workloads import RequestSpec
+from prismserve.planner.stage_batching import StageCosts, stage_budgets
 from prismserve.tasklib.media_tokens import internvl_tiles
 
 
@@ -26,6 +27,10 @@ class CostModel:
     def work(self, spec: RequestSpec) -> dict[str, float]:
         """A100-seconds of each needed component for `spec`."""
         raise NotImplementedError
+
+    def stage_costs(self) -> StageCosts | None:
+        """Per-iteration latencies for trace replay (TriInfer's E/P/D models), or None."""
+        return None
 
 
 def qwen_image_tokens(width: int, height: int) -> int:
@@ -102,5 +107,68 @@ class InternVL3Costs(CostModel):
             "E": self.ENCODER_S_PER_TILE * tiles,
             "P": self.PREFILL_S_PER_TOKEN * (spec.text_tokens + self.TOKENS_PER_TILE * tiles),
             "D": self.DECODE_S_PER_TOKEN * spec.output_tokens,
+        }
+        return {c: work[c] for c in self.needs(spec)}
+
+
+class Llava15Costs(CostModel):
+    """LLaVA-1.5-7B (TriInfer, paper 004): CLIP ViT-L/14-336 encoder (E), Vicuna-7B prefill (P) and decode (D),
+    on one NVIDIA H20 per instance (004 §5.1: 141 GB, fp16, no CUDA graphs). Times are H20-seconds.
+
+    The paper's figures are plots without tables, so the latency model is a roofline fitted to what
+    its text states about them, and every constant below is an assumption:
+    - Figure 3 (LLaVA-1.5-7B, 336x336 images = 576 tokens, prompts of 1024 tokens): the encoder
+      saturates at a batch of about 6 images — `encode_fixed_s` equal to about one image's work
+      (5 ms + 4.7 ms/image: 2 · 0.3e9 params · 577 tokens at ~50 % of the H20's 148 TFLOP/s fp16)
+      gives 6 images 85 % of the asymptotic rate; prefill saturates with one request — 0.15 ms per
+      token (2 · 6.7e9 FLOPs at ~60 % of peak), so 1024 tokens are compute-bound; decode grows
+      about linearly to a batch of ~512 — each step reads the 13.5 GB of weights (4.2 ms at ~80 % of
+      4 TB/s) plus 0.524 MB of KV per cached token (32 layers · 2 · 4096 · fp16).
+    - Table 5: SLOs for LLaVA-1.5-7B on every dataset: TTFT 4 s, TBT 0.08 s; α = 0.5 (§4.2).
+    - Table 4 / §5.5: EP migrations ~2 ms, PD ~8 ms at P95: 1 ms fixed plus bytes at 100 GB/s
+      (NVLink in one node; a 1600-token KV cache is 0.84 GB, 9.4 ms).
+    - KV capacity: 90 % (Algorithm 2's γ) of the 141 GB less the weights, 219,000 tokens.
+    - Dual-stream encode/LLM overlap (§4.6, Figure 12): the shorter of the two costs 25 % extra.
+    """
+
+    components = ("E", "P", "D")
+    IMAGE_TOKENS = 576  # LLaVA-1.5 resizes every image to 336x336 (004 §5.1)
+    ENCODER_SATURATION = 6  # Figure 3: images per batch where the encoder's throughput levels off
+
+    def stage_costs(self) -> StageCosts:
+        """The instance latency model the replay and the stage-level budgets use."""
+        return StageCosts(
+            image_tokens=self.IMAGE_TOKENS,
+            encode_fixed_s=0.005,
+            encode_image_s=0.0047,
+            step_fixed_s=0.003,
+            weights_s=0.0042,
+            kv_token_s=0.524e6 / (0.8 * 4.0e12),
+            token_s=0.00015,
+            overlap_penalty=0.25,
+            image_token_bytes=4096 * 2,
+            kv_token_bytes=524288,
+            link_bytes_s=100e9,
+            migrate_fixed_s=0.001,
+            kv_capacity_tokens=219_000,
+            ttft_s=4.0,
+            tbt_s=0.08,
+        )
+
+    def needs(self, spec: RequestSpec) -> tuple[str, ...]:
+        return ("E", "P", "D") if spec.images else ("P", "D")
+
+    def work(self, spec: RequestSpec) -> dict[str, float]:
+        """H20-seconds per request at full batch: the encoder at its saturating batch, prefill at its
+        α·TTFT token budget, decode at its TBT budget (the replica rates the planner sees)."""
+        costs = self.stage_costs()
+        images = len(spec.images)
+        prefill = stage_budgets("P", costs).tokens
+        decode = stage_budgets("D", costs).tokens
+        per_decode = costs.llm_s(decode, decode * costs.reference_context) / decode
+        work = {
+            "E": costs.encode_s(self.ENCODER_SATURATION) / self.ENCODER_SATURATION * images,
+            "P": costs.llm_s(prefill, 0) / prefill * (spec.text_tokens + self.IMAGE_TOKENS * images),
+            "D": per_decode * max(0, spec.output_tokens - 1),
         }
         return {c: work[c] for c in self.needs(spec)}

@@ -150,6 +150,7 @@ class EmulatedModel(BaseModel):
                 RequestType(name=name, components=list(needs), share=count / len(workload))
                 for name, (needs, count) in sorted(shares.items())
             ],
+            stages=self.costs.stage_costs(),
         )
 
     def served_spec(self, workload: list[RequestSpec], speedup: float) -> PlanSpec:

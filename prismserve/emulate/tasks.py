@@ -129,7 +129,9 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
 def completion(request: ChatRequest) -> ChatCompletion:
     """The answer an emulated model gives: `max_tokens` words, and silence when audio is asked for."""
     audio = bytes(2 * 2400) if request.wants_audio else None  # 0.1 s of 16-bit PCM at 24 kHz
-    return ChatCompletion(text=" ".join(["token"] * output_tokens(request)), audio=audio)
+    count = output_tokens(request)
+    # The token count travels with the answer, so the gateway's usage (and a recorded trace) has it.
+    return ChatCompletion(text=" ".join(["token"] * count), audio=audio, tokens=count)
 
 
 # What an emulated model generates when a request leaves max_tokens unset (it has no end token).

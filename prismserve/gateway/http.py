@@ -19,6 +19,7 @@ from prismserve.errors import InvalidRequestError, PayloadTooLargeError, Unsuppo
 from prismserve.gateway.errors import HTTPError, invalid
 from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.metrics import GatewayMetrics
+from prismserve.gateway.trace_recorder import TraceRecorder
 from prismserve.runtime import Runtime
 
 
@@ -34,6 +35,7 @@ class GatewayState:
     max_request_bytes: int
     api_key: str | None = None  # the /v1 routes' bearer key; None: they are open
     media: MediaPolicy = field(default_factory=MediaPolicy)  # how chat requests' media URLs are fetched
+    trace: TraceRecorder | None = None  # `--record-trace`: where answered chat requests are logged
 
 
 _CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")

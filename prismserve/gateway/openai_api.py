@@ -13,7 +13,7 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from prismserve.gateway.media import (
 )
 from prismserve.gateway.openapi import SSE_EVENTS, errors, json_body
 from prismserve.gateway.serving import Served, find_app, serving
+from prismserve.gateway.trace_recorder import TraceRecorder
 from prismserve.protocol.chat import (
     AudioPart,
     ChatChunk,
@@ -97,6 +98,7 @@ async def to_chat_request(body: OpenAIChatRequest, app: App, media: MediaPolicy 
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions, served by the app named in `model`."""
     gateway = state(request)
+    arrival = gateway.trace.arrival() if gateway.trace is not None else 0.0
     body = await read_model(request, OpenAIChatRequest)
     app = find_app(gateway.runtime, body.model)
     if not speaks_chat(app):
@@ -107,7 +109,9 @@ async def chat_completions(request: Request) -> Response:
     speaks = "audio" in (body.modalities or [])
     if body.stream and speaks:
         _check_streamed_audio(body)
-    served = serving(request, app, await to_chat_request(body, app, gateway.media))
+    chat = await to_chat_request(body, app, gateway.media)
+    served = serving(request, app, chat)
+    recorded = _recorder(gateway.trace, arrival, chat)
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     if body.stream:
         chunks = served.chunks()
@@ -121,9 +125,11 @@ async def chat_completions(request: Request) -> Response:
             include_usage=usage,
             speaks=speaks,
             with_logprobs=body.logprobs,
+            recorded=recorded,
         )
         return StreamingResponse(events, media_type="text/event-stream")
     answer = await collect_chat(served)
+    recorded(answer.tally)
     message: dict[str, Any] = {"role": "assistant", "content": answer.text}
     if speaks:
         fmt = body.audio.format if body.audio else "wav"
@@ -151,6 +157,16 @@ async def chat_completions(request: Request) -> Response:
             "usage": tally.usage(),
         }
     )
+
+
+def _recorder(trace: TraceRecorder | None, arrival: float, chat: ChatRequest) -> Callable[[Tally], None]:
+    """What to call with an answered request's tally: logs it to the trace (`--record-trace`), if any."""
+
+    def record(tally: Tally) -> None:
+        if trace is not None:
+            trace.record(arrival, chat, tally.completion_tokens)
+
+    return record
 
 
 def _sampling(body: OpenAIChatRequest) -> dict[str, Any]:
@@ -297,6 +313,7 @@ async def _stream(
     include_usage: bool,
     speaks: bool = False,
     with_logprobs: bool = False,
+    recorded: Callable[[Tally], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """`chat.completion.chunk` events: role, a delta per text or audio chunk, stop, [usage], [DONE];
     any error on the way ends the stream with an `error` event.
@@ -338,6 +355,8 @@ async def _stream(
     except Exception as exc:  # noqa: BLE001 - the client hears of it as an error event
         yield error_event(served.failure(exc), served.request_id)
         return
+    if recorded is not None:
+        recorded(tally)
     if speaks:
         yield delta({"audio": {"id": audio_id, "expires_at": int(time.time()) + 3600}})
     yield delta({}, tally.finish_reason)

@@ -21,6 +21,7 @@ from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.metrics import GatewayMetrics
 from prismserve.gateway.middleware import RequestIds
 from prismserve.gateway.openapi import allowed_methods, openapi_document
+from prismserve.gateway.trace_recorder import TraceRecorder
 from prismserve.observability import get_tracer
 from prismserve.protocol.admin import Health
 from prismserve.runtime import Runtime
@@ -37,13 +38,15 @@ def create_gateway(
     media: MediaPolicy | None = None,
     tracer_provider: TracerProvider | None = None,
     lifespan: Any = None,
+    trace: TraceRecorder | None = None,
 ) -> FastAPI:
     """The HTTP app serving `runtime`'s apps.
 
     With `api_key`, every /v1 route needs `Authorization: Bearer <api_key>` (the admin routes keep
     `admin_token`). Media URLs in chat requests are fetched under `media` (default `MediaPolicy()`:
     any public host). Request spans go to `tracer_provider` (default: the process's global one);
-    `lifespan`, if given, starts and stops the runtime with the server.
+    `lifespan`, if given, starts and stops the runtime with the server. With `trace`, every answered
+    chat completion is logged to it (`--record-trace`).
     """
     if not admin_token:
         raise ValueError("the admin token must not be empty")
@@ -63,6 +66,7 @@ def create_gateway(
         max_request_bytes,
         api_key,
         media or MediaPolicy(),
+        trace,
     )
     app.include_router(admin.router)
     keyed: dict[str, Any] = (

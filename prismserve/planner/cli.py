@@ -1,4 +1,4 @@
-"""`prismserve plan SPEC (--gpus N | --target-rps R) [--json] [--topology] [--current PLAN.json]`."""
+"""`prismserve plan SPEC (--gpus N | --target-rps R) [--json] [--topology] [--current PLAN.json] [--by-replay TRACE]`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import argparse
 import json
 import math
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prismserve.planner import Plan, PlanSpec
 
 WARN_GPUS = 10_000  # plans larger than this get a warning: more often a typo than a deployment
 
@@ -41,6 +45,12 @@ def add_plan_command(sub: argparse._SubParsersAction) -> None:
         metavar="PLAN.json",
         help="with --target-rps: the running plan (a `--json` output); report the cells to keep, add and remove",
     )
+    plan.add_argument(
+        "--by-replay",
+        metavar="TRACE",
+        help="with --gpus: also lay out the GPUs by replaying TRACE (JSON lines, as `serve --record-trace` "
+        "writes) with the spec's `stages` (TriInfer Algorithm 2), and give both plans' replayed goodput",
+    )
     plan.add_argument("--json", action="store_true", help="print exactly one JSON object")
     plan.set_defaults(func=run_plan)
 
@@ -64,6 +74,8 @@ def run_plan(args: argparse.Namespace) -> int:
             raise PlannerError(f"--target-rps must be a finite number > 0, got {args.target_rps}")
         if args.current and args.target_rps is None:
             raise PlannerError("--current re-plans for a new target: give --target-rps too")
+        if args.by_replay and args.gpus is None:
+            raise PlannerError("--by-replay lays out a number of GPUs: give --gpus, not --target-rps")
         if args.current and args.topology:
             raise PlannerError("--current compares cell mixtures; it does not apply to --topology plans")
         current = load_plan(args.current) if args.current else None
@@ -75,6 +87,7 @@ def run_plan(args: argparse.Namespace) -> int:
         else:
             plan = plan_for_target(spec, args.target_rps, args.max_cell_exponent)
         change = plan_changes(current, plan) if current is not None else None
+        replayed = _by_replay(args, spec, plan) if args.by_replay else None
     except PlannerError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
@@ -91,10 +104,79 @@ def run_plan(args: argparse.Namespace) -> int:
                 key: [cell.model_dump(exclude_none=True) for cell in cells]
                 for key, cells in (("keep", change.keep), ("add", change.add), ("remove", change.remove))
             }
+        if replayed is not None:
+            data["replay"] = replayed
         print(json.dumps(data))
     else:
         print(_table(plan, change))
+        if replayed is not None:
+            print(_replay_table(replayed))
     return 0
+
+
+def _by_replay(args: argparse.Namespace, spec: PlanSpec, plan: Plan) -> dict:
+    """The MILP plan's layout and Algorithm 2's, each with its goodput replayed on the trace."""
+    from prismserve.planner import PlannerError
+    from prismserve.planner.replay import goodput, hybrid_layout, layout_name, read_trace
+
+    if spec.stages is None:
+        raise PlannerError(
+            "--by-replay needs the spec's `stages` (per-instance latencies and SLOs, docs/planner.md)"
+        )
+    trace = read_trace(args.by_replay)
+    milp = plan_layout(spec, plan)
+    choice = hybrid_layout(trace, spec.stages, args.gpus)
+    return {
+        "trace": args.by_replay,
+        "requests": len(trace),
+        "ttft_s": spec.stages.ttft_s,
+        "tbt_s": spec.stages.tbt_s,
+        "milp": {
+            "layout": milp,
+            "name": layout_name(milp),
+            "goodput_per_gpu": goodput(trace, milp, spec.stages),
+        },
+        "hybrid": {
+            "layout": choice.layout,
+            "name": layout_name(choice.layout),
+            "goodput_per_gpu": choice.goodput,
+            "candidates": choice.candidates,
+        },
+    }
+
+
+def plan_layout(spec: PlanSpec, plan: Plan) -> dict[str, int]:
+    """The MILP plan as a replay layout: one-GPU instances per kind (an option's components, E/P/D)."""
+    from prismserve.planner import PlannerError
+    from prismserve.planner.stage_batching import KINDS
+
+    options = {option.name: option for option in spec.options}
+    layout: dict[str, int] = {}
+    for cell in plan.cells:
+        for name, replicas in cell.replicas.items():
+            option = options[name]
+            kind = "".join(c for c in ("E", "P", "D") if c in option.components)
+            if kind not in KINDS or len(kind) != len(option.components) or option.gpus != 1:
+                raise PlannerError(
+                    f"option {name!r} ({'+'.join(option.components)} on {option.gpus} GPUs) is no one-GPU "
+                    "E/P/D instance; --by-replay replays specs whose components are E, P and D"
+                )
+            layout[kind] = layout.get(kind, 0) + replicas * cell.count
+    return layout
+
+
+def _replay_table(replayed: dict) -> str:
+    lines = [
+        "",
+        f"by trace replay ({replayed['requests']} requests of {replayed['trace']}; goodput: requests/s per GPU "
+        f"with 90 % of requests within TTFT {replayed['ttft_s']:g} s and TBT {replayed['tbt_s']:g} s):",
+    ]
+    for label, key in (("MILP plan", "milp"), ("replay (Algorithm 2)", "hybrid")):
+        entry = replayed[key]
+        lines.append(f"  {label:<22} {entry['name']:<14} goodput {entry['goodput_per_gpu']:.3f}")
+    candidates = ", ".join(f"{name} {rate:.3f}" for name, rate in replayed["hybrid"]["candidates"].items())
+    lines.append(f"  Algorithm 2's candidates: {candidates}")
+    return "\n".join(lines)
 
 
 def _cells(cells) -> list[str]:

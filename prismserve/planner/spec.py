@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prismserve.planner.errors import SpecError
+from prismserve.planner.stage_batching import StageCosts
 
 
 class DeploymentOption(BaseModel):
@@ -174,6 +175,8 @@ class PlanSpec(BaseModel):
     # GPUs of the largest cell (a power of two); the planner's default when none is given.
     max_cell_gpus: int | None = Field(default=None, ge=1, le=4096)
     host: Host | None = None  # replicas sharing one machine's CPUs cap the rate
+    # Per-instance iteration latencies and SLOs (TriInfer): what `plan --by-replay` replays a trace with.
+    stages: StageCosts | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -39,8 +38,6 @@ from prismserve.task.components import (
     MediaItem,
     VLLMEngineSettings,
 )
-
-log = logging.getLogger(__name__)
 
 ALPHA = 0.5  # TriInfer's: the share of the TTFT one batch of an encode or prefill deployment may take
 BEFORE_FIRST_TOKEN = frozenset({"E", "EP", "P"})  # limited by α·TTFT
@@ -321,36 +318,12 @@ def apply_budgets(app: App, budgets: Budgets) -> None:
             f"budgets name deployments {unknown} that app {app.name!r} does not have "
             f"(it has {sorted(named)}): profile the app again"
         )
-    chosen: dict[str, Budget] = {}
-    for path, budget in budgets.deployments.items():
-        held = held_back(named[path], budget)
-        if held is not None:
-            log.warning("batching budget of %s not set: %s", path, held)
-            continue
-        chosen[named[path].deployment_key()] = budget
+    chosen = {named[path].deployment_key(): budget for path, budget in budgets.deployments.items()}
     for task in _unit_tasks(list(app.tasks.values())):
         found = chosen.get(task.deployment_key())
         if found is not None:
             task.__dict__[budget_field(task, found)] = found.value  # a frozen model, set before it is keyed
             task._key = None  # the deployment key is computed again, with the budget
-
-
-def held_back(task: UnitTask[Any, Any], budget: Budget) -> str | None:
-    """Why `budget` is not set on `task` yet (None: it is). A prefill engine whose step is shorter
-    than its context prefills long prompts in chunks, and the files hand-off (`HandoffConnector`, like
-    vLLM's `ExampleConnector`) saves a prompt's KV when the prompt is first scheduled: its first chunk
-    only, which decode's engine then fails to load (shape mismatch, the engine dies)."""
-    if (
-        budget.role in ("P", "EP")
-        and isinstance(task, VLLMEngineSettings)
-        and budget.value < task.max_model_len
-    ):
-        return (
-            f"{budget.value} tokens a step would chunk prompts longer than that, and the KV hand-off "
-            "saves only a chunked prompt's first chunk; the engine keeps its step until the hand-off "
-            "saves chunked prompts whole"
-        )
-    return None
 
 
 def _unit_tasks(tasks: list[Task[Any, Any]]) -> list[UnitTask[Any, Any]]:

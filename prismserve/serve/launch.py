@@ -25,6 +25,7 @@ from prismserve.errors import UnknownModelError, WorkloadError
 from prismserve.gateway.errors import validation_message
 from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.server import create_gateway
+from prismserve.gateway.trace_recorder import TraceRecorder
 from prismserve.models.family import EngineSettings, SettingError
 from prismserve.observability import setup_tracing
 from prismserve.planner import Plan
@@ -67,6 +68,7 @@ class ServeOptions:
     access_log: bool = True
     api_key: str | None = None
     allowed_media_domains: tuple[str, ...] | None = None
+    record_trace: str | None = None  # append one JSON line per answered chat request (trace replay)
 
     @property
     def is_app_file(self) -> bool:
@@ -110,6 +112,18 @@ def _load_budgets(path: str | None, app: App) -> Budgets | None:
     return budgets
 
 
+def _recorder(options: ServeOptions) -> TraceRecorder | None:
+    """The trace recorder `--record-trace` asks for; a path that cannot be opened stops the start."""
+    if options.record_trace is None:
+        return None
+    try:
+        return TraceRecorder(options.record_trace)
+    except OSError as exc:
+        raise StartupError(
+            f"--record-trace {options.record_trace}: cannot append to it: {exc.strerror or exc}"
+        ) from None
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -146,7 +160,9 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
     chosen = os.environ.get(TOKEN_VARIABLE, "")
     token = chosen or secrets.token_urlsafe(24)
     provider = setup_tracing("prismserve-gateway")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
-    gateway = create_gateway(runtime, admin_token=token, api_key=options.api_key, media=_media(options))
+    gateway = create_gateway(
+        runtime, admin_token=token, api_key=options.api_key, media=_media(options), trace=_recorder(options)
+    )
     listener = _listen(options.host, options.port)
     logging.getLogger("prismserve").setLevel(options.log_level.upper().replace("TRACE", "DEBUG"))
     config = uvicorn.Config(

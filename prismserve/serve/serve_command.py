@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "access_log": True,
     "api_key": None,
     "allowed_media_domains": None,
+    "record_trace": None,
     "write_app": None,
 }
 """Every setting of `prismserve serve` (by its flag's dest) and its value when neither the command
@@ -184,6 +185,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         metavar="HOST[,HOST...]",
         help="fetch media URLs only from these hosts (default: any public host; '' fetches none)",
     )
+    gateway.add_argument(
+        "--record-trace",
+        metavar="FILE",
+        help="append one JSON line per answered chat request to FILE (arrival, words, image sizes, output "
+        "tokens): the trace `prismserve plan --by-replay` lays instances out with",
+    )
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -313,6 +320,7 @@ def run_serve(args: argparse.Namespace) -> int:
             access_log=options["access_log"],
             api_key=options["api_key"],
             allowed_media_domains=options["allowed_media_domains"],
+            record_trace=options["record_trace"],
         )
     )
 

@@ -171,3 +171,26 @@ def test_the_modserve_ablation_and_autoscaling_run_and_write_their_results(tmp_p
     ]
     assert all(row["failed"] == 0 and row["goodput_rps"] > 0 for row in data["rows"] + data["autoscaling"])
     assert all(row["gpu_hours"] > 0 for row in data["autoscaling"])
+
+
+@pytest.mark.timeout(300)
+def test_triinfer_replay_runs_its_figures_in_quick_form(tmp_path):
+    # Virtual time: Figures 9-11 and the layout search on 4 instances, Poisson arrivals (no trace files).
+    paper = ROOT / "benchmarks" / "paper"
+    args = [
+        "triinfer.py",
+        "--quick",
+        "--requests",
+        "800",
+        "--arrivals",
+        "poisson",
+        "--results",
+        str(tmp_path),
+    ]
+    result = run_script(args, paper, 240)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    data = json.loads((tmp_path / "triinfer_quick_poisson_seed0.json").read_text())
+    assert all(row["goodput_per_gpu"] > 0 for row in data["figure9"]["TextCaps"].values())
+    assert data["exhaustive_summary"]["cases"] == 1 and len(data["exhaustive"]) == 1
+    (case,) = data["exhaustive"].values()
+    assert case["layouts"] == 9 and 0 < case["ratio_to_best"] <= 1

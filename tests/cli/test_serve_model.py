@@ -73,7 +73,9 @@ def test_default_apps_load_with_the_settings_in_place():
     llm = {path: (type(unit).__name__, unit.gpus) for path, unit in units.items() if "encoders" not in path}
     assert llm == {"model.prefill": ("VLLMPrefillTask", 0.4), "model.decode": ("VLLMDecodeTask", 0.4)}
     units = load_app_source(default_app_source(QWEN2_5_OMNI, "/ckpt/o", split), "opd").named_unit_tasks()
-    thinker = {path: (type(unit).__name__, unit.gpus) for path, unit in units.items() if "encoders" not in path}
+    thinker = {
+        path: (type(unit).__name__, unit.gpus) for path, unit in units.items() if "encoders" not in path
+    }
     assert thinker == {
         "model.prefill": ("VLLMThinkerPrefillTask", 0.4), "model.decode": ("VLLMThinkerDecodeTask", 0.4),
         "model.talker": ("TalkerTask", 1.0), "model.vocoder": ("VocoderTask", 1.0),

@@ -131,3 +131,33 @@ def test_the_planned_split_is_realised_evenly_and_later_hops_are_served_first():
                 outputs = [StageOutput(payload=[0.0])] * len(graph.nodes)
                 for _ in range(3):
                     task.replay(request, graph, outputs)
+
+
+def test_llava15_has_triinfers_seven_roles_on_one_gpu_and_its_work_follows_the_replay_costs():
+    from prismserve.emulate import LLAVA15
+    from prismserve.planner.stage_batching import stage_budgets
+
+    assert [o.name for o in LLAVA15.options] == ["E", "P", "D", "EP", "ED", "PD", "EPD"]
+    assert all(o.gpus == 1 for o in LLAVA15.options)
+    assert LLAVA15.option("ED").components == ("E", "D")
+    costs = LLAVA15.costs.stage_costs()
+    spec = RequestSpec(0.0, 40, 21, images=((640, 480),))
+    work = LLAVA15.costs.work(spec)
+    prefill = stage_budgets("P", costs).tokens
+    assert work["P"] == pytest.approx(costs.llm_s(prefill, 0) / prefill * (40 + 576))
+    assert work["E"] == pytest.approx(costs.encode_s(6) / 6)
+    assert LLAVA15.costs.needs(RequestSpec(0.0, 40, 21)) == ("P", "D")
+    # The MILP plans it (ED lies on no planner path, so it gets no replica).
+    plan = plan_for_budget(LLAVA15.planner_spec([spec] * 10), 8, max_exponent=3)
+    assert plan.gpus == 8 and all("ED" not in cell.replicas for cell in plan.cells)
+    # It is servable: its app loads, with one unit task per option.
+    app = load_app_source(app_source(LLAVA15.name), LLAVA15.name)
+    assert app.name == LLAVA15.name
+
+
+def test_an_emulated_answer_reports_its_token_count():
+    # The gateway's usage and a recorded trace (`serve --record-trace`) read it.
+    from prismserve.emulate.tasks import completion
+
+    answer = completion(ChatRequest.of("hello", max_tokens=7))
+    assert answer.tokens == 7 and len(answer.text.split()) == 7

@@ -180,6 +180,10 @@ def test_serve_registers_the_app_applies_the_plan_prints_the_token_and_closes_th
             [str(APP_PATH), "--routing", "static", "--host", "256.0.0.1"],
             "error: cannot listen on 256.0.0.1:8000",
         ),
+        (
+            [str(APP_PATH), "--in-process", "--record-trace", "/no/such/dir/trace.jsonl"],
+            "error: --record-trace /no/such/dir/trace.jsonl: cannot append to it: No such file or directory",
+        ),
     ],
 )
 def test_serve_reports_what_keeps_it_from_starting_in_one_line(args, message, capsys):

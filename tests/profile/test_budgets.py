@@ -186,7 +186,7 @@ def test_an_slo_the_smallest_batch_misses_gives_the_smallest_batch_flagged(tiny_
     assert (budget.value, budget.within_limit) == (32, False) and budget.latency_s > 0.001
 
 
-def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_path, caplog):
+def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_path):
     app = load_app_source(APP.format(model=tiny_vl, split=True), "vl")
     before = {p: t.deployment_key() for p, t in app.named_unit_tasks().items()}
     budgets = Budgets(
@@ -199,7 +199,7 @@ def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_pat
             "vl.decode": Budget(
                 role="D", kind="tokens", value=96, limit_s=0.05, latency_s=0.04, within_limit=True
             ),
-            # Below the context (4096): the files hand-off would save chunked prompts in part.
+            # Below the context (4096): long prompts are prefilled in chunks, each handed over whole.
             "vl.prefill": Budget(
                 role="P", kind="tokens", value=2048, limit_s=0.2, latency_s=0.1, within_limit=True
             ),
@@ -210,14 +210,13 @@ def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_pat
     apply_budgets(app, load_budgets(path))
     tasks = app.named_unit_tasks()
     assert tasks["vl.encoders.image"].max_batch == 6 and tasks["vl.decode"].token_budget == 96
-    assert tasks["vl.prefill"].token_budget is None  # held back, with a warning
-    assert "saves only a chunked prompt's first chunk" in caplog.text
+    assert tasks["vl.prefill"].token_budget == 2048
     # The app's serve() calls the composite the module holds: it has the budgeted tasks.
     assert app.module.vl.decode is tasks["vl.decode"] and app.module.vl.encoders["image"].max_batch == 6
     after = {p: t.deployment_key() for p, t in tasks.items()}
-    assert after["vl.prefill"] == before["vl.prefill"]
     assert (
-        after["vl.decode"] != before["vl.decode"]
+        after["vl.prefill"] != before["vl.prefill"]
+        and after["vl.decode"] != before["vl.decode"]
         and after["vl.encoders.image"] != before["vl.encoders.image"]
     )
     args = engine_settings(tasks["vl.decode"], cuda=False)
@@ -226,7 +225,7 @@ def test_budgets_set_the_deployments_settings_before_they_start(tiny_vl, tmp_pat
         True,
         96,
     )
-    assert "max_num_batched_tokens" not in engine_settings(tasks["vl.prefill"], cuda=False)
+    assert engine_settings(tasks["vl.prefill"], cuda=False)["max_num_batched_tokens"] == 2048
 
 
 def test_budgets_of_another_app_or_no_budgets_file_are_refused_with_a_fix(tiny_vl, tmp_path):
