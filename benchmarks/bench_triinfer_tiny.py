@@ -14,7 +14,8 @@ Goodput: the highest rate at which at least 90 % of requests meet it, found by b
 (`--steps` halvings between the last rate that passed and the first that failed, doubling from
 `--start`). Reported per layout: goodput, goodput per declared GPU, unloaded TTFT and TBT medians.
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
-Run: python benchmarks/bench_triinfer_tiny.py [--requests 32] [--steps 4] [--out result.json]
+Run: python benchmarks/bench_triinfer_tiny.py [--requests 32] [--steps 4] [--layouts vllm E+L E+P+D ED+P]
+     [--out result.json]
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ async def measure(args) -> dict[str, Any]:
     results: dict[str, Any] = {}
     slo: tuple[float, float] | None = None
     try:
-        for name, (fission, split, plan) in LAYOUTS.items():
+        for name in args.layouts:
+            fission, split, plan = LAYOUTS[name]
             source = APP_SOURCE.format(model=model, fission=fission, split=split)
             app = await runtime.register_app(source, "vl")
             try:
@@ -195,21 +197,21 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--ttft-x", type=float, default=4.0)
     parser.add_argument("--tbt-x", type=float, default=4.0)
+    parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     results = asyncio.run(measure(args))
     print(f"\n{'layout':<8} {'GPUs':>4} {'goodput req/s':>14} {'per GPU':>8} {'TTFT ms':>8} {'TBT ms':>7}")
-    for name in LAYOUTS:
+    for name in args.layouts:
         row = results[name]
         print(
             f"{name:<8} {row['gpus']:>4} {row['goodput_rps']:>14.3f} {row['goodput_per_gpu_rps']:>8.3f} "
             f"{row['unloaded_ttft_s'] * 1e3:>8.0f} {row['unloaded_tbt_s'] * 1e3:>7.1f}"
         )
-    base = results["vllm"]["goodput_rps"]
+    base = results.get("vllm", {}).get("goodput_rps")
     if base:
-        print(
-            "goodput over vllm: " + ", ".join(f"{n} {results[n]['goodput_rps'] / base:.2f}x" for n in LAYOUTS)
-        )
+        ratios = ", ".join(f"{n} {results[n]['goodput_rps'] / base:.2f}x" for n in args.layouts)
+        print(f"goodput over vllm: {ratios}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
