@@ -20,7 +20,7 @@ from itertools import count
 from pathlib import Path
 
 from prismserve.planner.errors import PlannerError
-from prismserve.planner.stage_batching import KINDS, Budgets, StageCosts, fixed_budgets, stage_budgets
+from prismserve.planner.stage_batching import KINDS, InstanceBudgets, StageCosts, fixed_budgets, stage_budgets
 
 ATTAINMENT = 0.9  # goodput's threshold: the share of requests meeting both SLOs (004 §2)
 TBT_SHARE = 0.9  # a request meets the TBT SLO when this share of its gaps is within it (004 §2)
@@ -92,7 +92,9 @@ class Job:
 class Instance:
     """One GPU instance running Algorithm 1: decodes first, then partial work, then new work."""
 
-    def __init__(self, index: int, kind: str, budgets: Budgets, costs: StageCosts, dual_stream: bool) -> None:
+    def __init__(
+        self, index: int, kind: str, budgets: InstanceBudgets, costs: StageCosts, dual_stream: bool
+    ) -> None:
         self.index, self.kind, self.budgets, self.costs = index, kind, budgets, costs
         self.dual_stream = dual_stream
         self.new_encodes: deque[Job] = deque()

@@ -79,7 +79,7 @@ class StageCosts(BaseModel):
         return self.migrate_fixed_s + tokens * self.kv_token_bytes / self.link_bytes_s
 
 
-class Budgets(BaseModel):
+class InstanceBudgets(BaseModel):
     """An instance's per-iteration limits: LLM tokens and encoder images."""
 
     model_config = ConfigDict(frozen=True)
@@ -108,7 +108,7 @@ def latency_limit(kind: str, costs: StageCosts) -> float:
     return costs.alpha * costs.ttft_s if kind in FIRST_TOKEN_KINDS else costs.tbt_s
 
 
-def stage_budgets(kind: str, costs: StageCosts) -> Budgets:
+def stage_budgets(kind: str, costs: StageCosts) -> InstanceBudgets:
     """Algorithm 1 line 5: the token and image budgets of an instance of `kind`, searched on the
     modelled batch latency (decode-bearing instances at `reference_context` KV tokens per token)."""
     if kind not in KINDS:
@@ -117,11 +117,11 @@ def stage_budgets(kind: str, costs: StageCosts) -> Budgets:
     context = costs.reference_context if "D" in kind else 0
     tokens = largest_within(lambda n: costs.llm_s(n, n * context), limit)
     images = largest_within(costs.encode_s, limit)
-    return Budgets(tokens=tokens, images=images)
+    return InstanceBudgets(tokens=tokens, images=images)
 
 
-def fixed_budgets(costs: StageCosts) -> Budgets:
-    """Budgets without stage-level batching (vLLM's defaults): `fixed_token_budget` tokens per step,
+def fixed_budgets(costs: StageCosts) -> InstanceBudgets:
+    """InstanceBudgets without stage-level batching (vLLM's defaults): `fixed_token_budget` tokens per step,
     and as many images as that many encoder tokens."""
     tokens = costs.fixed_token_budget
-    return Budgets(tokens=tokens, images=max(1, tokens // costs.image_tokens))
+    return InstanceBudgets(tokens=tokens, images=max(1, tokens // costs.image_tokens))
