@@ -85,9 +85,8 @@ INTERNVL3 = EmulatedModel(
 # LLaVA-1.5-7B (TriInfer, paper 004): every option on one GPU (H20), including ED (encode and decode
 # colocated, prefill apart). Per-iteration behaviour (Algorithm 1's budgets, dual streams) is the
 # replay's (`planner.replay`, `Llava15Costs.stage_costs`); these batching fields shape the `sim`
-# replicas, whose full-batch rates are the costs' work. ED cannot lie on a planner path (000's roles:
-# an option runs everything it holds that is still to run, so ED would decode before prefill): the
-# MILP leaves it unused; trace replay lays it out.
+# replicas, whose full-batch rates are the costs' work. ED is separable: a request visits it to
+# encode and again to decode (`ED->P->ED`), so the MILP can choose it like any other option.
 LLAVA15 = EmulatedModel(
     name="llava15-7b",
     costs=Llava15Costs(),
@@ -96,7 +95,7 @@ LLAVA15 = EmulatedModel(
         EmulatedOption(name="P", components=("P",), **PREFILL),
         EmulatedOption(name="D", components=("D",), **DECODER),
         EmulatedOption(name="EP", components=("E", "P"), **PREFILL),
-        EmulatedOption(name="ED", components=("E", "D"), **DECODER),
+        EmulatedOption(name="ED", components=("E", "D"), separable=True, **DECODER),
         EmulatedOption(name="PD", components=("P", "D"), **DECODER),
         EmulatedOption(name="EPD", components=("E", "P", "D"), **DECODER),
     ),

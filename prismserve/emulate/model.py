@@ -15,7 +15,7 @@ from prismserve.bench.workloads import RequestSpec
 from prismserve.emulate.costs import CostModel
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import CellPlan, DeploymentOption, Plan, PlanSpec, RequestType
-from prismserve.planner.paths import entry_roles
+from prismserve.planner.paths import entry_role, entry_roles
 
 DEPLOYMENT_PREFIX = "model.executors."  # the app's unit-task paths: `model.executors.<option>` (EmulatedTask)
 
@@ -29,6 +29,8 @@ class EmulatedOption(BaseModel):
     `continuous`: continuous batching (requests join and leave a running batch, as in vLLM)
     instead of whole batches one after another.
     `factors[c]` multiplies component c's work here (colocation: a smaller KV cache, batching lost).
+    `separable`: a request may visit the replica once per block of its components (TriInfer's ED:
+    encode, then decode after a prefill elsewhere; the planner's `DeploymentOption.separable`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -42,6 +44,7 @@ class EmulatedOption(BaseModel):
     continuous: bool = False
     factors: dict[str, float] = Field(default_factory=dict)
     payload_bytes: int = 256 << 10
+    separable: bool = False
 
     def seconds(self, work: dict[str, float], role: Iterable[str]) -> float:
         """A100-seconds of this replica's time for `role`'s components of a request with `work`."""
@@ -88,6 +91,7 @@ class EmulatedModel(BaseModel):
 
         Each option runs every component it holds that is still to run; that role must be the next
         components in order (papers/NOTES.md, Appendix B), so the path covers `needs` exactly once.
+        A separable option runs the next block it holds, and may be visited again (`entry_role`).
         """
         options = [e for e in self.options if allowed is None or e.name in set(allowed)]
         found: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
@@ -96,10 +100,8 @@ class EmulatedModel(BaseModel):
             if done == len(needs):
                 found["->".join(name for name, _ in hops)] = list(hops)
                 return
-            remaining = needs[done:]
             for option in options:
-                role = tuple(c for c in remaining if c in option.components)
-                if role and role == remaining[: len(role)]:
+                if role := entry_role(needs, done, option.components, option.separable):
                     walk(done + len(role), [*hops, (option.name, role)])
 
         walk(0, [])
@@ -126,7 +128,7 @@ class EmulatedModel(BaseModel):
             for option in chosen:
                 busy[option.name] += option.seconds(work, [c for c in needs if c in option.components])
                 mine = roles[option.name].setdefault(spec.request_type, {})
-                for role in entry_roles(needs, option.components):
+                for role in entry_roles(needs, option.components, option.separable):
                     key = "+".join(role)
                     mine[key] = mine.get(key, 0.0) + option.seconds(work, role)
         return PlanSpec(
@@ -137,6 +139,7 @@ class EmulatedModel(BaseModel):
                     components=list(e.components),
                     gpus=e.gpus,
                     throughput=len(workload) / busy[e.name],
+                    separable=e.separable,
                     role_seconds={
                         t: {role: total / shares[t][1] for role, total in by_role.items()}
                         for t, by_role in roles[e.name].items()

@@ -3,7 +3,9 @@
 Each option on a path runs every component it holds that is still to run (its role,
 `Comp(s) ∩ R`); roles must be non-empty and follow model order, and every component of the
 request type runs exactly once. So `{L}` can run on a colocated `EL` (role `{L}`), while `EG`
-cannot start `{E, L, G}` (its role `{E, G}` would run G before L).
+cannot start `{E, L, G}` (its role `{E, G}` would run G before L). A `separable` option instead
+runs the next block of the type's components it holds, and may come back for a later block
+(TriInfer's ED: `ED→P→ED`, encode, prefill elsewhere, then decode).
 
 A consequence the solver uses: on a valid path every role is a contiguous block of the type's
 components in model order (a skipped component could never run later), so the components done
@@ -14,6 +16,7 @@ instead of a rate on each of the exponentially many paths, with the same optimum
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -86,34 +89,41 @@ def roles_of(
     spec: PlanSpec, request_type: RequestType, options: list[str]
 ) -> tuple[frozenset[str], ...] | None:
     """The role of each option on the path, or None when the path is not valid for the type."""
-    order = {c: i for i, c in enumerate(spec.components)}
-    members = {e.name: frozenset(e.components) for e in spec.options}
-    remaining = frozenset(request_type.components)
-    roles = []
-    last = -1
+    needs = sorted(request_type.components, key=spec.components.index)
+    held = {e.name: e for e in spec.options}
+    roles: list[frozenset[str]] = []
+    done = 0
     for name in options:
-        role = members[name] & remaining
-        if not role or min(order[c] for c in role) < last:
+        option = held[name]
+        role = entry_role(needs, done, option.components, option.separable)
+        if not role:
             return None
-        roles.append(role)
-        last = max(order[c] for c in role)
-        remaining -= role
-    return tuple(roles) if not remaining else None
+        roles.append(frozenset(role))
+        done += len(role)
+    return tuple(roles) if done == len(needs) else None
 
 
-def entry_role(needs: Sequence[str], start: int, members: Iterable[str]) -> tuple[str, ...]:
+def entry_role(
+    needs: Sequence[str], start: int, members: Iterable[str], separable: bool = False
+) -> tuple[str, ...]:
     """The role an option holding `members` takes on a request needing `needs` (in model order) when
     it is entered at `needs[start]`: the members still to run, if they are the next block of `needs`
-    (a component it skipped could never run); else () — it cannot be entered there."""
+    (a component it skipped could never run); else () — it cannot be entered there. A `separable`
+    option takes the next block of `needs` it holds, leaving the rest for a later visit."""
     held = set(members)
+    if separable:
+        block = itertools.takewhile(lambda c: c in held, needs[start:])
+        return tuple(block)
     role = tuple(c for c in needs[start:] if c in held)
     return role if role and role == tuple(needs[start : start + len(role)]) else ()
 
 
-def entry_roles(needs: Sequence[str], members: Iterable[str]) -> list[tuple[str, ...]]:
+def entry_roles(
+    needs: Sequence[str], members: Iterable[str], separable: bool = False
+) -> list[tuple[str, ...]]:
     """Every role an option holding `members` can take on a request needing `needs` (one per entry
     point it can be entered at)."""
-    return [role for i in range(len(needs)) if (role := entry_role(needs, i, members))]
+    return [role for i in range(len(needs)) if (role := entry_role(needs, i, members, separable))]
 
 
 def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
@@ -140,7 +150,7 @@ def route_graph(spec: PlanSpec, request_type: RequestType) -> RouteGraph:
         Hop(i, i + len(block), option.name, frozenset(block))
         for i in range(k)
         for option in spec.deployable_options()
-        if (block := entry_role(ordered, i, option.components))
+        if (block := entry_role(ordered, i, option.components, option.separable))
     ]
     # Keep hops on some start-to-end walk, so that the solver sees no dead ends.
     forward = {0}

@@ -35,6 +35,10 @@ class DeploymentOption(BaseModel):
     # False: a solo profile of one component, there only to give Algorithm 3 its time τ_c; the
     # planner never deploys it nor routes through it (e.g. an encoder too small to run alone).
     deployable: bool = True
+    # True: a request may visit it more than once, each time for the next block of its components
+    # (TriInfer's ED: encode, then decode once prefill ran elsewhere); False: 000's rule, it runs
+    # everything it holds that is still to run (docs/planner.md, "Valid paths").
+    separable: bool = False
 
     @model_validator(mode="after")
     def _positive(self) -> DeploymentOption:

@@ -133,3 +133,46 @@ def test_a_request_type_no_option_can_serve_is_rejected_by_name():
     )
     with pytest.raises(SpecError, match="request type 'speech' has no valid path"):
         build_model(spec)
+
+
+def spec_epd(separable: bool, **throughputs: float):
+    """Encode, prefill, decode: options named by their components, ED separable or not."""
+    return parse_spec(
+        {
+            "components": ["E", "P", "D"],
+            "options": [
+                {
+                    "name": n,
+                    "components": list(n),
+                    "gpus": 1,
+                    "throughput": t,
+                    "separable": n == "ED" and separable,
+                }
+                for n, t in throughputs.items()
+            ],
+            "request_types": [{"name": "image", "components": ["E", "P", "D"], "share": 1.0}],
+        }
+    )
+
+
+def test_a_separable_option_is_visited_once_per_block_it_holds():
+    """TriInfer's ED: encode, prefill elsewhere, then decode on ED again; under 000's rule it cannot
+    start the request (its role {E, D} would decode before prefill)."""
+    spec = spec_epd(True, E=1.0, P=1.0, D=1.0, ED=1.0)
+    assert {"ED->P->ED", "ED->P->D", "E->P->ED", "E->P->D"} == set(names(spec, "image"))
+    (image,) = spec.request_types
+    assert roles_of(spec, image, ["ED", "P", "ED"]) == (frozenset("E"), frozenset("P"), frozenset("D"))
+    assert roles_of(spec, image, ["ED", "P"]) is None  # decode never ran
+    # 000's rule: ED only decodes, once E and P ran elsewhere.
+    assert names(spec_epd(False, E=1.0, P=1.0, D=1.0, ED=1.0), "image") == ["E->P->D", "E->P->ED"]
+
+
+def test_the_milp_plans_ed_and_p_when_they_serve_best():
+    from prismserve.planner import plan_for_budget
+
+    # ED serves encode and decode at 2 req/s, P prefill at 2 req/s; the solo options are slow.
+    spec = spec_epd(True, E=0.5, P=2.0, D=0.5, ED=2.0)
+    plan = plan_for_budget(spec, 2)
+    assert plan.replicas() == {"ED": 1, "P": 1}
+    assert plan.routing["image"] == {"ED->P->ED": 1.0}
+    assert plan.throughput == pytest.approx(2.0, rel=1e-6)
