@@ -12,7 +12,9 @@ rate; a request meets the SLO when its time to first token is at most `--ttft-x`
 time between tokens at most `--tbt-x` times, the `vllm` layout's unloaded medians (measured first).
 Goodput: the highest rate at which at least 90 % of requests meet it, found by bisection
 (`--steps` halvings between the last rate that passed and the first that failed, doubling from
-`--start`). Reported per layout: goodput, goodput per declared GPU, unloaded TTFT and TBT medians.
+`--start`). Reported per layout: goodput, goodput per declared GPU, unloaded TTFT and TBT medians,
+and the unloaded median gap between the first two tokens (prefill/decode apart: the hand-off's cost,
+TriInfer Figure 11's "PD migration", seen from the client).
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
 Run: python benchmarks/bench_triinfer_tiny.py [--requests 32] [--steps 4] [--layouts vllm E+L E+P+D ED+P]
      [--out result.json]
@@ -163,15 +165,19 @@ async def measure(args) -> dict[str, Any]:
                         await one(runtime, app, request)
                     alone = [await one(runtime, app, request) for _ in range(5)]
                 ttft = statistics.median(r[1] for r in alone)
-                tbt = statistics.median(
-                    statistics.mean(b - a for a, b in zip(t, t[1:], strict=False)) for _, _, t in alone
-                )
+                tbt = statistics.median(mean_gap(t) for _, _, t in alone)
+                first_gap = statistics.median(t[1] - t[0] for _, _, t in alone)
                 if slo is None:  # the SLO: multiples of the one-engine layout's unloaded medians
                     slo = (args.ttft_x * ttft, args.tbt_x * tbt)
                     print(f"SLO: TTFT <= {slo[0] * 1e3:.0f} ms, TBT <= {slo[1] * 1e3:.1f} ms", flush=True)
-                print(f"{name}: unloaded TTFT {ttft * 1e3:.0f} ms, TBT {tbt * 1e3:.1f} ms", flush=True)
+                print(
+                    f"{name}: unloaded TTFT {ttft * 1e3:.0f} ms, TBT {tbt * 1e3:.1f} ms, "
+                    f"first gap {first_gap * 1e3:.1f} ms",
+                    flush=True,
+                )
                 row = await goodput(runtime, app, request, slo, args, seed=len(results))
                 row |= {"gpus": GPUS[name], "unloaded_ttft_s": ttft, "unloaded_tbt_s": tbt}
+                row["unloaded_first_gap_s"] = first_gap  # with prefill/decode apart: the hand-off's cost
                 row["goodput_per_gpu_rps"] = row["goodput_rps"] / GPUS[name]
                 results[name] = row
                 print(
@@ -201,12 +207,16 @@ def main() -> None:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     results = asyncio.run(measure(args))
-    print(f"\n{'layout':<8} {'GPUs':>4} {'goodput req/s':>14} {'per GPU':>8} {'TTFT ms':>8} {'TBT ms':>7}")
+    print(
+        f"\n{'layout':<8} {'GPUs':>4} {'goodput req/s':>14} {'per GPU':>8} {'TTFT ms':>8} {'TBT ms':>7} "
+        f"{'gap 1 ms':>8}"
+    )
     for name in args.layouts:
         row = results[name]
         print(
             f"{name:<8} {row['gpus']:>4} {row['goodput_rps']:>14.3f} {row['goodput_per_gpu_rps']:>8.3f} "
-            f"{row['unloaded_ttft_s'] * 1e3:>8.0f} {row['unloaded_tbt_s'] * 1e3:>7.1f}"
+            f"{row['unloaded_ttft_s'] * 1e3:>8.0f} {row['unloaded_tbt_s'] * 1e3:>7.1f} "
+            f"{row['unloaded_first_gap_s'] * 1e3:>8.1f}"
         )
     base = results.get("vllm", {}).get("goodput_rps")
     if base:
