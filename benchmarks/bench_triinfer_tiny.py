@@ -12,7 +12,7 @@ rate; a request meets the SLO when its time to first token is at most `--ttft-x`
 time between tokens at most `--tbt-x` times, the `vllm` layout's unloaded medians (measured first).
 Goodput: the highest rate at which at least 90 % of requests meet it, found by bisection
 (`--steps` halvings between the last rate that passed and the first that failed, doubling from
-`--start`). Reported per layout: goodput, goodput per declared GPU, unloaded TTFT and TBT medians,
+`--start`; a layout failing at `--start` and at a quarter of it has goodput 0, "below" that). Reported per layout: goodput, goodput per declared GPU, unloaded TTFT and TBT medians,
 and the unloaded median gap between the first two tokens (prefill/decode apart: the hand-off's cost,
 TriInfer Figure 11's "PD migration", seen from the client).
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
@@ -29,6 +29,8 @@ import random
 import statistics
 import time
 from typing import Any
+
+import numpy as np
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.demo import media
@@ -122,26 +124,39 @@ async def goodput(runtime, app, request, slo: tuple[float, float], args, seed: i
         row = {"attained": sum(meets(r, *slo) for r in results) / len(results)}
         row["ttft_p50_s"] = statistics.median(r[1] if r[1] is not None else float("inf") for r in results)
         row["tbt_p50_s"] = statistics.median(mean_gap(r[2]) for r in results)
+        row["gap1_p90_s"] = float(np.percentile([r[2][1] - r[2][0] for r in results if len(r[2]) > 1], 90))
+        row["ttft_missed"] = sum(r[1] is None or r[1] > slo[0] for r in results) / len(results)
+        row["tbt_missed"] = sum(mean_gap(r[2]) > slo[1] for r in results) / len(results)
         tried[rate] = row
         print(
             f"    {rate:7.3f} req/s: {row['attained']:.0%} within the SLO (TTFT p50 "
-            f"{row['ttft_p50_s'] * 1e3:.0f} ms, TBT p50 {row['tbt_p50_s'] * 1e3:.1f} ms)",
+            f"{row['ttft_p50_s'] * 1e3:.0f} ms, TBT p50 {row['tbt_p50_s'] * 1e3:.1f} ms, first gap p90 "
+            f"{row['gap1_p90_s'] * 1e3:.0f} ms; missed TTFT {row['ttft_missed']:.0%}, TBT {row['tbt_missed']:.0%})",
             flush=True,
         )
         return row["attained"]
 
     low, high = 0.0, args.start
-    while await attainment(high) >= ATTAINED:
+    if await attainment(high) < ATTAINED:  # fails at the first rate: one try at a quarter of it
+        low, high = 0.0, args.start / 4
+        if await attainment(high) < ATTAINED:
+            return {"goodput_rps": 0.0, "below_rps": high, "rates": _rates(tried)}
+        low, high = high, args.start
+    else:
+        while high <= 64 and await attainment(high * 2) >= ATTAINED:
+            high *= 2
         low, high = high, high * 2
-        if high > 64:
-            break
     for _ in range(args.steps):
         middle = (low + high) / 2
         if await attainment(middle) >= ATTAINED:
             low = middle
         else:
             high = middle
-    return {"goodput_rps": low, "rates": {f"{k:.4f}": v for k, v in sorted(tried.items())}}
+    return {"goodput_rps": low, "rates": _rates(tried)}
+
+
+def _rates(tried: dict[float, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {f"{rate:.4f}": row for rate, row in sorted(tried.items())}
 
 
 async def measure(args) -> dict[str, Any]:
