@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from vllm_jobs import check_vllm_thinker, omni_cases
+from vllm_jobs import check_vllm_thinker, check_vllm_thinker_prefill_decode, omni_cases
 
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaInput, adapter_for
@@ -143,3 +143,15 @@ def test_vllm_thinker_equals_the_transformers_thinker_and_its_talker_conditionin
 ):
     """Text only, an image (with its DeepStack levels), audio, both, two images: see `check_vllm_thinker`."""
     check_vllm_thinker(tiny_qwen3, omni_cases(cars_jpg, small_png, query_wav), vllm_probes)
+
+
+def test_vllm_thinker_split_into_prefill_and_decode_equals_the_transformers_thinker(
+    tiny_qwen3, cars_jpg, query_wav, vllm_probes, tmp_path
+):
+    """Text, and an image with audio, through TriInfer's P and D (the layer the talker listens to
+    handed over with the KV): see `check_vllm_thinker_prefill_decode`."""
+    cases = [
+        ChatRequest.of("Say what prismserve is, and why a serving system splits prefill from decode. " * 2),
+        ChatRequest.of("Answer the question about the picture.", images=[cars_jpg], audios=[query_wav]),
+    ]
+    check_vllm_thinker_prefill_decode(tiny_qwen3, cases, vllm_probes, tmp_path)
