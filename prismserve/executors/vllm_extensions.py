@@ -195,6 +195,14 @@ class _Done:
         pass
 
 
+def blocks_after_step(blocks: list[int], new: Any, group: int, resumed: bool) -> list[int]:
+    """A running request's blocks (of KV cache group `group`) after a scheduler step that gave it
+    `new` (`scheduled_cached_reqs.new_block_ids`): all of them anew when it resumed from preemption,
+    else those it had and the step's new ones."""
+    added = list(new[group]) if new else []
+    return added if resumed else blocks + added
+
+
 @dataclass
 class _Streamed:
     """Scheduler side: a running request whose rows are streamed (where to, its hidden-state blocks,
@@ -258,10 +266,9 @@ class CPUHiddenStatesConnector(ExampleHiddenStatesConnector):
             streamed = self._streamed.get(req_id)
             if streamed is None:
                 continue
-            if req_id in cached.resumed_req_ids:  # preempted, now with blocks of its own again
-                streamed.blocks = list(blocks[group]) if blocks else []
-            elif blocks:
-                streamed.blocks += blocks[group]
+            streamed.blocks = blocks_after_step(
+                streamed.blocks, blocks, group, req_id in cached.resumed_req_ids
+            )
             if computed > streamed.done:
                 meta.extracts.append(_Extract(streamed.path, list(streamed.blocks), streamed.done, computed))
                 streamed.done = computed
@@ -402,10 +409,7 @@ class HandoffConnector(ExampleConnector):
             chunked = self._chunked.get(req_id)
             if chunked is None:
                 continue
-            if req_id in cached.resumed_req_ids:  # preempted, now with blocks of its own again
-                chunked.blocks = list(blocks[0]) if blocks else []
-            elif blocks:
-                chunked.blocks += blocks[0]
+            chunked.blocks = blocks_after_step(chunked.blocks, blocks, 0, req_id in cached.resumed_req_ids)
             if computed + scheduled[req_id] >= len(chunked.tokens):
                 del self._chunked[req_id]
                 if not self._found_match_for_prompt(chunked.tokens, chunked.media):  # as the stock one
