@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from prismserve.executors.base import AsyncBatcher, Executor, queue_key
+from prismserve.executors.sim_engine import EngineCore, SimRequest, StepCosts
 from prismserve.task import DataHandle, Stream, TaskInput, UnitTask
 
 
@@ -40,6 +41,14 @@ class SimProfile(BaseModel):
     its time alone at the rate 1 / (1 + batch_growth * (n - 1)) (processor sharing); the
     rest wait in arrival order. A full engine serves the same requests/s either way.
 
+    With `engine` (an LLM on vLLM), the replica runs vLLM's step loop instead
+    (`prismserve.executors.sim_engine`): the prompt is `t` tokens, a stream produces the input's
+    `max_tokens` (else `items`) tokens one engine step at a time, and an input's `sim_encode_s`
+    seconds of encoding run inside the step its prompt starts in.
+
+    `tp_speedup[g]`: how much faster a replica on `g` GPUs serves than on one (tensor parallelism;
+    a GPU count not listed runs at 1x). Encoders scale poorly (003 Figure 9), LLMs well.
+
     Waiting requests are taken by `queue_key`: the least slack to their request's SLO deadline first
     (service time counted), then by their input's `sim_priority` (0 without that field), higher
     first, then in arrival order: an engine that schedules requests continuing a path (a later
@@ -55,6 +64,8 @@ class SimProfile(BaseModel):
     decode_growth: float | None = Field(default=None, ge=0)
     payload_bytes: int = Field(default=1024, ge=0)
     continuous: bool = False
+    engine: StepCosts | None = None
+    tp_speedup: dict[int, float] = Field(default_factory=dict)
 
     def batch_time(self, size: int, work: float = 1.0) -> float:
         """Seconds one batch of `size` requests of mean work `work` takes."""
@@ -83,13 +94,23 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
             self._serve_batch, profile.max_batch, _priority, self._seconds
         )
         self._sharing = SharedEngine(profile) if profile.continuous else None
+        self._steps = StepLoop(profile.engine) if profile.engine is not None else None
         self._decoding = 0
+        self._speed = profile.tp_speedup.get(round(task.gpus), 1.0) if task.gpus >= 1 else 1.0
 
     def _seconds(self, task_input: Any) -> float:
         """The seconds `task_input` takes alone (batch 1)."""
         profile = self.profile
         tokens = self.task.pending_tokens(task_input) if profile.token_s else 0
-        return profile.latency_s * _work(task_input) + profile.token_s * tokens
+        return (profile.latency_s * _work(task_input) + profile.token_s * tokens) / self._speed
+
+    def _engine_request(self, task_input: Any, output_tokens: int) -> SimRequest:
+        """The step loop's request for `task_input`: its prompt tokens and encoder seconds."""
+        return SimRequest(
+            prompt_tokens=self.task.pending_tokens(task_input),
+            output_tokens=output_tokens,
+            encode_s=float(getattr(task_input, "sim_encode_s", 0.0)),
+        )
 
     async def _serve_batch(self, inputs: list[Any]) -> list[None]:
         alone = sum(self._seconds(item) for item in inputs) / len(inputs)
@@ -98,7 +119,10 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
 
     async def _service(self, task_input: Any) -> None:
         timed = self.profile.latency_s > 0 or self.profile.token_s > 0
-        if timed and self._sharing is not None:
+        if self._steps is not None:  # a call that is not a stream: its prompt and first token
+            async for _ in self._steps.tokens(self._engine_request(task_input, 1)):
+                pass
+        elif timed and self._sharing is not None:
             await self._sharing.run(self._seconds(task_input), _priority(task_input))
         elif timed:
             await self._batcher.submit(task_input)
@@ -114,6 +138,10 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
         return await self._value(task_input)
 
     async def stream(self, task_input: Any) -> AsyncIterator[Any]:
+        if self._steps is not None:
+            async for item in self._stepped(task_input):
+                yield item
+            return
         await self._service(task_input)
         if self._values is None:
             source: AsyncIterator[Any] = _synthesized_items(type(self.task).output_type, self.profile.items)
@@ -134,6 +162,26 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
                     await _sleep(self.profile.item_s * (1 + growth * (self._decoding - 1)))
         finally:
             self._decoding -= 1
+
+    async def _stepped(self, task_input: Any) -> AsyncIterator[Any]:
+        """A stream paced by the step loop: one item per token the engine produces."""
+        assert self._steps is not None
+        count = getattr(task_input, "max_tokens", None) or self.profile.items
+        tokens = self._steps.tokens(self._engine_request(task_input, max(1, count)))
+        if self._values is None:
+            source: AsyncIterator[Any] = _synthesized_items(type(self.task).output_type, count)
+        elif inspect.isasyncgenfunction(self._values):
+            source = self._values(self.task, task_input)
+        else:
+            source = aiter(await self._value(task_input))
+        try:
+            async for _ in tokens:
+                item = await anext(source, _END)
+                if item is _END:
+                    return
+                yield item
+        finally:
+            await tokens.aclose()
 
     async def _value(self, task_input: Any) -> Any:
         """The value function's result; a plain function runs in a worker thread (it may block)."""
@@ -195,6 +243,43 @@ class SharedEngine:
                     del self._running[future]
                     if not future.done():
                         future.set_result(None)
+
+
+class StepLoop:
+    """An `EngineCore` run in real time: each step sleeps its seconds, then hands out its tokens.
+
+    A request that arrives during a step joins the next one, as in vLLM's engine loop.
+    """
+
+    def __init__(self, costs: StepCosts) -> None:
+        self.core = EngineCore(costs)
+        self._loop_task: asyncio.Task[None] | None = None
+
+    async def tokens(self, request: SimRequest) -> AsyncIterator[None]:
+        """Yields once per token `request` produces; leaving early aborts it in the engine."""
+        queue: asyncio.Queue[bool] = asyncio.Queue()
+        request.tag = queue
+        self.core.add(request)
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._serve())
+        try:
+            while await queue.get():
+                yield None
+        finally:
+            if not request.finished:
+                self.core.abort(request)
+
+    async def _serve(self) -> None:
+        while self.core.busy:
+            step = self.core.step()
+            await _sleep(step.seconds)
+            for request in step.produced:
+                request.tag.put_nowait(True)  # type: ignore[union-attr]
+            for request in step.finished:
+                request.tag.put_nowait(False)  # type: ignore[union-attr]
+
+
+_END = object()
 
 
 def _work(task_input: Any) -> float:

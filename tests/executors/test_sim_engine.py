@@ -1,0 +1,99 @@
+"""The sim LLM engine runs vLLM's step loop: chunked prefill, encoders inside steps, KV preemption."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from prismserve.executors.sim import SimExecutor, SimProfile
+from prismserve.executors.sim_engine import EngineCore, SimRequest, StepCosts, simulate
+from prismserve.protocol.chat import TextDelta
+from prismserve.task import Stream, TaskInput, UnitTask
+
+COSTS = StepCosts(step_s=0.01, prefill_token_s=0.001, decode_seq_s=0.002, max_num_batched_tokens=100)
+
+
+def test_a_lone_request_takes_its_prefill_then_one_step_per_token():
+    (timeline,) = simulate(COSTS, [(0.0, SimRequest(prompt_tokens=50, output_tokens=4))])
+    assert timeline.ttft == pytest.approx(0.01 + 50 * 0.001)
+    assert timeline.tbts == pytest.approx([0.01 + 0.002] * 3)
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget():
+    (timeline,) = simulate(COSTS, [(0.0, SimRequest(prompt_tokens=250, output_tokens=1))])
+    # 100 + 100 + 50 tokens: three steps before the first token.
+    assert timeline.ttft == pytest.approx(3 * 0.01 + 250 * 0.001)
+
+
+def test_an_image_encoded_in_a_step_holds_up_the_decodes_batched_with_it():
+    decoding = SimRequest(prompt_tokens=10, output_tokens=20)
+    image = SimRequest(prompt_tokens=10, output_tokens=1, encode_s=0.5)
+    text, _ = simulate(COSTS, [(0.0, decoding), (0.05, image)])
+    blocked = max(text.tbts)
+    assert blocked == pytest.approx(0.01 + 0.002 + 10 * 0.001 + 0.5)  # the step that encoded the image
+    assert sorted(text.tbts)[len(text.tbts) // 2] == pytest.approx(0.012)
+
+
+def test_decodes_share_a_step_and_new_prompts_join_running_decodes():
+    a, b = SimRequest(prompt_tokens=10, output_tokens=3), SimRequest(prompt_tokens=10, output_tokens=3)
+    first, second = simulate(COSTS, [(0.0, a), (0.0, b)])
+    # Both prompts in one step (20 tokens), then both decode in the same steps.
+    assert first.ttft == second.ttft == pytest.approx(0.01 + 20 * 0.001)
+    assert first.tbts == second.tbts == pytest.approx([0.01 + 2 * 0.002] * 2)
+
+
+def test_a_full_kv_cache_preempts_the_latest_request_which_is_recomputed():
+    costs = COSTS.model_copy(update={"kv_capacity_tokens": 64, "block_size": 16})
+    engine = EngineCore(costs)
+    early, late = (
+        SimRequest(prompt_tokens=30, output_tokens=20),
+        SimRequest(prompt_tokens=30, output_tokens=20),
+    )
+    engine.add(early)
+    engine.add(late)
+    produced: list[SimRequest] = []
+    while engine.busy:
+        produced += engine.step().produced
+    assert engine.preemptions >= 1
+    assert produced.count(early) == produced.count(late) == 20
+    # The early request was never the one preempted: it finished first.
+    assert max(i for i, r in enumerate(produced) if r is early) < max(
+        i for i, r in enumerate(produced) if r is late
+    )
+
+
+def test_a_request_larger_than_the_kv_cache_is_refused():
+    engine = EngineCore(COSTS.model_copy(update={"kv_capacity_tokens": 64}))
+    with pytest.raises(ValueError, match="does not fit"):
+        engine.add(SimRequest(prompt_tokens=60, output_tokens=10))
+
+
+class Prompt(TaskInput):
+    text: str
+    max_tokens: int | None = None
+    sim_encode_s: float = 0.0
+
+    def pending_tokens(self) -> int:
+        return len(self.text.split())
+
+
+class Generate(UnitTask[Prompt, Stream[TextDelta]]):
+    executor_kind = "sim"
+
+
+def test_the_sim_executor_streams_one_item_per_engine_step():
+    costs = StepCosts(step_s=0.02, prefill_token_s=0.001, decode_seq_s=0.0)
+    executor = SimExecutor(Generate(), SimProfile(engine=costs))
+
+    async def stamps() -> list[float]:
+        start, out = time.perf_counter(), []
+        async for _ in executor.stream(Prompt(text="word " * 80, max_tokens=5)):
+            out.append(time.perf_counter() - start)
+        return out
+
+    times = asyncio.run(stamps())
+    assert len(times) == 5
+    assert times[0] == pytest.approx(0.02 + 0.08, abs=0.04)
+    assert times[-1] - times[0] == pytest.approx(4 * 0.02, abs=0.05)
