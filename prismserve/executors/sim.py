@@ -14,7 +14,7 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -255,7 +255,7 @@ class StepLoop:
         self.core = EngineCore(costs)
         self._loop_task: asyncio.Task[None] | None = None
 
-    async def tokens(self, request: SimRequest) -> AsyncIterator[None]:
+    async def tokens(self, request: SimRequest) -> AsyncGenerator[None]:
         """Yields once per token `request` produces; leaving early aborts it in the engine."""
         queue: asyncio.Queue[bool] = asyncio.Queue()
         request.tag = queue
@@ -274,12 +274,18 @@ class StepLoop:
             step = self.core.step()
             await _sleep(step.seconds)
             for request in step.produced:
-                request.tag.put_nowait(True)  # type: ignore[union-attr]
+                _queue(request).put_nowait(True)
             for request in step.finished:
-                request.tag.put_nowait(False)  # type: ignore[union-attr]
+                _queue(request).put_nowait(False)
 
 
 _END = object()
+
+
+def _queue(request: SimRequest) -> asyncio.Queue[bool]:
+    """The queue `StepLoop.tokens` hands `request`'s tokens through."""
+    assert isinstance(request.tag, asyncio.Queue)
+    return request.tag
 
 
 def _work(task_input: Any) -> float:
