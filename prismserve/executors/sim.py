@@ -43,8 +43,9 @@ class SimProfile(BaseModel):
 
     With `engine` (an LLM on vLLM), the replica runs vLLM's step loop instead
     (`prismserve.executors.sim_engine`): the prompt is `t` tokens, a stream produces the input's
-    `max_tokens` (else `items`) tokens one engine step at a time, and an input's `sim_encode_s`
-    seconds of encoding run inside the step its prompt starts in.
+    `max_tokens` (else `items`) tokens one engine step at a time, and its encoding (the input's
+    `sim_encode_s` seconds, the engine's `encode_item_s` per raw media item) runs inside the step
+    its prompt starts in.
 
     `tp_speedup[g]`: how much faster a replica on `g` GPUs serves than on one (tensor parallelism;
     a GPU count not listed runs at 1x). Encoders scale poorly (003 Figure 9), LLMs well.
@@ -106,10 +107,14 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
 
     def _engine_request(self, task_input: Any, output_tokens: int) -> SimRequest:
         """The step loop's request for `task_input`: its prompt tokens and encoder seconds."""
+        costs = self.profile.engine
+        assert costs is not None
+        raw_items = len(getattr(task_input, "media", None) or ())
         return SimRequest(
             prompt_tokens=self.task.pending_tokens(task_input),
             output_tokens=output_tokens,
-            encode_s=float(getattr(task_input, "sim_encode_s", 0.0)),
+            encode_s=float(getattr(task_input, "sim_encode_s", 0.0)) + costs.encode_item_s * raw_items,
+            admit_s=costs.admit_s + costs.admit_item_s * raw_items,
         )
 
     async def _serve_batch(self, inputs: list[Any]) -> list[None]:
@@ -259,6 +264,7 @@ class StepLoop:
         """Yields once per token `request` produces; leaving early aborts it in the engine."""
         queue: asyncio.Queue[bool] = asyncio.Queue()
         request.tag = queue
+        await _sleep(request.admit_s)
         self.core.add(request)
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._serve())

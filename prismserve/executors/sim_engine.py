@@ -31,7 +31,12 @@ class StepCosts(BaseModel):
 
     A step lasts `step_s` + `prefill_token_s` per prompt token scheduled + `decode_seq_s` per
     decoding request + `context_token_s` per cached token those decodes attend to + the encoder
-    seconds of the requests whose prompt starts in it. The limits are vLLM's scheduler settings;
+    seconds of the requests whose prompt starts in it (`encode_item_s` per raw media item a prompt
+    brings, as a `sim` executor counts them, plus an input's own `sim_encode_s`). The limits are
+    vLLM's scheduler settings;
+    `admit_s` (per request) and `admit_item_s` (per raw media item) are seconds in the frontend
+    before the scheduler sees a request (tokenization, the media processor): they delay it
+    without holding up steps.
     `kv_capacity_tokens` None means the KV cache never runs out.
     """
 
@@ -39,6 +44,9 @@ class StepCosts(BaseModel):
     prefill_token_s: float = Field(default=0.0, ge=0)
     decode_seq_s: float = Field(default=0.0, ge=0)
     context_token_s: float = Field(default=0.0, ge=0)
+    encode_item_s: float = Field(default=0.0, ge=0)
+    admit_s: float = Field(default=0.0, ge=0)
+    admit_item_s: float = Field(default=0.0, ge=0)
     max_num_batched_tokens: int = Field(default=2048, ge=1)
     max_num_seqs: int = Field(default=256, ge=1)
     kv_capacity_tokens: int | None = Field(default=None, ge=1)
@@ -46,7 +54,7 @@ class StepCosts(BaseModel):
 
     def scaled(self, factor: float) -> StepCosts:
         """These costs with every time multiplied by `factor` (a speed-up divides them)."""
-        times = ("step_s", "prefill_token_s", "decode_seq_s", "context_token_s")
+        times = [name for name in type(self).model_fields if name.endswith("_s")]
         return self.model_copy(update={name: getattr(self, name) * factor for name in times})
 
 
@@ -57,6 +65,7 @@ class SimRequest:
     prompt_tokens: int
     output_tokens: int
     encode_s: float = 0.0
+    admit_s: float = 0.0  # seconds in the frontend before the scheduler sees it
     tag: object = None  # the caller's handle for the request (a future, an id)
     computed: int = 0  # tokens whose KV is cached (prompt and output)
     produced: int = 0  # output tokens produced so far
@@ -235,8 +244,8 @@ class Timeline:
 def simulate(costs: StepCosts, arrivals: Iterable[tuple[float, SimRequest]]) -> list[Timeline]:
     """Serve `arrivals` ((time, request), any order) on one engine in virtual time; the timelines
     in the order given. A request arriving during a step joins at the next step, as in vLLM."""
-    pending = [(at, i, request) for i, (at, request) in enumerate(arrivals)]
-    timelines = [Timeline(at) for at, _, _ in pending]
+    pending = [(at + request.admit_s, i, request) for i, (at, request) in enumerate(arrivals)]
+    timelines = [Timeline(at - request.admit_s) for at, _, request in pending]
     heapq.heapify(pending)
     engine, now = EngineCore(costs), 0.0
     index: dict[int, int] = {}

