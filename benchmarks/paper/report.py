@@ -1,4 +1,5 @@
-"""Print the benchmarks/README.md tables from the reproductions' JSON results (benchmarks/results)."""
+"""Print the benchmarks/README.md tables from the reproductions' JSON results (benchmarks/results):
+what `prismserve bench paper --tables-only` writes into the README; `--fig10` sets runs side by side."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 from pathlib import Path
 
 from harness import RESULTS
+
+from prismserve.bench.paper import tables
 
 
 def load(folder: Path, name: str) -> dict | None:
@@ -28,81 +31,8 @@ def main() -> None:
     if args.fig10:
         fig10_table([load(folder, "fig10_internvl3") or {} for folder in args.fig10])
         return
-    folder = args.results
-    rows = []  # (experiment, paper, ours, ours / paper)
-    accuracy = []  # (experiment, deployment, predicted, measured, ratio)
-    omni = load(folder, "fig6a_table2_omni")
-    if omni:
-        for gpus, cell in omni["cells"].items():
-            paper, ours = cell["paper_speedup_over_monolith"], cell["speedup_over_monolith"]
-            rows.append(
-                (
-                    f"Fig 6a: Qwen2.5-Omni, {gpus} GPUs, plan / monolith throughput",
-                    f"{paper:.2f}x",
-                    f"{ours:.2f}x (predicted {cell['predicted_speedup_over_monolith']:.2f}x)",
-                    f"{ours / paper:.2f}",
-                )
-            )
-            for label, run in cell["runs"].items():
-                accuracy.append(
-                    (f"Fig 6a {gpus} GPUs", label, run["predicted_rps"], run["measured_rps"], run["accuracy"])
-                )
-        if "cells" in omni and "16" in omni["cells"]:
-            runs = omni["cells"]["16"]["runs"]
-            for p, paper in (("p50", 3.24), ("p95", 5.3), ("p99", 5.79)):
-                ours = (
-                    runs["Monolith"]["summary"]["latency_s"][p]
-                    / runs["prismserve"]["summary"]["latency_s"][p]
-                )
-                rows.append(
-                    (
-                        f"Fig 8a / Table 2: 16 GPUs, monolith / plan {p.upper()} latency",
-                        f"{paper}x",
-                        f"{ours:.2f}x",
-                        f"{ours / paper:.2f}",
-                    )
-                )
-    internvl = load(folder, "fig10_internvl3")
-    if internvl:
-        for name, result in internvl["workloads"].items():
-            paper = "> 1 (E + EPD mixture)" if name == "Less text" else "≈ 1 (matches the best)"
-            rows.append(
-                (
-                    f"Fig 10: InternVL3, {name}, plan / best baseline ({result['best_baseline']})",
-                    paper,
-                    f"{result['plan_over_best_baseline']:.2f}x",
-                    "-",
-                )
-            )
-            for label, run in result["runs"].items():
-                accuracy.append(
-                    (f"Fig 10 {name}", label, run["predicted_rps"], run["measured_rps"], run["accuracy"])
-                )
-    routing = load(folder, "sec74_routing")
-    if routing:
-        ours, paper = routing["static_over_dynamic"], routing["paper"]["ratio"]
-        rows.append(
-            ("§7.4: static / dynamic routing throughput", f"{paper}x", f"{ours:.2f}x", f"{ours / paper:.2f}")
-        )
-        for label, run in routing["runs"].items():
-            accuracy.append(("§7.4", label, run["predicted_rps"], run["measured_rps"], run["accuracy"]))
-
-    print("| experiment | paper | ours | ours / paper |\n|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    print(
-        "\n| run | deployment | predicted req/s | measured req/s | achieved / predicted |\n|---|---|---|---|---|"
-    )
-    for run, label, predicted, measured, ratio in accuracy:
-        print(f"| {run} | {label} | {predicted:.3f} | {measured:.3f} | {ratio:.2f} |")
-    if omni and "table2" in omni:
-        print("\nTable 2 (16 GPUs, seconds at A100 scale; paper in brackets)\n")
-        print("| type | monolith P50 | P90 | P99 | plan P50 | P90 | P99 |\n|---|---|---|---|---|---|---|")
-        for name, row in sorted(omni["table2"].items()):
-            mono, ours, paper = row["Monolith"], row["prismserve"], row["paper"]
-            cells = [f"{mono[p]:.1f} ({paper['mono_' + p]})" for p in ("p50", "p90", "p99")]
-            cells += [f"{ours[p]:.1f} ({paper['ours_' + p]})" for p in ("p50", "p90", "p99")]
-            print(f"| {name} | " + " | ".join(cells) + " |")
+    for name, block in tables(Path(__file__).resolve().parents[2], args.results).items():
+        print(block if name == "rows" else f"\n{name}\n\n{block}")
 
 
 def fig10_table(runs: list[dict]) -> None:

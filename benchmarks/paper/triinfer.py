@@ -345,3 +345,36 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+PAPER_FIG9 = "1.3x–3.7x"  # 004 §5.2: the hybrid layout's goodput over vLLM across datasets
+
+
+def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
+    """Figure 9 (hybrid / vLLM goodput per dataset) and Figure 10's ablation, from `triinfer_seed0.json`."""
+    path = results / "triinfer_seed0.json"
+    if not path.exists():
+        return [("TriInfer Fig 9: hybrid / vLLM goodput", PAPER_FIG9, "not run", "-", f"no {path.name}")]
+    data = json.loads(path.read_text())
+    ratios = {
+        name: systems["hybrid (Algorithm 2)"]["goodput_per_gpu"] / systems["vLLM (8EPD)"]["goodput_per_gpu"]
+        for name, systems in data["figure9"].items()
+    }
+    ablation = data["figure10"]
+    even = ablation["w/o hybrid (even E+P+D)"]["goodput_per_gpu"]
+    return [
+        (
+            "TriInfer Fig 9: LLaVA-1.5-7B, hybrid / vLLM goodput, " + " · ".join(ratios),
+            PAPER_FIG9,
+            " · ".join(f"{r:.2f}x" for r in ratios.values()),
+            f"{max(ratios.values()) / 3.7:.2f} (best case)",
+            "trace replay of a roofline fitted to the paper's text (its figures have no tables)",
+        ),
+        (
+            "TriInfer Fig 10: hybrid / even E+P+D goodput",
+            "plot only",
+            f"{ablation['hybrid']['goodput_per_gpu'] / even:.2f}x",
+            "-",
+            "",
+        ),
+    ]

@@ -20,7 +20,8 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="open-loop load test of a running gateway with a real or controlled workload",
         description="Send a workload to /v1/chat/completions at its arrival times and report throughput, "
-        "latency (overall and per request type), TTFT, time between tokens and goodput.",
+        "latency (overall and per request type), TTFT, time between tokens and goodput. "
+        "`prismserve bench paper` reruns the papers' experiments instead (`prismserve bench paper --help`).",
     )
     bench.add_argument("--url", default=os.environ.get("PRISMSERVE_URL", "http://127.0.0.1:8000"))
     bench.add_argument("--model", required=True, help="the app to send requests to")

@@ -1,0 +1,49 @@
+"""The papers' experiments `prismserve bench paper` runs, and where each one's README rows come from.
+
+Each script writes its JSON (and PNG plots) under the results folder given by its `out` flag; the
+module (the script itself unless named) has `rows(results)` and may have `details(results)`.
+`args` is the run the README's figures come from, `quick` a small one (a smoke test).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    script: str
+    args: tuple[str, ...] = ()
+    quick: tuple[str, ...] = ("--quick",)
+    out: str = "--out"  # the script's flag for the results folder
+    module: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.module:
+            object.__setattr__(self, "module", self.script)
+
+
+EXPERIMENTS = [
+    Experiment(
+        "fig6a",
+        "fig6a_omni.py",
+        ("--requests", "2000"),
+        ("--gpus", "8", "--requests", "40", "--speedup", "50"),
+        out="--results",
+    ),
+    Experiment(
+        "fig10-internvl3",
+        "fig10_internvl3.py",
+        (),
+        ("--workloads", "Less text", "--requests", "40", "--speedup", "50"),
+        out="--results",
+    ),
+    Experiment(
+        "triinfer",
+        "triinfer.py",
+        ("--requests", "3000"),
+        ("--quick",),
+        out="--results",
+    ),
+]
