@@ -23,7 +23,8 @@ TTFT and TBT P50/P99, throughput, and the stall a running stream suffers when an
 with the twin / real ratio and whether it is within the bounds: P50 15 %, P99 30 %, throughput
 10 %. Runs share this machine's 2 cores with whatever else runs.
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
-Run: python benchmarks/twin.py [--requests 80] [--layouts monolith split] [--out result.json]
+Run: python benchmarks/twin.py [--requests 80] [--repeats 2] [--layouts monolith split] [--out DIR]
+(writes DIR/twin.json, default benchmarks/results; `--quick`: a few requests, one run)
 """
 
 from __future__ import annotations
@@ -219,7 +220,9 @@ def compare(real: dict[str, float], twin: dict[str, float]) -> dict[str, dict[st
     return rows
 
 
-async def layout(runtime: RayRuntime, model: str, image: bytes, split: bool, args: Any) -> dict[str, Any]:
+async def layout(
+    runtime: RayRuntime, model: str, image: bytes, split: bool, args: Any, seed: int
+) -> dict[str, Any]:
     source = APP_SOURCE.format(model=model, fission=split, split=False)
     app = await runtime.register_app(source, "vl")
     try:
@@ -228,7 +231,7 @@ async def layout(runtime: RayRuntime, model: str, image: bytes, split: bool, arg
         print(f"  real probes: {fmt(real_probe)}", flush=True)
         capacity = 4 / (real_probe["ttft_image_s"] + args.max_tokens * real_probe["tbt_4_s"])
         rate = args.load * capacity
-        workload = arrivals(args.requests, rate, args.seed)
+        workload = arrivals(args.requests, rate, seed)
         real_results = await load(bench, workload, None)
         lengths = [max(1, len(r[2])) for r in real_results]
         await runtime.deploy("vl", twin_plan(None, 0.0, split))
@@ -274,16 +277,17 @@ def report(name: str, result: dict[str, Any]) -> None:
         )
 
 
-async def main_async(args: Any) -> dict[str, Any]:
+async def run_once(args: Any, seed: int) -> dict[str, Any]:
+    """One run: every layout profiled, loaded and twinned afresh."""
     model = str(tiny.build("qwen2.5-vl"))
     image, _, _ = media()
     runtime = RayRuntime(fake_gpus=4)
     await runtime.start()
-    results: dict[str, Any] = {"bounds": BOUNDS, "requests": args.requests, "load": args.load}
+    results: dict[str, Any] = {"seed": seed}
     try:
         for name in args.layouts:
             print(f"{name}:", flush=True)
-            results[name] = await layout(runtime, model, image, name == "split", args)
+            results[name] = await layout(runtime, model, image, name == "split", args, seed)
             report(name, results[name])
     finally:
         await runtime.close()
@@ -300,18 +304,79 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--requests", type=int, default=80)
+    parser.add_argument("--repeats", type=int, default=2, help="independent runs (each re-profiles)")
+    parser.add_argument("--quick", action="store_true", help="12 requests, one run, the monolith only")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument(
         "--load", type=float, default=0.6, help="offered load as a share of the estimated capacity"
     )
     parser.add_argument("--layouts", nargs="+", default=["monolith", "split"], choices=["monolith", "split"])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args()
-    results = asyncio.run(main_async(args))
-    print(f"within bounds: {results['within_bounds']}")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+    if args.quick:
+        args.requests, args.repeats, args.layouts = 12, 1, ["monolith"]
+    runs = [asyncio.run(run_once(args, args.seed + i)) for i in range(args.repeats)]
+    for i, run in enumerate(runs):
+        print(f"run {i + 1}: within bounds: {run['within_bounds']}")
+    out = {"bounds": BOUNDS, "requests": args.requests, "load": args.load, "runs": runs}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"twin{'_quick' if args.quick else ''}.json").write_text(json.dumps(out, indent=2))
+
+
+LABELS = {"ttft_p50_s": "TTFT P50", "ttft_p99_s": "TTFT P99", "tbt_p50_s": "TBT P50", "tbt_p99_s": "TBT P99"}
+
+
+def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
+    """One row per layout: twin / real of each bounded figure in every run, from `twin.json`."""
+    path = results / "twin.json"
+    if not path.exists():
+        return [("Twin: sim vs real engines", "-", "not run", "-", f"no {path.name}")]
+    data = json.loads(path.read_text())
+    out = []
+    for name in ("monolith", "split"):
+        runs = [run[name]["compare"] for run in data["runs"] if name in run]
+        if not runs:
+            continue
+        keys = [k for k in runs[0] if "within" in runs[0][k]]
+        cells = "; ".join(
+            f"{LABELS.get(k, k.removesuffix('_rps'))} " + " / ".join(f"{run[k]['ratio']:.2f}" for run in runs)
+            for k in keys
+        )
+        held = all(run[k]["within"] for run in runs for k in keys)
+        out.append(
+            (
+                f"Twin check ({name}, tiny Qwen2.5-VL on vLLM-CPU): sim twin / real, runs "
+                + " / ".join(str(i + 1) for i in range(len(runs))),
+                "P50 ±15 %, P99 ±30 %, throughput ±10 %",
+                cells,
+                "within" if held else "NOT within",
+                "not a paper figure: the check that the sim engines behave like the real ones",
+            )
+        )
+    return out
+
+
+def details(results: Path) -> str:
+    """Each run's real and twin figures side by side, and the stall an image causes."""
+    path = results / "twin.json"
+    if not path.exists():
+        return f"(no {path.name} yet: `prismserve bench paper --only twin`)\n"
+    data = json.loads(path.read_text())
+    lines = [
+        "| run | layout | figure | real | twin | twin / real | within |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, run in enumerate(data["runs"]):
+        for name in ("monolith", "split"):
+            for key, row in run.get(name, {}).get("compare", {}).items():
+                scale, unit = (1e3, " ms") if key.endswith("_s") else (1.0, "")
+                within = {True: "yes", False: "**no**"}.get(row.get("within"), "-")
+                lines.append(
+                    f"| {i + 1} | {name} | {key} | {row['real'] * scale:.1f}{unit} | {row['twin'] * scale:.1f}{unit} "
+                    f"| {row['ratio']:.2f} | {within} |"
+                )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

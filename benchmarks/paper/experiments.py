@@ -47,3 +47,6 @@ EXPERIMENTS = [
         out="--results",
     ),
 ]
+
+# The sim engines checked against the real ones (not a paper figure; its script lives in benchmarks/).
+EXPERIMENTS.append(Experiment("twin", "../twin.py", ("--repeats", "2")))
