@@ -14,8 +14,10 @@ replaced by a `sim` executor (a plan's `profiles`), the LLM running vLLM's step 
              (split) the image request's extra first-token time: the encoder replica's seconds
   frontend   what is left of a lone request's first-token time: per-request (and per-image)
              seconds before the scheduler sees it (tokenization, the media processor)
-The twin's own path (gateway-free runtime, data plane, sim executors) is measured with zero costs
-first and subtracted, so the profile holds only what the engines add.
+The twin starts at zero cost (its own path: runtime, data plane, sim executors), runs the same
+probes, and each parameter is corrected by the gap in its probe (`--rounds` times), so the profile
+holds only what the engines add and the twin matches the real deployment on lone requests; what
+is checked is whether it then predicts the loaded, mixed workload.
 
 Then the same open-loop workload (Poisson arrivals, half text-only, half with the image, each
 twin request producing as many tokens as the real one did) runs on both, and the script prints
@@ -128,34 +130,50 @@ async def probe(bench: Bench, split: bool) -> dict[str, float]:
     return result
 
 
-def fit(real: dict[str, float], zero: dict[str, float], split: bool) -> tuple[StepCosts, float]:
-    """The twin's step costs (and the split encoder's seconds per image) from the probes of the
-    real deployment (`real`) and of the twin at zero cost (`zero`: its own path's time)."""
-    decode = max(0.0, (real["tbt_4_s"] - real["tbt_1_s"]) / 3)
-    step = max(0.0, real["tbt_1_s"] - zero["tbt_1_s"] - decode)
-    short, long_ = prompt_tokens(SHORT), prompt_tokens(LONG)
-    prefill = max(0.0, (real["ttft_long_s"] - real["ttft_short_s"]) / (long_ - short))
-    frontend = max(0.0, real["ttft_short_s"] - zero["ttft_short_s"] - step - prefill * short)
-    question = prompt_tokens(QUESTION)
-    text_alike = real["ttft_short_s"] + prefill * (question - short)  # the question without its image
-    extra = max(0.0, (real["ttft_image_s"] - text_alike) - (zero["ttft_image_s"] - zero["ttft_short_s"]))
-    encode = 0.0 if split else min(extra, max(0.0, real["stall_s"] - zero["stall_s"]))
-    costs = StepCosts(
-        step_s=step,
-        prefill_token_s=prefill,
-        decode_seq_s=decode,
-        encode_item_s=encode,
-        admit_s=frontend,
-        admit_item_s=0.0 if split else extra - encode,
-    )
-    return costs, extra if split else 0.0
+PARAMETERS = (
+    "step_s",
+    "decode_seq_s",
+    "prefill_token_s",
+    "admit_s",
+    "encode_item_s",
+    "admit_item_s",
+    "encoder_s",
+)
 
 
-def twin_plan(costs: StepCosts | None, encoder_s: float, split: bool) -> Plan:
-    """The plan that turns the app's deployments into their sim twins (`costs` None: zero cost)."""
-    profiles: dict[str, dict[str, Any]] = {
-        LLM: SimProfile(engine=costs or StepCosts(), payload_bytes=1024).model_dump()
+def refine(
+    params: dict[str, float], real: dict[str, float], twin: dict[str, float], split: bool
+) -> dict[str, float]:
+    """The twin's parameters corrected by the gaps between the real and the twin's probes.
+
+    Each probe moves with one parameter (a lone stream's gap with the step, four streams' with each
+    decode's share, the long prompt with the per-token prefill, the short one with the frontend,
+    the stall with the encoder inside the step, the image's extra first-token time with the rest of
+    the image's cost), and the step model is linear in them, so a round or two match the probes.
+    """
+    gap = {key: real[key] - twin[key] for key in real}
+    short, long_, question = prompt_tokens(SHORT), prompt_tokens(LONG), prompt_tokens(QUESTION)
+    decode = (gap["tbt_4_s"] - gap["tbt_1_s"]) / 3
+    prefill = (gap["ttft_long_s"] - gap["ttft_short_s"]) / (long_ - short)
+    step = gap["tbt_1_s"] - decode
+    image = gap["ttft_image_s"] - gap["ttft_short_s"] - prefill * (question - short)
+    moves = {
+        "step_s": step,
+        "decode_seq_s": decode,
+        "prefill_token_s": prefill,
+        "admit_s": gap["ttft_short_s"] - step - prefill * short,
+        "encoder_s": image if split else 0.0,
+        "encode_item_s": 0.0 if split else gap["stall_s"],
+        "admit_item_s": 0.0 if split else image - gap["stall_s"],
     }
+    return {name: max(0.0, params[name] + moves[name]) for name in PARAMETERS}
+
+
+def twin_plan(params: dict[str, float], split: bool) -> Plan:
+    """The plan that turns the app's deployments into their sim twins with `params`."""
+    encoder_s = params["encoder_s"]
+    costs = StepCosts(**{k: v for k, v in params.items() if k != "encoder_s"})
+    profiles: dict[str, dict[str, Any]] = {LLM: SimProfile(engine=costs, payload_bytes=1024).model_dump()}
     cells = [{"gpus": 1, "replicas": {LLM: 1}}]
     if split:
         # The real encoder's embeddings: float32 [tokens, hidden] of the tiny model.
@@ -198,7 +216,7 @@ def summary(results: list[Any], workload: list[tuple[float, bool]]) -> dict[str,
         "tbt_p50_s": float(np.percentile(gaps, 50)),
         "tbt_p99_s": float(np.percentile(gaps, 99)),
         "throughput_rps": len(results) / makespan,
-        "tokens_per_s": sum(len(r[2]) for r in results) / makespan,
+        "output_tokens_per_second": sum(len(r[2]) for r in results) / makespan,
     }
     for kind, image in (("text", False), ("image", True)):
         mine = [r[1] for r, (_, has) in zip(results, workload, strict=True) if has == image]
@@ -234,22 +252,22 @@ async def layout(
         workload = arrivals(args.requests, rate, seed)
         real_results = await load(bench, workload, None)
         lengths = [max(1, len(r[2])) for r in real_results]
-        await runtime.deploy("vl", twin_plan(None, 0.0, split))
-        zero_probe = await probe(bench, split)
-        costs, encoder_s = fit(real_probe, zero_probe, split)
-        print(
-            f"  twin costs: {costs.model_dump(exclude_defaults=True)}, encoder {encoder_s * 1e3:.1f} ms",
-            flush=True,
-        )
-        await runtime.deploy("vl", twin_plan(costs, encoder_s, split))
-        twin_probe = await probe(bench, split)
+        params = dict.fromkeys(PARAMETERS, 0.0)
+        probes = []
+        for _ in range(args.rounds + 1):  # zero cost first: the twin's own path, then corrections
+            await runtime.deploy("vl", twin_plan(params, split))
+            probes.append(await probe(bench, split))
+            if len(probes) <= args.rounds:
+                params = refine(params, real_probe, probes[-1], split)
+                print(f"  twin parameters: {fmt(params)}", flush=True)
+        twin_probe = probes[-1]
+        print(f"  twin probes: {fmt(twin_probe)}", flush=True)
         twin_results = await load(bench, workload, lengths)
         real, twin = summary(real_results, workload), summary(twin_results, workload)
         return {
             "rate_rps": rate,
-            "probes": {"real": real_probe, "twin_zero_cost": zero_probe, "twin": twin_probe},
-            "costs": costs.model_dump(),
-            "encoder_s": encoder_s,
+            "probes": {"real": real_probe, "twin_rounds": probes},
+            "parameters": params,
             "real": real,
             "twin": twin,
             "compare": compare(
@@ -312,6 +330,9 @@ def main() -> None:
     )
     parser.add_argument("--layouts", nargs="+", default=["monolith", "split"], choices=["monolith", "split"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="corrections of the twin's parameters by its probes"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args()
     if args.quick:
