@@ -10,7 +10,7 @@ import pytest
 from prismserve.executors.sim import SimExecutor, SimProfile
 from prismserve.executors.sim_engine import EngineCore, SimRequest, StepCosts, simulate
 from prismserve.protocol.chat import TextDelta
-from prismserve.task import Stream, TaskInput, UnitTask
+from prismserve.task import Stream, TaskInput, TaskOutput, UnitTask
 
 COSTS = StepCosts(step_s=0.01, prefill_token_s=0.001, decode_seq_s=0.002, max_num_batched_tokens=100)
 
@@ -106,3 +106,24 @@ def test_frontend_seconds_delay_a_request_without_holding_up_steps():
     # It reached the scheduler 0.2 s late, then waited for the running step and ran its own.
     assert 0.2 < other.ttft <= 0.2 + 2 * (0.012 + 10 * 0.001)
     assert max(text.tbts) < 0.012 + 10 * 0.001 + 1e-9  # and no step waited for it
+
+
+class Done(TaskOutput):
+    ok: bool = True
+
+
+class Encode(UnitTask[Prompt, Done]):
+    executor_kind = "sim"
+
+
+def test_a_sim_encoder_scales_with_its_gpus_as_its_profile_says():
+    profile = SimProfile(latency_s=0.2, tp_speedup={2: 1.25})  # an encoder: TP barely helps
+
+    async def seconds(gpus: int) -> float:
+        executor = SimExecutor(Encode(gpus=gpus), profile)
+        start = time.perf_counter()
+        await executor.run(Prompt(text="x"))
+        return time.perf_counter() - start
+
+    assert asyncio.run(seconds(1)) == pytest.approx(0.2, abs=0.04)
+    assert asyncio.run(seconds(2)) == pytest.approx(0.2 / 1.25, abs=0.04)
