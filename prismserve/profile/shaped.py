@@ -9,6 +9,11 @@ run with), and rounds of each request type are sent along paths that between the
 (option, role) pair of the type; each hop's replica seconds per request are read from its busy time
 (`measure.py`), as for any model. A prediction made from this profile is then checked by serving,
 not true by construction.
+
+A path is timed on one round that fills its replicas' batches (`batch`, or their `max_batch` if
+larger) after a single warm-up round for the whole app: a type has many paths (every role of a
+monolithic option is a path of its own), and the rounds of several paths already repeat each
+option's work, so `rounds` more per path would multiply a profile's minutes for little.
 """
 
 from __future__ import annotations
@@ -36,26 +41,29 @@ async def profile_shaped(
     runtime: Any, app: App, kept: list[RequestSpec], batch: int, rounds: int
 ) -> PlanSpec:
     """The spec of `app` for the mix of `kept`: the shape of `app.config.planner_spec(kept)`, its
-    options' `role_seconds` and throughputs measured on one replica of each option."""
+    options' `role_seconds` and throughputs measured on one replica of each option. `rounds` is
+    not used: each path is timed on one round (see above)."""
     assert app.config.planner_spec is not None  # the caller checked
     shape = PlanSpec.model_validate(app.config.planner_spec(kept))
     deployments, largest = await _deploy_one_of_each(runtime, app, shape)
-    examples = _examples(kept, max(batch, largest) * (rounds + 1))
+    examples = _examples(kept, max(batch, largest) * 2)
     keys = {path: task.deployment_key() for path, task in app.named_unit_tasks().items()}
     measured: Measured = {o.name: {} for o in shape.options}
+    warm = False  # one warm-up round for the whole app
     for request_type in shape.request_types:
         order = [c for c in shape.components if c in request_type.components]
-        for index, path in enumerate(covering(valid_paths(shape, request_type))):
+        for path in covering(valid_paths(shape, request_type)):
             routing = {request_type.name: {path.name: 1.0}}
             times, _ = await seconds_per_request(
                 runtime,
                 app,
                 {request_type.name: examples[request_type.name]},
                 max(batch, largest),
-                rounds,
+                1,
                 routing=routing,
-                warm_up=index == 0,
+                warm_up=not warm,
             )
+            warm = True
             row = times.get(request_type.name, {})
             for option, role in zip(path.options, path.roles, strict=True):
                 key = "+".join(c for c in order if c in role)
