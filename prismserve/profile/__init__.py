@@ -116,6 +116,8 @@ async def cached_profile(
         "batch": batch,
         "rounds": rounds,
     }
+    if app.config.planner_spec is not None:  # emulated: its sim replicas run at this speed
+        about["sim speedup"] = os.environ.get("PRISMSERVE_SIM_SPEEDUP", "1")
     path = cache_path(app, cache_key(app, source, about))
     spec = None if refresh else cached(path)
     if spec is not None:

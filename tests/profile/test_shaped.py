@@ -61,3 +61,5 @@ def test_an_emulated_app_is_planned_from_its_replicas_measured_times(tmp_path, m
     assert plan.throughput < plan_for_budget(exact, 8).throughput
     (profile_file,) = (tmp_path / "cache").rglob("*.yaml")
     assert cached(profile_file) == spec
+    # Keyed by the sim speed too: a server started at another speedup measures again.
+    assert f"# sim speedup: {SPEEDUP}\n" in profile_file.read_text()
