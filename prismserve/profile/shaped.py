@@ -47,41 +47,52 @@ async def profile_shaped(
     shape = PlanSpec.model_validate(app.config.planner_spec(kept))
     deployments, largest = await _deploy_one_of_each(runtime, app, shape)
     examples = _examples(kept, max(batch, largest) * 2)
-    keys = {path: task.deployment_key() for path, task in app.named_unit_tasks().items()}
+    keys = {option: app.named_unit_tasks()[path].deployment_key() for option, path in deployments.items()}
     measured: Measured = {o.name: {} for o in shape.options}
     warm = False  # one warm-up round for the whole app
     for request_type in shape.request_types:
-        order = [c for c in shape.components if c in request_type.components]
         for path in covering(valid_paths(shape, request_type)):
-            routing = {request_type.name: {path.name: 1.0}}
-            times, _ = await seconds_per_request(
-                runtime,
-                app,
-                {request_type.name: examples[request_type.name]},
-                max(batch, largest),
-                1,
-                routing=routing,
-                warm_up=not warm,
-            )
+            row = await _time_path(runtime, app, request_type.name, path, examples, max(batch, largest), warm)
             warm = True
-            row = times.get(request_type.name, {})
+            order = [c for c in shape.components if c in request_type.components]
             for option, role in zip(path.options, path.roles, strict=True):
-                key = "+".join(c for c in order if c in role)
-                seconds = row.get(keys[deployments[option]])
-                if seconds is None:
+                if keys[option] not in row:
                     raise InvalidRequestError(
                         f"path {path.name} of {request_type.name!r} requests never called option "
                         f"{option!r} ({deployments[option]}): the app does not follow the routing it is "
                         "given, so its options cannot be profiled"
                     )
-                measured[option].setdefault(request_type.name, {})[key] = seconds
+                key = "+".join(c for c in order if c in role)
+                measured[option].setdefault(request_type.name, {})[key] = row[keys[option]]
     return _measured_spec(shape, measured)
+
+
+async def _time_path(
+    runtime: Any,
+    app: App,
+    request_type: str,
+    path: Path,
+    examples: dict[str, list[ChatRequest]],
+    batch: int,
+    warm: bool,
+) -> dict[str, float]:
+    """Deployment key -> replica seconds per request of `request_type` sent along `path`, on one
+    round of `batch` requests (after a warm-up round unless the replicas are `warm`)."""
+    routing = {request_type: {path.name: 1.0}}
+    times, _ = await seconds_per_request(
+        runtime, app, {request_type: examples[request_type]}, batch, 1, routing=routing, warm_up=not warm
+    )
+    return times.get(request_type, {})
 
 
 async def _deploy_one_of_each(runtime: Any, app: App, shape: PlanSpec) -> tuple[dict[str, str], int]:
     """Deploy one replica of every option of `shape` as the app deploys a plan; returns option ->
     deployment path, and the largest batch a replica forms (a round fills it)."""
-    assert app.config.deployment_plan is not None
+    if app.config.deployment_plan is None:
+        raise InvalidRequestError(
+            f"app {app.name!r} gives `planner_spec` but no `deployment_plan`: its Config needs both, "
+            "the second to deploy each option for the profile"
+        )
     cells = [CellPlan(gpus=o.gpus, count=1, replicas={o.name: 1}) for o in shape.options]
     planned = Plan(cells=cells, gpus=sum(o.gpus for o in shape.options))
     deployed = Plan.model_validate(app.config.deployment_plan(planned))
