@@ -13,8 +13,10 @@ plane, stream pulls, replay. Same run, three ways to carry the calls:
 Then the per-hop breakdown of a request on each Ray pool (medians, one request at a time):
   record, submit (leases, pickling, sends), encoder hop (submit -> both encoders' results back),
   LLM hop (encoders' results -> the LLM's first batch back), replay (replay and the token stream),
-  and the gateway: an HTTP request through the real gateway (uvicorn; an httpx client in another
-  process) minus the same request served directly, text only.
+  and the gateway: the round trip of an HTTP request through the real gateway (uvicorn), timed by
+  an httpx client in another process, minus the same request served directly, text only. It holds
+  the client's own cost too (building the request, parsing the JSON answer): an upper bound on
+  what the gateway adds, not the gateway alone.
 Run: python benchmarks/bench_control_plane.py [--requests 2000] [--concurrency 32] [--out result.json]
 """
 
@@ -138,8 +140,10 @@ print(statistics.median(samples[20:]))
 
 
 async def gateway_hop(runtime, app, requests: int) -> float:
-    """Median ms an HTTP request through the gateway adds to the same (text-only) request served
-    directly. The client is another process: one in this process's event loop meets delayed ACKs."""
+    """Median ms an HTTP round trip through the gateway adds to the same (text-only) request served
+    directly, as the client times it: the httpx client's own work (request building, JSON parsing)
+    is inside, so this bounds the gateway's cost from above. The client is another process: one in
+    this process's event loop meets delayed ACKs."""
     text = ChatRequest.of("one two three", max_tokens=4)
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on such sockets (else +40 ms delayed ACKs).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

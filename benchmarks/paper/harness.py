@@ -38,7 +38,8 @@ class Server:
     """A `prismserve serve` process serving one emulated model on `gpus` declared GPUs.
 
     With `plan_for` (a workload), the server plans itself at start (`--gpus`, `--profile-workload`):
-    the emulated app's costs are its profile, its sim times divided by `speedup`. The experiments
+    it profiles the emulated app by timing its replicas (sim times divided by `speedup`), so its
+    prediction is a measurement's, not the emulation's own capacity. The experiments
     measure that plan, so it is kept (`--no-replan`).
     """
 
@@ -88,7 +89,9 @@ class Server:
         self._process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
-        deadline = time.monotonic() + 180
+        # With `plan_for` the server profiles the emulated app on its replicas before it serves:
+        # minutes on a busy machine at a low speedup.
+        deadline = time.monotonic() + (900 if self.plan_for is not None else 180)
         lines = []
         while time.monotonic() < deadline:
             line = self._process.stdout.readline()

@@ -100,11 +100,13 @@ class AppConfig:
     input_modalities: ClassVar[frozenset[str]] = frozenset({"text"})
     output_modalities: ClassVar[frozenset[str]] = frozenset({"text"})
     sim_values: ClassVar[dict[type, Any]] = {}
-    # Apps whose deployments' costs are known rather than measured (emulated models on `sim`
-    # executors): `planner_spec(requests)` gives the planner's spec for a workload's requests
-    # (`bench.workloads.RequestSpec`s) and `deployment_plan(plan)` the runtime plan for a planner
-    # plan (deployment names, sim profiles). `prismserve profile` and `serve --gpus` use them
-    # instead of measuring the app; as staticmethods. None: measured.
+    # Apps whose deployment options recording cannot reveal (emulated models on `sim` executors,
+    # whose options are alternatives for the same components): `planner_spec(requests)` gives the
+    # shape of the planner's spec for a workload's requests (`bench.workloads.RequestSpec`s: options,
+    # request types, paths) and `deployment_plan(plan)` the runtime plan for a planner plan
+    # (deployment names, sim profiles). `prismserve profile` and `serve --gpus` deploy one replica
+    # of each option with it and measure every time of that shape on them (`profile/shaped.py`);
+    # plain functions. None: the shape comes from recording the app.
     planner_spec: ClassVar[Callable[[list[Any]], Any] | None] = None
     deployment_plan: ClassVar[Callable[[Any], Any] | None] = None
     # SLOs by request type (`text`, `image+text` …; `default` for the types not named), as `SLO`s or

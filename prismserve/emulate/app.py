@@ -20,8 +20,8 @@ MODALITIES = {
 
 _DOC = """`sim` executors along the planned paths (prismserve.emulate).
 
-Its costs are known, so `prismserve serve --gpus N` plans it from them instead of measuring
-(`Config.planner_spec`), with sim times divided by $PRISMSERVE_SIM_SPEEDUP (default 1)."""
+`prismserve serve --gpus N` profiles it by timing its replicas (`sim` times divided by
+$PRISMSERVE_SIM_SPEEDUP, default 1); `Config.planner_spec` gives the spec's shape only."""
 
 
 class EmulatedAppSettings(AppSettings):

@@ -1,7 +1,8 @@
 """An emulated model's chat app: `sim` executors along the planned paths (prismserve.emulate).
 
-Its costs are known, so `prismserve serve --gpus N` plans it from them instead of measuring
-(`Config.planner_spec`), with sim times divided by $PRISMSERVE_SIM_SPEEDUP (default 1).
+`prismserve serve --gpus N` profiles it as any model, by timing its replicas (`sim` times divided
+by $PRISMSERVE_SIM_SPEEDUP, default 1); `Config.planner_spec` gives only the spec's shape, the
+options and paths that recording cannot reveal (`prismserve.profile.shaped`).
 `prismserve.emulate.app.app_source(name)` writes it for one model of the catalog.
 """
 
@@ -25,7 +26,8 @@ model = EmulatedTask(spec=EMULATED)
 
 
 def served_spec(requests: list[Any]) -> Any:
-    """The planner's spec for a workload's requests, from the model's known costs."""
+    """The planner's spec for a workload's requests, computed from the model's known costs: its
+    shape is what the profiler measures (its numbers are replaced by measured ones)."""
     return EMULATED.served_spec(requests, SPEEDUP)
 
 

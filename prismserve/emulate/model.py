@@ -111,8 +111,9 @@ class EmulatedModel(BaseModel):
         """The plan spec at `workload`'s mix: each option's throughput is what its `sim` replica sustains.
 
         A replica serving the mix spends `seconds(work, Comp(s) ∩ needs)` per request; its throughput
-        (requests of the mix per second) is the inverse of the mean — the profile a real profiler
-        would measure on this workload.
+        (requests of the mix per second) is the inverse of the mean — what a profiler would measure
+        on this workload if every batch were full. The analytic spec, for callers that want the
+        emulation's exact costs; the server measures its replicas instead (`profile/shaped.py`).
         """
         chosen = [e for e in self.options if options is None or e.name in set(options)]
         shares: dict[str, tuple[tuple[str, ...], int]] = {}
@@ -157,8 +158,8 @@ class EmulatedModel(BaseModel):
         )
 
     def served_spec(self, workload: list[RequestSpec], speedup: float) -> PlanSpec:
-        """`planner_spec` at the speed the `sim` replicas run with (times divided by `speedup`): what
-        a profiler measures on them, in the server's units (requests/s as served)."""
+        """`planner_spec` at the speed the `sim` replicas run with (times divided by `speedup`), in
+        the server's units (requests/s as served): the replicas' exact full-batch costs."""
         spec = self.planner_spec(workload)
         return spec.model_copy(
             update={

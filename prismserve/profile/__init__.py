@@ -26,6 +26,7 @@ from prismserve.profile.budgets import Budgets, budgets_document, budgets_path, 
 from prismserve.profile.cache import cache_key, cache_path, cached, hardware
 from prismserve.profile.measure import seconds_per_request
 from prismserve.profile.requests import chat_request, deployments_of, servable, shares
+from prismserve.profile.shaped import profile_shaped
 from prismserve.profile.spec import build_spec, option_layout, spec_document
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,14 @@ async def profile(
     per deployment and the colocations the app packs on one GPU, their per-type times measured in
     rounds of `batch` requests of a type at a time. With `shared_cpu` (default: when the replicas run
     on this machine's CPU, as on declared GPUs) the machine's CPU time per request is measured too:
-    every replica shares those CPUs, which caps the planned rate (`PlanSpec.host`)."""
+    every replica shares those CPUs, which caps the planned rate (`PlanSpec.host`).
+
+    An app that gives its spec's shape (`Config.planner_spec`: emulated models, whose options are
+    alternatives for the same components) is measured on that shape (`shaped.py`); its `sim`
+    replicas stand for GPUs elsewhere, so no CPU cap is measured for it."""
     kept = servable(app, specs)
-    if app.config.planner_spec is not None:  # an app that knows its costs (emulated): computed, not measured
-        return PlanSpec.model_validate(app.config.planner_spec(kept))
+    if app.config.planner_spec is not None:
+        return await profile_shaped(runtime, app, kept, batch, rounds)
     media = w.workloads_dir()
     examples: dict[str, list[Any]] = {}
     for entry in kept:
@@ -111,6 +116,8 @@ async def cached_profile(
         "batch": batch,
         "rounds": rounds,
     }
+    if app.config.planner_spec is not None:  # emulated: its sim replicas run at this speed
+        about["sim speedup"] = os.environ.get("PRISMSERVE_SIM_SPEEDUP", "1")
     path = cache_path(app, cache_key(app, source, about))
     spec = None if refresh else cached(path)
     if spec is not None:
@@ -133,7 +140,7 @@ def _write(path: Path, text: str) -> None:
 async def app_budgets(runtime: Any, app: App) -> Budgets | None:
     """The stage-level batching budgets of `app`'s deployments (`budgets.py`), measured on `runtime`'s
     replicas; None when its SLOs bound none (no TTFT or TBT, or no deployment with a budget to set),
-    or the app knows its costs (emulated: its `sim` replicas have no batch to set)."""
+    or the app gives its spec's shape (emulated: its `sim` replicas have no batch to set)."""
     if app.config.planner_spec is not None:
         return None
     budgets = await measure_budgets(
@@ -171,7 +178,7 @@ async def plan_at_start(
 
 def deployable(plan: Plan, spec: PlanSpec, app: App) -> Plan:
     """The planner's plan for `spec` as the runtime deploys it on `app`: its options laid out (or
-    as the app's own `deployment_plan` says, for an app that knows its costs)."""
+    as the app's own `deployment_plan` says, for an app that gives its spec's shape)."""
     if app.config.deployment_plan is not None:
         return Plan.model_validate(app.config.deployment_plan(plan))
     return plan.model_copy(update={"options": option_layout(spec, app)})

@@ -4,24 +4,29 @@ A replica's time for a request is read from its busy time (seconds with at least
 kept by its leases) while rounds of `batch` requests of one type run together, so what is measured
 is the time per request at the batch the executor forms under load, not one request's latency.
 The first round of each type warms the replicas up (compilation, caches) and is not counted.
+While measuring, a consumer's replica is leased once its producers' results exist (as `dynamic`
+routing does), not when the request is dispatched: a lease held while the producer still works
+would count the producer's time as the consumer's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prismserve.app import App
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.base import Runtime
 from prismserve.task import Stream
+from prismserve.task.routing import Routing
 
 
-async def serve_one(runtime: Runtime, app: App, request: ChatRequest) -> None:
-    """Serve one request to its end (a stream read to its last chunk)."""
-    async with runtime.request(app.name, request.request_type):
+async def serve_one(runtime: Runtime, app: App, request: ChatRequest, routing: Routing | None = None) -> None:
+    """Serve one request to its end (a stream read to its last chunk); `routing` instead of the plan's."""
+    async with runtime.request(app.name, request.request_type, routing=routing):
         result: Any = await app.serve(request)
         if app.streaming:
             async for _ in result:
@@ -45,6 +50,27 @@ def busy(runtime: Any) -> dict[str, tuple[float, int]]:
     }
 
 
+@contextlib.contextmanager
+def leased_when_inputs_exist(runtime: Any) -> Iterator[None]:
+    """Inside the block, consumers' replicas are leased once their inputs exist (`dynamic` routing
+    wherever `static` was in force); every policy is put back after."""
+    dispatcher = getattr(runtime, "dispatcher", None)
+    managers = list(getattr(runtime, "managers", {}).values())
+    saved = (getattr(dispatcher, "policy", None), [m.policy for m in managers])
+    if saved[0] == "static":
+        dispatcher.policy = "dynamic"  # type: ignore[union-attr]  # it has a policy
+    for manager in managers:
+        if manager.policy == "static":
+            manager.policy = "dynamic"
+    try:
+        yield
+    finally:
+        if saved[0] is not None:
+            dispatcher.policy = saved[0]  # type: ignore[union-attr]
+        for manager, policy in zip(managers, saved[1], strict=True):
+            manager.policy = policy
+
+
 def cpu_busy() -> float:
     """CPU-seconds this machine has spent on anything (every core, every process) so far."""
     import psutil
@@ -59,23 +85,47 @@ async def seconds_per_request(
     requests: Mapping[str, list[ChatRequest]],
     batch: int,
     rounds: int,
+    routing: Routing | None = None,
+    warm_up: bool = True,
 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Request type -> deployment key -> replica seconds per request of that type (measured), and
-    request type -> CPU-seconds the machine spent per request of that type."""
+    request type -> CPU-seconds the machine spent per request of that type. With `routing`, every
+    request follows it instead of the deployed plan's; without `warm_up`, no round is left out
+    (the replicas ran the same requests just before)."""
     measured: dict[str, dict[str, float]] = {}
     cpu: dict[str, float] = {}
-    for request_type, examples in requests.items():
-        for index in range(rounds + 1):
-            chosen = [examples[(index * batch + i) % len(examples)] for i in range(batch)]
-            before, started = busy(runtime), cpu_busy()
-            await asyncio.gather(*(serve_one(runtime, app, r) for r in chosen))
-            if index == 0:
-                continue  # warm-up
-            after = busy(runtime)
-            cpu[request_type] = cpu.get(request_type, 0.0) + (cpu_busy() - started) / (batch * rounds)
-            for key, (seconds, calls) in after.items():
-                spent = seconds - before.get(key, (0.0, 0))[0]
-                if calls > before.get(key, (0.0, 0))[1]:
-                    row = measured.setdefault(request_type, {})
-                    row[key] = row.get(key, 0.0) + spent / (batch * rounds)
+    first = 0 if warm_up else 1
+    with leased_when_inputs_exist(runtime):
+        for request_type, examples in requests.items():
+            await _measure_type(
+                runtime, app, request_type, examples, batch, rounds, first, routing, measured, cpu
+            )
     return measured, cpu
+
+
+async def _measure_type(
+    runtime: Any,
+    app: App,
+    request_type: str,
+    examples: list[ChatRequest],
+    batch: int,
+    rounds: int,
+    first: int,
+    routing: Routing | None,
+    measured: dict[str, dict[str, float]],
+    cpu: dict[str, float],
+) -> None:
+    """Rounds `first`..`rounds` of `request_type` (round 0 a warm-up), added to `measured` and `cpu`."""
+    for index in range(first, rounds + 1):
+        chosen = [examples[(index * batch + i) % len(examples)] for i in range(batch)]
+        before, started = busy(runtime), cpu_busy()
+        await asyncio.gather(*(serve_one(runtime, app, r, routing) for r in chosen))
+        if index == 0:
+            continue  # warm-up
+        after = busy(runtime)
+        cpu[request_type] = cpu.get(request_type, 0.0) + (cpu_busy() - started) / (batch * rounds)
+        for key, (seconds, calls) in after.items():
+            spent = seconds - before.get(key, (0.0, 0))[0]
+            if calls > before.get(key, (0.0, 0))[1]:
+                row = measured.setdefault(request_type, {})
+                row[key] = row.get(key, 0.0) + spent / (batch * rounds)

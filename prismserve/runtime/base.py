@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -49,7 +50,11 @@ class Runtime(ABC):
 
     @contextlib.asynccontextmanager
     async def request(
-        self, app_name: str | None = None, request_type: str | None = None, request_id: str = ""
+        self,
+        app_name: str | None = None,
+        request_type: str | None = None,
+        request_id: str = "",
+        routing: Routing | None = None,
     ) -> AsyncIterator[RequestContext]:
         """Serve one request of `app_name` inside the block (until its response is fully sent): its
         task calls run on this runtime's dispatcher, its routers follow the plan deployed for that
@@ -57,8 +62,12 @@ class Runtime(ABC):
         deployment options, carrying the deadline of the type's SLO, errors name unit tasks by their
         paths in the app, and what its task graphs left behind (payloads, streams) is released when
         the block ends. Yields the request's context (its start, and the tokens its calls counted:
-        what its SLO is judged by)."""
-        with use_request(self._context(app_name, request_type, request_id)) as context:
+        what its SLO is judged by). `routing` replaces the plan's path probabilities for this
+        request alone: the profiler sends a round along one path to time each hop of it."""
+        context = self._context(app_name, request_type, request_id)
+        if routing is not None:
+            context = dataclasses.replace(context, routing=routing)
+        with use_request(context) as context:
             try:
                 with use_dispatcher(self.dispatcher):
                     yield context

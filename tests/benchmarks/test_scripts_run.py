@@ -44,6 +44,7 @@ SCRIPTS = {
         "--engine",
         "vllm",
     ],
+    "bench_profile_emulated.py": ["--requests", "30", "--speedup", "50"],
     "bench_hf_batching.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
     "bench_vllm.py": [
         "--clients",
@@ -104,7 +105,8 @@ PAPER = {
 def test_paper_reproduction_runs_and_writes_its_results(script, tmp_path):
     # Each starts `prismserve serve` on declared GPUs, deploys planned and baseline plans, loads them.
     paper = ROOT / "benchmarks" / "paper"
-    result = run_script([str(paper / script), *PAPER[script], "--results", str(tmp_path)], paper, 270)
+    # fig6a and fig10 start a server that profiles the emulated model on its replicas first.
+    result = run_script([str(paper / script), *PAPER[script], "--results", str(tmp_path)], paper, 540)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     (written,) = tmp_path.glob("*.json")
     runs = list(_runs(json.loads(written.read_text())))

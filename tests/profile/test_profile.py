@@ -106,6 +106,36 @@ def test_the_profile_plans_a_deployment_that_serves_every_type_without_a_router(
     assert len(placed) == 5  # every deployment got replicas from the plan
 
 
+# Replicas of known service time: a call alone takes `latency_s` and none is batched with another,
+# so a replica's seconds per request are exactly that, whatever else the request runs on.
+KNOWN_S = {ENC: 0.3, LLM: 0.15}
+
+
+def test_seconds_per_request_are_the_replicas_known_service_times(workloads):
+    """The profiler's own oracle is its busy-time arithmetic; here the oracle is the replicas' known
+    service time. Image+text runs the encoder then the LLM: an LLM call waits for the encoder's
+    output, and that wait is not the LLM's time (a lease taken at dispatch would count it: 0.15 s
+    measured as about 0.4 s)."""
+    from prismserve.planner import CellPlan, Plan
+    from prismserve.profile.measure import seconds_per_request
+
+    async def scenario(runtime, app):
+        plan = Plan(
+            cells=[CellPlan(gpus=1, replicas={d: 1}) for d in (ENC, AUD, LLM, TALK, VOC)],
+            profiles={d: {"latency_s": s, "max_batch": 1} for d, s in KNOWN_S.items()},
+        )
+        await runtime.deploy("omni", plan)
+        request = chat_request(WORKLOAD[1], workloads)
+        measured, _ = await seconds_per_request(runtime, app, {request.request_type: [request]}, 4, 2)
+        keys = {d: t.deployment_key() for d, t in app.named_unit_tasks().items()}
+        return {d: measured["image+text"][keys[d]] for d in KNOWN_S}
+
+    measured = run(scenario)
+    for deployment, known in KNOWN_S.items():
+        # Within 20 %: a call's own overhead (in-process replicas) on a shared, busy machine.
+        assert known * 0.95 <= measured[deployment] <= known * 1.2, (deployment, measured)
+
+
 def test_a_profile_is_measured_once_then_read_from_the_cache(workloads, tmp_path, monkeypatch):
     monkeypatch.setenv("PRISMSERVE_PROFILE_CACHE", str(tmp_path))
 

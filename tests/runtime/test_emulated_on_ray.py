@@ -13,6 +13,7 @@ from prismserve.bench.metrics import summarize
 from prismserve.bench.workloads import Arrivals, servegen
 from prismserve.emulate import QWEN25_OMNI
 from prismserve.emulate.app import app_source
+from prismserve.emulate.model import DEPLOYMENT_PREFIX
 from prismserve.gateway import create_gateway
 from prismserve.planner import plan_for_budget
 from prismserve.runtime.ray_runtime import RayRuntime
@@ -43,13 +44,19 @@ def test_planned_omni_serves_an_any_to_any_workload(omni_server):
     deployment = QWEN25_OMNI.deployment_plan(plan, speedup=500)  # sim times / 500: a fast test
     response = admin.post(f"/admin/apps/{QWEN25_OMNI.name}/plan", json=deployment.model_dump(mode="json"))
     assert response.status_code == 200, response.text
-    cells = admin.get("/admin/status").json()["cells"]
-    planned = {n: r for cell in plan.cells for n, r in cell.replicas.items() if r}
+    status = admin.get("/admin/status").json()
+    keys = status["apps"][QWEN25_OMNI.name]["deployments"]  # deployment path -> key
+    planned: dict[str, int] = {}  # by deployment key: each option's replicas over all its cells
+    for cell in plan.cells:
+        for option, replicas in cell.replicas.items():
+            key = keys[DEPLOYMENT_PREFIX + option]
+            planned[key] = planned.get(key, 0) + replicas * cell.count
     deployed: dict[str, int] = {}
-    for cell in cells:
+    for cell in status["cells"]:
         for key, replicas in cell["replicas"].items():
             deployed[key] = deployed.get(key, 0) + replicas
-    assert sorted(deployed.values()) == sorted(planned.values())
+    # Per deployment, not as a multiset: two options with swapped counts would not pass.
+    assert deployed == {k: r for k, r in planned.items() if r}
 
     # Real media through the OpenAI API: images, audio clips, videos; a fifth ask for speech.
     specs = servegen(Arrivals("poisson", 20.0), count=24, any_to_any=True, seed=6)
