@@ -80,10 +80,16 @@ def main() -> None:
                 )
     routing = load(folder, "sec74_routing")
     if routing:
-        ours, paper = routing["static_over_dynamic"], routing["paper"]["ratio"]
-        rows.append(
-            ("§7.4: static / dynamic routing throughput", f"{paper}x", f"{ours:.2f}x", f"{ours / paper:.2f}")
-        )
+        if "static_over_dynamic" in routing:  # a run of both (`--quick` runs static and path only)
+            ours, paper = routing["static_over_dynamic"], routing["paper"]["ratio"]
+            rows.append(
+                (
+                    "§7.4: static / dynamic routing throughput",
+                    f"{paper}x",
+                    f"{ours:.2f}x",
+                    f"{ours / paper:.2f}",
+                )
+            )
         for label, run in routing["runs"].items():
             accuracy.append(("§7.4", label, run["predicted_rps"], run["measured_rps"], run["accuracy"]))
 

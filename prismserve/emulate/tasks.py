@@ -112,8 +112,14 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
         )
         # The plan's split realised evenly (smooth weighted round-robin), not by independent draws.
         # With path-level routing (`serve --routing path`) the least loaded of the plan's paths
-        # instead: each hop one call on its option's deployment.
-        hops = [[(self.executors[option].deployment_key(), 1) for option, _ in paths[n]] for n in names]
+        # instead: each hop a call of its role's work on its option's deployment.
+        hops = [
+            [
+                (self.executors[o].deployment_key(), self.spec.option(o).seconds(work, role))
+                for o, role in paths[n]
+            ]
+            for n in names
+        ]
         index = (
             replayable_choice(len(names))
             if weights is None

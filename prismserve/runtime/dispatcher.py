@@ -198,15 +198,15 @@ class ReplicaDispatcher:
             lease.release()
 
     def load(self, key: str) -> tuple[int, int]:
-        """A deployment's pending tokens (of its running replicas' leases) and running replicas: what
-        path-level routing (`path`) weighs a request's paths by; counted locally, nobody is asked.
-        `key` is the deployment the app names (mapped by the request's `targets`); unknown: (0, 0)."""
+        """A deployment's calls in flight (leases held on its running replicas) and running replicas:
+        what path-level routing (`path`) weighs a request's paths by; counted locally, nobody is
+        asked. `key` is the deployment the app names (mapped by the request's `targets`); unknown: (0, 0)."""
         targets = current_request().targets
         manager = self.managers.get(targets.get(key, key) if targets else key)
         if manager is None:
             return 0, 0
         running = [r for r in manager.replicas if r.state is ReplicaState.RUNNING]
-        return sum(r.pending_tokens for r in running), len(running)
+        return sum(r.in_flight for r in running), len(running)
 
     async def _manager(self, node: Invocation) -> TaskManager:
         """The task manager of an invocation's deployment (for a plan with deployment options: the

@@ -57,7 +57,7 @@ class Layout:
             return self.fallback
         key, weights = (id(self), request_type), [p for p, _ in choices]
         if load is not None and request_type in self.hops:
-            hops = [[(d, 1) for d in path] for path in self.hops[request_type]]
+            hops = [[(d, 1.0) for d in path] for path in self.hops[request_type]]  # work unknown: calls
             return choices[least_loaded_path(key, weights, hops, load)][1]
         # Smooth weighted round-robin, not independent draws: each path gets its share within about
         # one request, which a plan whose options are all saturated needs (docs/planner.md).

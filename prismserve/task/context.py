@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 # A deployed plan's path probabilities by request type (000 §5.3): `routing[request_type][path]`.
 Routing = Mapping[str, Mapping[str, float]]
-# With `serve --routing path`: a deployment's key -> (pending tokens of its leases, running replicas),
+# With `serve --routing path`: a deployment's key -> (its calls in flight, its running replicas),
 # read where a request's whole path is chosen (`task.routing.planned_choice`'s `hops`).
 PathLoad = Callable[[str], tuple[int, int]]
 

@@ -34,8 +34,8 @@ __all__ = [
 # depth) or `tokens` (the fewest pending tokens, ModServe's token-aware routing: counted by the task
 # manager as leases come and go, from each invocation's `UnitTask.pending_tokens`).
 # `path` is path-level dynamic routing: at a request's entry its whole path is chosen among the
-# plan's paths for its type by the load the task managers already count (`least_loaded_path`), then
-# followed statically (replicas as `static`); no replica is asked anything.
+# plan's paths for its type by the calls in flight the task managers already count
+# (`least_loaded_path`), then followed statically (replicas as `static`); no replica is asked anything.
 RoutingPolicy = Literal["static", "dynamic", "tokens", "path"]
 ROUTING_POLICIES: tuple[RoutingPolicy, ...] = ("static", "dynamic", "tokens", "path")
 # What an app may name for one deployment (`Config.replica_routing`): `path` chooses whole paths,
@@ -49,12 +49,12 @@ _CREDITS_KEPT = 4096  # distinct (key, weights) remembered before the table is c
 
 
 def planned_choice(
-    key: Hashable, weights: Sequence[float], hops: Sequence[Sequence[tuple[str, int]]] | None = None
+    key: Hashable, weights: Sequence[float], hops: Sequence[Sequence[tuple[str, float]]] | None = None
 ) -> int:
     """The path (index into `weights`) for the next request of `key` (e.g. its type), recorded as
     `replayable_choice` records its samples, so that replay follows it.
 
-    `hops[i]`: path i's calls as (deployment key, pending tokens the call adds). Given, and served
+    `hops[i]`: path i's calls as (deployment key, the call's work). Given, and served
     with path-level routing (`serve --routing path`: the request's context has a `load`), the path
     is the least loaded of the plan's (`least_loaded_path`) instead of the plan's next.
 
@@ -98,40 +98,63 @@ def round_robin(key: Hashable, weights: Sequence[float]) -> int:
 
 
 def least_loaded_path(
-    key: Hashable, weights: Sequence[float], hops: Sequence[Sequence[tuple[str, int]]], load: PathLoad
+    key: Hashable, weights: Sequence[float], hops: Sequence[Sequence[tuple[str, float]]], load: PathLoad
 ) -> int:
     """Path-level dynamic routing: among the paths the plan uses (weight > 0), the one whose most
     loaded hop would be least loaded with this request on it; ties go by the plan's weights.
 
-    A hop's load is the pending tokens of its deployment's leases plus the call's own, per running
-    replica: what the task managers count as calls go out, so choosing asks no replica anything (the
-    queue queries are what made per-hop dynamic routing slow, 000 §7.4). The most loaded hop, not the
-    sum: a split path (encoder -> LLM) shares its LLM with the monolith path, and by the sum the
-    monolith would always look lighter and the encoders would idle; by the bottleneck, requests go
-    to the encoders while the LLM replicas are the busier, which is what balances the deployment.
-    Ties (common: the counts are small integers) follow the plan's split by smooth weighted
-    round-robin among the tied paths. A path with a deployment that has no running replica is
-    never taken while another can be.
+    `hops[i]`: path i's calls as (deployment key, the call's work: any unit, the same for every call
+    of a deployment; 1 where nothing better is known). A hop's load is its deployment's backlog, its
+    calls in flight times the mean work of the calls sent there (`_MEAN_WORK`, kept here), plus the
+    call's own work, per running replica: all counted locally as calls go out, so choosing asks no
+    replica anything (the queue queries are what made per-hop dynamic routing slow, 000 §7.4). Work,
+    not calls: an encoder's call is a fraction of a second, an LLM's seconds. The most loaded hop,
+    not the sum: a split path (encoder -> LLM) shares its LLM with the monolith path, and by the sum
+    the monolith would always look lighter and the encoders would idle; by the bottleneck, work goes
+    where it leaves the busiest deployment least busy, which is what balances the deployment.
+    Ties (common while the counts are small) follow the plan's split by smooth weighted round-robin
+    among the tied paths. A path with a deployment that has no running replica is never taken
+    while another can be.
     """
     if len(hops) != len(weights):
         raise ValueError(f"{len(weights)} path weights but hops for {len(hops)} paths: give one per path")
     scores = [_bottleneck(path, load) if w > 0 else math.inf for path, w in zip(hops, weights, strict=True)]
     best = min(scores)
     if math.isinf(best):  # no planned path can run now: the plan's split (the lease will wait or fail)
-        return round_robin(key, weights)
-    tied = [w if score <= best * (1 + 1e-9) else 0.0 for w, score in zip(weights, scores, strict=True)]
-    return round_robin(key, tied)
+        chosen = round_robin(key, weights)
+    else:
+        tied = [w if score <= best * (1 + 1e-9) else 0.0 for w, score in zip(weights, scores, strict=True)]
+        chosen = round_robin(key, tied)
+    _count_work(hops[chosen])
+    return chosen
 
 
-def _bottleneck(path: Sequence[tuple[str, int]], load: PathLoad) -> float:
-    """The largest pending tokens per running replica among a path's deployments, with its calls added."""
-    added: dict[str, int] = {}
-    for deployment, tokens in path:
-        added[deployment] = added.get(deployment, 0) + tokens
+# Mean work of the calls path-level routing sent to each deployment (exponentially weighted over
+# about the last `_WORK_WINDOW` calls): what a call in flight there is taken to cost.
+_MEAN_WORK: dict[str, float] = {}
+_WORK_WINDOW = 64
+
+
+def _count_work(path: Sequence[tuple[str, float]]) -> None:
+    """Fold a chosen path's calls into their deployments' mean work."""
+    with _CREDITS_LOCK:
+        if len(_MEAN_WORK) >= _CREDITS_KEPT:
+            _MEAN_WORK.clear()
+        for deployment, work in path:
+            mean = _MEAN_WORK.get(deployment)
+            _MEAN_WORK[deployment] = work if mean is None else mean + (work - mean) / _WORK_WINDOW
+
+
+def _bottleneck(path: Sequence[tuple[str, float]], load: PathLoad) -> float:
+    """The largest work per running replica among a path's deployments, its own calls added."""
+    added: dict[str, float] = {}
+    for deployment, work in path:
+        added[deployment] = added.get(deployment, 0.0) + work
     worst = 0.0
-    for deployment, tokens in added.items():
-        pending, replicas = load(deployment)
+    for deployment, work in added.items():
+        calls, replicas = load(deployment)
         if replicas <= 0:
             return math.inf
-        worst = max(worst, (pending + tokens) / replicas)
+        backlog = calls * _MEAN_WORK.get(deployment, work)
+        worst = max(worst, (backlog + work) / replicas)
     return worst

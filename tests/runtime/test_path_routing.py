@@ -17,7 +17,7 @@ from prismserve.task.routing import least_loaded_path
 
 
 def loads(table):
-    """A `PathLoad` reading (pending tokens, running replicas) from a dict."""
+    """A `PathLoad` reading (calls in flight, running replicas) from a dict."""
     return lambda key: table.get(key, (0, 0))
 
 
@@ -31,6 +31,13 @@ def test_the_path_whose_busiest_hop_is_least_loaded_is_chosen():
     # E 4, L 15.5, M 1.25: the monolith alone (E->M's busiest hop is its encoder).
     busy_llm = loads({"E": (3, 1), "L": (30, 2), "M": (4, 4)})
     assert {least_loaded_path("b", weights, hops, busy_llm) for _ in range(10)} == {1}
+
+
+def test_a_hops_load_is_work_not_calls():
+    # Four short calls queued on F weigh less than one long call on S.
+    hops = [[("fast", 0.1)], [("slow", 10.0)]]
+    table = loads({"fast": (4, 1), "slow": (1, 1)})
+    assert {least_loaded_path("w", [0.5, 0.5], hops, table) for _ in range(5)} == {0}
 
 
 def test_tied_paths_follow_the_plans_split_and_unplanned_or_unserved_paths_are_never_taken():
@@ -52,12 +59,12 @@ def test_requests_avoid_the_loaded_path_and_every_hop_stays_on_the_chosen_one():
         runtime.policy = "path"
         app = await runtime.register_app(SOLO, "mllm")
         await runtime.deploy("mllm", Plan.model_validate(PLAN))
-        # Load the colocated option (E+L, on paths E+L and E->E+L): leases of 10 tokens held on
-        # both replicas of its LLM share, as if long calls were queued there.
+        # Load the colocated option (E+L, on paths E+L and E->E+L): a lease held on each replica of
+        # its LLM share, as if calls were queued there.
         colocated = next(
             m for m in runtime.managers.values() if type(m.task).__name__ == "LLMTask" and m.task.gpus == 0.75
         )
-        held = [await colocated.lease("static", 10) for _ in colocated.replicas]
+        held = [await colocated.lease("static") for _ in colocated.replicas]
         for index in range(12):
             request = ChatRequest.of(f"q{index}", images=[b"a"])
             async with runtime.request("mllm", request.request_type):
