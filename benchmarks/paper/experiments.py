@@ -39,6 +39,8 @@ EXPERIMENTS = [
         ("--workloads", "Less text", "--requests", "40", "--speedup", "50"),
         out="--results",
     ),
+    Experiment("sec733", "sec733_qwen_image.py", ("--requests", "300")),
+    Experiment("sec74", "sec74_routing.py", ("--requests", "400")),
     Experiment(
         "triinfer",
         "triinfer.py",

@@ -10,6 +10,7 @@ reported at A100 scale (measured / speedup) next to the raw figure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,3 +252,25 @@ def write(name: str, data: dict, folder: Path = RESULTS) -> Path:
 def describe_workload(specs: list[RequestSpec]) -> dict:
     """Size and type mix of a workload, for the result files."""
     return {"requests": len(specs), "mix": type_mix(specs)}
+
+
+@contextlib.contextmanager
+def started(make: Callable[[], Server], tries: int = 3) -> Iterator[Server]:
+    """A started server (`make()` entered), tried again when it did not start: on a machine shared
+    with other work a local Ray's start can time out (`The current node timed out during startup`)."""
+    for attempt in range(1, tries + 1):
+        server = make()
+        try:
+            server.__enter__()
+        except RuntimeError as exc:
+            if attempt == tries:
+                raise
+            print(
+                f"  the server did not start (try {attempt} of {tries}): {str(exc).strip().splitlines()[-1]}"
+            )
+            continue
+        try:
+            yield server
+        finally:
+            server.__exit__(None, None, None)
+        return

@@ -126,7 +126,7 @@ def _config_tasks(module: ModuleType, filename: str) -> dict[str, Task[Any, Any]
 
 def _check_serving(app: App, filename: str) -> None:
     """Refuse SLOs that are not SLOs and replica routing for deployments the app does not have."""
-    from prismserve.task.routing import ROUTING_POLICIES
+    from prismserve.task.routing import REPLICA_POLICIES
 
     slos = app.config.slos
     if not isinstance(slos, dict):
@@ -151,9 +151,9 @@ def _check_serving(app: App, filename: str) -> None:
                 f"{filename}: Config.replica_routing names {name!r}, not a deployment of the app: "
                 f"use one of {sorted(names)}"
             )
-        if policy not in ROUTING_POLICIES:
+        if policy not in REPLICA_POLICIES:
             raise AppLoadError(
-                f"{filename}: Config.replica_routing[{name!r}] is {policy!r}: use one of {', '.join(ROUTING_POLICIES)}"
+                f"{filename}: Config.replica_routing[{name!r}] is {policy!r}: use one of {', '.join(REPLICA_POLICIES)}"
             )
 
 

@@ -15,6 +15,9 @@ MODALITIES = {
     "qwen25-omni": (frozenset({"text", "image", "audio", "video"}), frozenset({"text", "audio"})),
     "internvl3-38b": (frozenset({"text", "image"}), frozenset({"text"})),
     "llava15-7b": (frozenset({"text", "image"}), frozenset({"text"})),
+    # Served through the chat API like the others: its image is work on the sim replicas, its
+    # answer a text stand-in (an app's outputs are text or audio).
+    "qwen-image": (frozenset({"text"}), frozenset({"text"})),
 }
 
 

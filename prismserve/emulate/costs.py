@@ -111,6 +111,51 @@ class InternVL3Costs(CostModel):
         return {c: work[c] for c in self.needs(spec)}
 
 
+class QwenImageCosts(CostModel):
+    """Qwen-Image (000 §7.3.3): the Qwen2.5-VL-7B text encoder (T) and the generator (G): the 20B DiT
+    and the VAE decoder.
+
+    The components are those prismserve's Qwen-Image app splits it into (`tasklib.imagegen.ImageGenTask`):
+    the text encoder apart (`TextEncoderTask`) or not, the DiT and the VAE always together
+    (`ImageGeneratorTask`, `models.qwen_image.QwenImage.generate`); their costs are stated apart
+    (`DIT_S_PER_TOKEN`, `VAE_DECODE_S`). Every request is 000 §7.3.3's: one 512x512 image, 20 denoising steps, a
+    prompt of `text_tokens` tokens. Table 1 (one A100): text in/out 15.67 req/s, image output 0.20.
+    Assumptions:
+    - Both Table 1 rates are at footnote 2's 1,000 input text tokens.
+    - Text encoding is one prefill of the prompt (compute-bound): its work scales with the tokens.
+    - No negative prompt (the workload's requests name none), so the encoder runs once per request.
+    - The DiT is a dual-stream MMDiT whose blocks carry the prompt's tokens beside the image's
+      (512 / 16 = 32 x 32 = 1024 latent patches): its work scales with image + prompt tokens, the
+      attention's quadratic part left out (at these lengths the 20B DiT's projections dominate).
+    - The VAE decode of one 512x512 image: 0.1 s (an SD-class decoder is ~1.2 TFLOP there, but its
+      full-resolution convolutions are memory-bound); 2 % of the generator's 5 s, so the plan does not
+      hinge on it. It is taken out of Table 1's 1 / 0.20 s, the rest being the DiT's.
+    """
+
+    components = ("T", "G")
+    TABLE1 = {"T": 15.67, "G": 0.20}  # text encoder and image generator (DiT + VAE), req/s on one A100
+    REFERENCE_PROMPT_TOKENS = 1000  # 000 footnote 2's input text tokens, at which Table 1 was measured
+    IMAGE_TOKENS = (512 // 16) ** 2  # 000 §7.3.3's 512x512 image: VAE 8x, then 2x2 patches
+    VAE_DECODE_S = 0.1
+    ENCODER_S_PER_TOKEN = 1 / TABLE1["T"] / REFERENCE_PROMPT_TOKENS
+    DIT_S_PER_TOKEN = (1 / TABLE1["G"] - VAE_DECODE_S) / (IMAGE_TOKENS + REFERENCE_PROMPT_TOKENS)
+    HIDDEN = 3584  # Qwen2.5-VL-7B's hidden size: the conditioning is [prompt tokens, 3584] float32
+
+    def needs(self, spec: RequestSpec) -> tuple[str, ...]:
+        return self.components
+
+    def work(self, spec: RequestSpec) -> dict[str, float]:
+        return {
+            "T": self.ENCODER_S_PER_TOKEN * spec.text_tokens,
+            "G": self.DIT_S_PER_TOKEN * (self.IMAGE_TOKENS + spec.text_tokens) + self.VAE_DECODE_S,
+        }
+
+    @classmethod
+    def conditioning_bytes(cls, prompt_tokens: int) -> int:
+        """What the text encoder hands the generator for a prompt (`QwenImage.encode_prompt`)."""
+        return prompt_tokens * cls.HIDDEN * 4
+
+
 class Llava15Costs(CostModel):
     """LLaVA-1.5-7B (TriInfer, paper 004): CLIP ViT-L/14-336 encoder (E), Vicuna-7B prefill (P) and decode (D),
     on one NVIDIA H20 per instance (004 §5.1: 141 GB, fp16, no CUDA graphs). Times are H20-seconds.

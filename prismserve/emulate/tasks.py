@@ -111,10 +111,19 @@ class EmulatedTask(Task[ChatRequest, StageOutput]):
             [planned.get(n, 0.0) for n in names] if planned and any(planned.get(n) for n in names) else None
         )
         # The plan's split realised evenly (smooth weighted round-robin), not by independent draws.
+        # With path-level routing (`serve --routing path`) the least loaded of the plan's paths
+        # instead: each hop a call of its role's work on its option's deployment.
+        hops = [
+            [
+                (self.executors[o].deployment_key(), self.spec.option(o).seconds(work, role))
+                for o, role in paths[n]
+            ]
+            for n in names
+        ]
         index = (
             replayable_choice(len(names))
             if weights is None
-            else planned_choice((self.spec.name, request.request_type, needs), weights)
+            else planned_choice((self.spec.name, request.request_type, needs), weights, hops)
         )
         output: StageOutput | None = None
         for hop, (name, role) in enumerate(paths[names[index]]):

@@ -20,7 +20,7 @@ from prismserve.runtime.local import LocalDispatcher, LocalExecutor
 from prismserve.runtime.task_manager import current_era
 from prismserve.task import Dispatcher, use_dispatcher
 from prismserve.task.context import RequestContext, RequestLedger, use_request
-from prismserve.task.routing import Routing
+from prismserve.task.routing import PathLoad, Routing
 
 
 class Runtime(ABC):
@@ -75,12 +75,18 @@ class Runtime(ABC):
                 assert context.ledger is not None  # made with one
                 context.ledger.end()
 
+    def path_load(self) -> PathLoad | None:
+        """Each deployment's load as path-level routing reads it (None: paths follow the plan's split;
+        runtimes serving `--routing path` give theirs)."""
+        return None
+
     def _context(self, app_name: str | None, request_type: str | None, request_id: str) -> RequestContext:
         """The context of a request of `request_type` to `app_name` arriving now."""
         app = self.registry.find(app_name) if app_name is not None else None
         slo = app.slo(request_type or "default") if app is not None else None
         plan = self.plans.get(app_name) if app_name is not None else None
         placed = self.layouts.get(app_name) if app_name is not None else None
+        load = self.path_load()
         return RequestContext(
             id=request_id,
             app=app_name,
@@ -89,7 +95,8 @@ class Runtime(ABC):
             due_s=slo.first_due_s if slo is not None else None,
             era=current_era(),
             routing=plan.routing if plan is not None else None,
-            targets=placed.targets(request_type) if placed is not None else None,
+            targets=placed.targets(request_type, load) if placed is not None else None,
+            load=load,
             task_names=self._task_names.get(app_name) if app_name is not None else None,
             ledger=RequestLedger(),
         )

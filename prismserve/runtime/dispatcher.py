@@ -23,7 +23,7 @@ from opentelemetry import trace as otel_trace
 
 from prismserve.errors import InputLost, ReplicaDied
 from prismserve.runtime.replica import Call, localize
-from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, TaskManager
+from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, ReplicaState, TaskManager
 from prismserve.task import DispatchError, InvalidInputError, Stream, TaskError, TaskGraph
 from prismserve.task.context import current_request
 from prismserve.task.graph import Invocation, data_id
@@ -171,7 +171,7 @@ class ReplicaDispatcher:
             for node in graph.nodes:
                 manager = await self._manager(node)
                 each = _Sent(node, manager, node.task.pending_tokens(node.input))
-                if not (node.producers and (manager.policy or self.policy) != "static"):
+                if not (node.producers and (manager.policy or self.policy) not in _UPFRONT):
                     each.lease = await self._lease(node.index, manager, each.tokens)
                 sent.append(each)
         except BaseException:
@@ -196,6 +196,17 @@ class ReplicaDispatcher:
             return await each.manager.pool.result(ref)
         finally:
             lease.release()
+
+    def load(self, key: str) -> tuple[int, int]:
+        """A deployment's calls in flight (leases held on its running replicas) and running replicas:
+        what path-level routing (`path`) weighs a request's paths by; counted locally, nobody is
+        asked. `key` is the deployment the app names (mapped by the request's `targets`); unknown: (0, 0)."""
+        targets = current_request().targets
+        manager = self.managers.get(targets.get(key, key) if targets else key)
+        if manager is None:
+            return 0, 0
+        running = [r for r in manager.replicas if r.state is ReplicaState.RUNNING]
+        return sum(r.in_flight for r in running), len(running)
 
     async def _manager(self, node: Invocation) -> TaskManager:
         """The task manager of an invocation's deployment (for a plan with deployment options: the
@@ -344,6 +355,11 @@ class ReplicaDispatcher:
         batches, self._releases = self._releases, {}
         for manager, replica, requests in batches.values():
             manager.pool.release(replica, requests)
+
+
+# Policies whose replicas are picked when the request's graph is sent (no load read): `path` chose
+# the request's whole path at its entry and follows it as `static` does.
+_UPFRONT = ("static", "path")
 
 
 def _give_back(lease: Lease | None) -> None:

@@ -14,7 +14,7 @@ option on that path that runs its deployment (the request context's `targets`, r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prismserve.errors import InvalidRequestError
@@ -22,7 +22,7 @@ from prismserve.planner import CellPlan, Plan
 from prismserve.task import UnitTask
 from prismserve.task.base import _check_gpus
 from prismserve.task.errors import TaskDefinitionError
-from prismserve.task.routing import round_robin
+from prismserve.task.routing import PathLoad, least_loaded_path, round_robin
 
 
 def variant(task: UnitTask[Any, Any], gpus: float) -> UnitTask[Any, Any]:
@@ -46,15 +46,22 @@ class Layout:
     cells: list[CellPlan]  # replicas by deployment key
     routes: dict[str, list[tuple[float, dict[str, str]]]]  # type -> [(probability, app key -> key)]
     fallback: dict[str, str]  # app key -> key, for a request type the plan does not route
+    # type -> per route, the deployment keys its own options run (path-level routing weighs them)
+    hops: dict[str, list[list[str]]] = field(default_factory=dict)
 
-    def targets(self, request_type: str | None) -> dict[str, str]:
-        """Where the calls of one request of `request_type` go: the next path of the plan's routing."""
+    def targets(self, request_type: str | None, load: PathLoad | None = None) -> dict[str, str]:
+        """Where the calls of one request of `request_type` go: the next path of the plan's routing,
+        or with `load` (path-level routing) the least loaded of the plan's paths (`least_loaded_path`)."""
         choices = self.routes.get(request_type or "")
         if not choices:
             return self.fallback
+        key, weights = (id(self), request_type), [p for p, _ in choices]
+        if load is not None and request_type in self.hops:
+            hops = [[(d, 1.0) for d in path] for path in self.hops[request_type]]  # work unknown: calls
+            return choices[least_loaded_path(key, weights, hops, load)][1]
         # Smooth weighted round-robin, not independent draws: each path gets its share within about
         # one request, which a plan whose options are all saturated needs (docs/planner.md).
-        return choices[round_robin((id(self), request_type), [p for p, _ in choices])][1]
+        return choices[round_robin(key, weights)][1]
 
 
 def layout(named: Mapping[str, UnitTask[Any, Any]], plan: Plan) -> Layout:
@@ -86,7 +93,13 @@ def layout(named: Mapping[str, UnitTask[Any, Any]], plan: Plan) -> Layout:
         request_type: [(p, fallback | _path_targets(named, keys, path)) for path, p in paths.items() if p > 0]
         for request_type, paths in plan.routing.items()
     }
-    return Layout(tasks, cells, routes, fallback)
+    hops = {
+        request_type: [
+            sorted(set(_path_targets(named, keys, path).values())) for path, p in paths.items() if p > 0
+        ]
+        for request_type, paths in plan.routing.items()
+    }
+    return Layout(tasks, cells, routes, fallback, hops)
 
 
 def _path_targets(

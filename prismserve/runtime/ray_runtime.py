@@ -23,7 +23,7 @@ from prismserve.runtime.pool import RayActorPool, ReplicaPool, WirePool
 from prismserve.runtime.resources import ResourceManager, first_fit_decreasing
 from prismserve.runtime.task_manager import TaskManager
 from prismserve.task import Dispatcher, UnitTask
-from prismserve.task.routing import RoutingPolicy
+from prismserve.task.routing import PathLoad, RoutingPolicy
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,10 @@ class RayRuntime(Runtime):
     @policy.setter
     def policy(self, value: RoutingPolicy) -> None:
         self._dispatcher.policy = value
+
+    def path_load(self) -> PathLoad | None:
+        """With `path` routing, the dispatcher's count of each deployment's load (no queries)."""
+        return self._dispatcher.load if self.policy == "path" else None
 
     async def start(self) -> None:
         if isinstance(self.pool, RayActorPool):

@@ -122,9 +122,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", help="join this Ray cluster instead of starting a local one")
     parser.add_argument(
         "--routing",
-        choices=["static", "dynamic", "tokens"],
+        choices=["static", "dynamic", "tokens", "path"],
         help="replica choice of deployments whose app sets none: static (fewest calls, no queries; default), "
-        "dynamic (least loaded, replicas asked their queues) or tokens (fewest pending tokens)",
+        "dynamic (least loaded, replicas asked their queues) or tokens (fewest pending tokens); "
+        "path: each request's whole path among the plan's picked by the counted load at its entry, "
+        "then followed as static",
     )
     parser.add_argument("--host", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default: 8000; 0 picks a free one)")

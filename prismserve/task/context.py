@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 # A deployed plan's path probabilities by request type (000 §5.3): `routing[request_type][path]`.
 Routing = Mapping[str, Mapping[str, float]]
+# With `serve --routing path`: a deployment's key -> (its calls in flight, its running replicas),
+# read where a request's whole path is chosen (`task.routing.planned_choice`'s `hops`).
+PathLoad = Callable[[str], tuple[int, int]]
 
 
 @dataclass(slots=True)
@@ -48,6 +51,7 @@ class RequestContext:
     era: int | None = None  # plan switches before it began: it may finish on replicas drained since
     routing: Routing | None = None  # the deployed plan's path probabilities, for the app's routers
     targets: Mapping[str, str] | None = None  # deployment key the app names -> key of its path's replicas
+    load: PathLoad | None = None  # path-level routing's view of the deployments' load; None: the plan's split
     task_names: Mapping[int, str] | None = None  # the app's names of its tasks, by id: for errors
     ledger: RequestLedger | None = None  # None: nothing is tracked (outside a runtime's request)
 

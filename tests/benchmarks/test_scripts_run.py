@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -96,7 +97,8 @@ def test_benchmark_script_runs_and_writes_json(script, tmp_path):
 PAPER = {
     "fig6a_omni.py": ["--gpus", "8", "--requests", "40", "--speedup", "50"],
     "fig10_internvl3.py": ["--workloads", "Less text", "--requests", "40", "--speedup", "50"],
-    "sec74_routing.py": ["--requests", "40", "--speedup", "50"],
+    "sec74_routing.py": ["--quick"],
+    "sec733_qwen_image.py": ["--quick"],
 }
 
 
@@ -109,14 +111,33 @@ def test_paper_reproduction_runs_and_writes_its_results(script, tmp_path):
     result = run_script([str(paper / script), *PAPER[script], "--results", str(tmp_path)], paper, 540)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     (written,) = tmp_path.glob("*.json")
-    runs = list(_runs(json.loads(written.read_text())))
+    data = json.loads(written.read_text())
+    runs = list(_runs(data))
     assert runs and all(run["summary"]["failed"] == 0 and run["measured_rps"] > 0 for run in runs)
     report = run_script(["report.py", "--results", str(tmp_path)], paper, 60)
     assert report.returncode == 0 and "| experiment | paper | ours |" in report.stdout
+    module = _module(paper / script)
+    if hasattr(module, "rows"):  # the README's rows, read from the results just written
+        rows = module.rows(tmp_path)
+        assert rows and all(len(row) == 5 and all(isinstance(cell, str) for cell in row) for row in rows)
+    if script == "sec733_qwen_image.py":  # 000 §7.3.3: the planner keeps the monolith
+        assert data["prompts"]["1000"]["plan_is"] == "Monolith"
+
+
+def _module(path: Path):
+    """A paper script imported as a module (its folder on the path: the scripts import siblings)."""
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(path.parent))
 
 
 def _runs(data: dict):
-    for group in ("cells", "workloads"):
+    for group in ("cells", "workloads", "prompts"):
         for entry in data.get(group, {}).values():
             yield from entry["runs"].values()
     yield from data.get("runs", {}).values()

@@ -161,3 +161,24 @@ def test_an_emulated_answer_reports_its_token_count():
 
     answer = completion(ChatRequest.of("hello", max_tokens=7))
     assert answer.tokens == 7 and len(answer.text.split()) == 7
+
+
+def test_qwen_image_keeps_table_1s_rates_and_the_planner_keeps_its_monolith_on_16_gpus():
+    from prismserve.emulate.catalog import QWEN_IMAGE, QWEN_IMAGE_BASELINES
+
+    for tokens, monolith_rps in ((1000, 16 / (1 / 15.67 + 1 / 0.20)), (2000, None)):
+        requests = controlled(1.0, (512, 512), 0.0, tokens, 1, count=50, seed=0)
+        spec = QWEN_IMAGE.planner_spec(requests)
+        rates = {option.name: option.throughput for option in spec.options}
+        if tokens == 1000:  # Table 1's reference request: its rates exactly
+            assert rates["T"] == pytest.approx(15.67) and rates["G"] == pytest.approx(0.20)
+        else:  # longer prompts cost the encoder and the DiT more
+            assert rates["T"] == pytest.approx(15.67 / 2) and rates["G"] < 0.20
+        plan = plan_for_budget(spec, 16, max_exponent=4)
+        # 000 §7.3.3: the monolith on every GPU; the split gives a GPU to an encoder that would idle.
+        assert {name for cell in plan.cells for name, n in cell.replicas.items() if n} == {"TG"}
+        assert sum(cell.count * cell.replicas["TG"] for cell in plan.cells) == 16
+        if monolith_rps is not None:
+            assert plan.throughput == pytest.approx(monolith_rps)
+        split = plan_for_budget(QWEN_IMAGE.restricted(spec, QWEN_IMAGE_BASELINES["T/G"]), 16, max_exponent=4)
+        assert split.throughput < plan.throughput
