@@ -35,14 +35,15 @@ if [[ -n "${GPU_CHECK_WHEELS:-}" ]]; then
         echo "error: GPU_CHECK_WHEELS=$GPU_CHECK_WHEELS holds no .whl files" >&2
         exit 2
     fi
-    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "${wheels[@]}"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$python" -m pip install -q --root-user-action=ignore --no-index --no-deps --no-compile --no-cache-dir --target "$site" "${wheels[@]}"
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 
 # What the check imports, with the lowest versions prismserve takes (pyproject.toml); found without
-# importing the heavy ones, so that the list of what is missing comes in a second.
-"$python" - <<'EOF'
+# importing the heavy ones, so that the list of what is missing comes in a second. The audio
+# packages are needed only for the Omni families, diffusers only for Qwen-Image (--families).
+"$python" - "$@" <<'EOF'
 import importlib.metadata as metadata
 import importlib.util
 import sys
@@ -60,6 +61,27 @@ NEEDED = {  # import name: (distribution, lowest version, why)
     "av": ("av", "14", "audio decoding (PyAV), the Omni families"),
     "soxr": ("soxr", "0.5", "audio resampling, the Omni families"),
 }
+
+ALL = {"qwen2.5-vl", "internvl3", "gemma3", "qwen2.5-omni", "qwen3-omni", "qwen-image"}
+
+
+def families(argv):
+    """The families --families names (all when it is not given)."""
+    if "--families" not in argv:
+        return ALL
+    named = []
+    for arg in argv[argv.index("--families") + 1 :]:
+        if arg.startswith("-"):
+            break
+        named.append(arg)
+    return set(named)
+
+
+wanted = families(sys.argv[1:])
+if not wanted & {"qwen2.5-omni", "qwen3-omni"}:
+    del NEEDED["av"], NEEDED["soxr"]
+if "qwen-image" not in wanted:
+    del NEEDED["diffusers"]
 
 
 def version(text):
@@ -96,4 +118,7 @@ if missing:
     sys.exit(2)
 EOF
 
-exec "$python" "$here/gpu_check.py" "$@"
+# Not exec: the scratch folder of GPU_CHECK_WHEELS is removed when the check ends.
+status=0
+"$python" "$here/gpu_check.py" "$@" || status=$?
+exit "$status"

@@ -26,10 +26,12 @@ def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
         env=environment,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=840,
     )
 
 
+# About 40 s of CPU time; minutes of wall-clock time on a machine shared with other work.
+@pytest.mark.timeout(900)
 def test_gpu_check_on_cpu_covers_every_family(tmp_path):
     out = tmp_path / "gpu_check.json"
     done = run(tmp_path, "--quick", "--out", str(out))
@@ -75,3 +77,7 @@ def test_missing_packages_are_listed_with_install_hints(tmp_path):
     assert done.returncode == 2
     assert "diffusers>=0.40" in done.stderr and "av>=14" in done.stderr
     assert "GPU_CHECK_WHEELS" in done.stderr and "torch>=" not in done.stderr
+    # Families that need neither: past the import check to the script's own (here: refused) arguments.
+    done = run(tmp_path, "--families", "gemma3", "--tokens", "0", PYTHONPATH=str(blocker))
+    assert done.returncode == 2 and "needs" not in done.stderr
+    assert "--tokens, --codes and --repeats take numbers from 1 up" in done.stderr
