@@ -423,18 +423,29 @@ def memory_share(device: str, path: str) -> dict[str, Any]:
     index = torch.device(adapter.device).index or 0
     total = torch.cuda.get_device_properties(index).total_memory
     result: dict[str, Any] = {"gpus": gpus, "total_gib": round(total / 2**30, 2)}
-    try:
-        for name, share in (("within", gpus - 0.1), ("beyond", gpus + 0.1)):
-            try:
-                block = torch.empty(int(share * total), dtype=torch.uint8, device=adapter.device)
-                del block
-                result[f"{name}_allocated"] = True
-            except torch.cuda.OutOfMemoryError:
-                result[f"{name}_allocated"] = False
+
+    def allocates(share: float) -> bool:
+        try:
+            block = torch.empty(int(share * total), dtype=torch.uint8, device=adapter.device)
+            del block
+            return True
+        except torch.cuda.OutOfMemoryError:
+            return False
+        finally:
             torch.cuda.empty_cache()
+
+    try:
+        result["within_allocated"] = allocates(gpus - 0.1)
+        result["beyond_allocated"] = allocates(gpus + 0.1)
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, index)
-    result["honoured"] = result["within_allocated"] and not result["beyond_allocated"]
+    # The refusal was the share's, not a full GPU: without it the same block allocates.
+    result["beyond_allocated_without_share"] = allocates(gpus + 0.1)
+    result["honoured"] = (
+        result["within_allocated"]
+        and not result["beyond_allocated"]
+        and result["beyond_allocated_without_share"]
+    )
     return result
 
 
