@@ -476,8 +476,12 @@ def pick_device() -> str:
 
 def check_family(family: str, device: str, tokens: int, codes: int, repeats: int) -> dict[str, Any]:
     """One family's checks and step times."""
+    import torch
+
     from prismserve.models import tiny
 
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     path = str(tiny.build(family))
     built = time.perf_counter() - start
@@ -492,6 +496,8 @@ def check_family(family: str, device: str, tokens: int, codes: int, repeats: int
     result["checkpoint"] = path
     result["seconds"] = round(time.perf_counter() - start, 2)
     result["build_seconds"] = round(built, 2)
+    if device.startswith("cuda"):  # every part of the family loaded at once: split and monolith
+        result["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     result["ok"] = bool(result["equality"]["equal"] and result["batching"]["batched"])
     return result
 
