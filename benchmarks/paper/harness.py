@@ -59,6 +59,13 @@ class Server:
         self._dir = tempfile.TemporaryDirectory(prefix="prismserve-bench-")
         self._process: subprocess.Popen[str] | None = None
 
+    @property
+    def declared_gpus(self) -> int:
+        """GPUs to declare: the budget, or more when registering the app takes more — the runtime
+        starts one replica of every deployment option before the plan replaces them (Qwen3-Omni's
+        nine options need 11 GPUs); plans still use `gpus`."""
+        return max(self.gpus, sum(option.gpus for option in self.model.options))
+
     def __enter__(self) -> Server:
         app = Path(self._dir.name) / f"{self.model.name}.py"
         app.write_text(app_source(self.model.name))
@@ -72,7 +79,7 @@ class Server:
             "--name",
             self.model.name,
             "--fake-gpus",
-            str(self.gpus),
+            str(self.declared_gpus),
             "--port",
             "0",
             "--routing",
@@ -88,7 +95,7 @@ class Server:
         self._process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 360  # a shared 2-core machine can take minutes to start replicas
         lines = []
         while time.monotonic() < deadline:
             line = self._process.stdout.readline()
