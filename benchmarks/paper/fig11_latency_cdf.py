@@ -30,6 +30,7 @@ from prismserve.emulate.catalog import INTERNVL3, INTERNVL3_BASELINES  # noqa: E
 NAME = "fig11_latency_cdf"
 PAPER_11B_THROUGHPUT = 1.26  # 000 §7.3.2: plan / monolith on the skewed workload
 SKEWED_SHARE, SKEWED_IMAGES = 0.2, 8
+PANELS = ("11a Less text", "11b skewed")
 
 
 def skewed(count: int, seed: int) -> list[RequestSpec]:
@@ -59,15 +60,18 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=1.25, help="capacity runs: rate / plan's predicted rps")
     parser.add_argument("--latency-load", type=float, default=0.9, help="latency runs: rate / monolith's rps")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="a tiny run: 40 requests at speedup 50")
+    parser.add_argument("--panels", nargs="+", choices=PANELS, default=list(PANELS))
+    parser.add_argument("--quick", action="store_true", help="a tiny run: 11b, 40 requests at speedup 50")
     parser.add_argument(
         "--out", "--results", dest="out", type=Path, default=RESULTS, help="JSON and PNG folder"
     )
     args = parser.parse_args()
     if args.quick:
-        args.requests, args.speedup = 40, 50.0
+        args.requests, args.speedup, args.panels = 40, 50.0, ["11b skewed"]
     out: dict = {"model": INTERNVL3.name, "gpus": GPUS, "requests": args.requests, "panels": {}}
     for panel, requests in workloads(args.requests, args.seed).items():
+        if panel not in args.panels:
+            continue
         out["panels"][panel] = run_panel(panel, requests, args)
         runs = out["panels"][panel]["latency"]
         latency_cdf(
