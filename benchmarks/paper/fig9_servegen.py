@@ -40,19 +40,21 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--quick", action="store_true", help="a tiny run: Qwen2.5-VL, 40 requests at speedup 50"
+        "--quick", action="store_true", help="a tiny run: Qwen2.5-VL vs Monolith, 40 requests at speedup 50"
     )
+    parser.add_argument("--baselines", nargs="+", choices=list(MLLM_BASELINES), default=list(MLLM_BASELINES))
     parser.add_argument(
         "--out", "--results", dest="out", type=Path, default=RESULTS, help="JSON and PNG folder"
     )
     args = parser.parse_args()
     if args.quick:
-        args.requests, args.speedup, args.models = 40, 50.0, ["Qwen2.5-VL"]
+        args.requests, args.speedup, args.models, args.baselines = 40, 50.0, ["Qwen2.5-VL"], ["Monolith"]
+    baselines = {label: MLLM_BASELINES[label] for label in args.baselines}
     requests = servegen(Arrivals("poisson", 1.0), count=args.requests, seed=args.seed)
     out: dict = {"gpus": GPUS, "requests": args.requests, "speedup": args.speedup, "workloads": {}}
     for label in args.models:
         out["workloads"][label] = compare(
-            MODELS[label], MLLM_BASELINES, f"ServeGen, {label}", requests, GPUS, args
+            MODELS[label], baselines, f"ServeGen, {label}", requests, GPUS, args
         )
         runs = out["workloads"][label]["runs"]
         throughput_bars(
