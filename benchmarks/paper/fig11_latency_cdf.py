@@ -134,7 +134,9 @@ def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
                 "plot only (plan's curve better)",
                 ratios,
                 "-",
-                f"both at {result['latency_rate_rps']:.2f} req/s (0.9x the monolith's predicted capacity)",
+                f"both at {result['latency_rate_rps']:.2f} req/s (0.9x the monolith's capacity); no KV-cache "
+                "preemption is emulated (the paper's reason for the monolith's curve), and each extra hop "
+                "of the plan's paths adds a batch wait",
             )
         )
         ratio = result["throughput_ratio"]
