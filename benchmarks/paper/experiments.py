@@ -32,13 +32,11 @@ EXPERIMENTS = [
         ("--gpus", "8", "--requests", "40", "--speedup", "50"),
         out="--results",
     ),
-    Experiment(
-        "fig10-internvl3",
-        "fig10_internvl3.py",
-        (),
-        ("--workloads", "Less text", "--requests", "40", "--speedup", "50"),
-        out="--results",
-    ),
+    Experiment("fig10-internvl3", "fig10_internvl3.py", ()),
+    Experiment("fig6b", "fig6b_qwen3_omni.py", ()),
+    Experiment("fig9", "fig9_servegen.py", ()),
+    Experiment("fig10-qwen25vl", "fig10_qwen25vl.py", ()),
+    Experiment("fig11", "fig11_latency_cdf.py", ()),
     Experiment("sec733", "sec733_qwen_image.py", ("--requests", "300")),
     Experiment("sec74", "sec74_routing.py", ("--requests", "400")),
     Experiment(

@@ -62,6 +62,13 @@ class Server:
         self._dir = tempfile.TemporaryDirectory(prefix="prismserve-bench-")
         self._process: subprocess.Popen[str] | None = None
 
+    @property
+    def declared_gpus(self) -> int:
+        """GPUs to declare: the budget, or more when registering the app takes more — the runtime
+        starts one replica of every deployment option before the plan replaces them (Qwen3-Omni's
+        nine options need 11 GPUs); plans still use `gpus`."""
+        return max(self.gpus, sum(option.gpus for option in self.model.options))
+
     def __enter__(self) -> Server:
         app = Path(self._dir.name) / f"{self.model.name}.py"
         app.write_text(app_source(self.model.name))
@@ -75,7 +82,7 @@ class Server:
             "--name",
             self.model.name,
             "--fake-gpus",
-            str(self.gpus),
+            str(self.declared_gpus),
             "--port",
             "0",
             "--routing",
@@ -92,8 +99,8 @@ class Server:
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
         # With `plan_for` the server profiles the emulated app on its replicas before it serves:
-        # minutes on a busy machine at a low speedup.
-        deadline = time.monotonic() + (900 if self.plan_for is not None else 180)
+        # minutes on a busy machine at a low speedup; starting replicas alone can take minutes there.
+        deadline = time.monotonic() + (900 if self.plan_for is not None else 360)
         lines = []
         while time.monotonic() < deadline:
             line = self._process.stdout.readline()

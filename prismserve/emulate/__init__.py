@@ -5,7 +5,15 @@ options say how components are deployed and batch, and the same definitions give
 profiles and the runtime its `sim` profiles.
 """
 
-from prismserve.emulate.catalog import INTERNVL3, LLAVA15, MODELS, QWEN25_OMNI, QWEN_IMAGE
+from prismserve.emulate.catalog import (
+    INTERNVL3,
+    LLAVA15,
+    MODELS,
+    QWEN3_OMNI,
+    QWEN25_OMNI,
+    QWEN25_VL,
+    QWEN_IMAGE,
+)
 from prismserve.emulate.model import DEPLOYMENT_PREFIX, EmulatedModel, EmulatedOption
 
 __all__ = [
@@ -13,7 +21,9 @@ __all__ = [
     "INTERNVL3",
     "LLAVA15",
     "MODELS",
+    "QWEN3_OMNI",
     "QWEN25_OMNI",
+    "QWEN25_VL",
     "QWEN_IMAGE",
     "EmulatedModel",
     "EmulatedOption",

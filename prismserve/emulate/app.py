@@ -13,7 +13,9 @@ CHAT_APP = "prismserve.emulate.chat_app"
 # What each emulated model takes and answers with (its `Config`'s modalities).
 MODALITIES = {
     "qwen25-omni": (frozenset({"text", "image", "audio", "video"}), frozenset({"text", "audio"})),
+    "qwen3-omni": (frozenset({"text", "image", "audio", "video"}), frozenset({"text", "audio"})),
     "internvl3-38b": (frozenset({"text", "image"}), frozenset({"text"})),
+    "qwen25-vl-32b": (frozenset({"text", "image"}), frozenset({"text"})),
     "llava15-7b": (frozenset({"text", "image"}), frozenset({"text"})),
     # Served through the chat API like the others: its image is work on the sim replicas, its
     # answer a text stand-in (an app's outputs are text or audio).

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from prismserve.emulate.costs import InternVL3Costs, Llava15Costs, QwenImageCosts, QwenOmniCosts
+from prismserve.emulate.costs import (
+    InternVL3Costs,
+    Llava15Costs,
+    Qwen3OmniCosts,
+    Qwen25VLCosts,
+    QwenImageCosts,
+    QwenOmniCosts,
+)
 from prismserve.emulate.model import EmulatedModel, EmulatedOption
 
 
@@ -121,7 +128,49 @@ QWEN_IMAGE = EmulatedModel(
     ),
 )
 
-MODELS = {m.name: m for m in (QWEN25_OMNI, INTERNVL3, LLAVA15, QWEN_IMAGE)}
+
+# Qwen3-Omni-30B-A3B (000 §7.2, Figures 6b and 7): the thinker's 61 GB of weights leave too little KV
+# room on one A100, so thinker replicas use TP 2 (as 000 §7.2's plans do); the talker and Code2Wav
+# may be apart or colocated (Figure 7b's "talker + audio generator"). The monolith is 000's
+# transformers baseline on one GPU, as for Qwen2.5-Omni (static batches, the talker at batch 1); its
+# memory model (`Qwen3OmniCosts.memory_gb`) rules it out on ServeGen's long contexts.
+QWEN3_OMNI = EmulatedModel(
+    name="qwen3-omni",
+    costs=Qwen3OmniCosts(),
+    options=(
+        EmulatedOption(name="I", components=("I",), **ENCODER),
+        EmulatedOption(name="V", components=("V",), **ENCODER),
+        EmulatedOption(name="A", components=("A",), **ENCODER),
+        EmulatedOption(name="L", components=("L",), **TP2, **DECODER),
+        EmulatedOption(name="IVAL", components=("I", "V", "A", "L"), **TP2, **DECODER),
+        EmulatedOption(name="T", components=("T",), **DECODER),
+        EmulatedOption(name="C", components=("C",), **ENCODER),
+        EmulatedOption(name="TC", components=("T", "C"), **DECODER),
+        EmulatedOption(
+            name="Monolith",
+            components=("I", "V", "A", "L", "T", "C"),
+            factors={"T": DECODER["batch_gain"]},
+            **HF_STATIC,
+        ),
+    ),
+)
+
+# Qwen2.5-VL-32B (000 §7.3): as InternVL3, but its 0.67B encoder (1.4 GB of weights plus activations)
+# takes about 3 % of the 2 GPUs' KV cache when colocated: D's work x 1/0.97.
+QWEN25_VL = EmulatedModel(
+    name="qwen25-vl-32b",
+    costs=Qwen25VLCosts(),
+    options=(
+        EmulatedOption(name="E", components=("E",), **ENCODER),
+        EmulatedOption(name="P", components=("P",), **TP2, **PREFILL),
+        EmulatedOption(name="D", components=("D",), **TP2, **DECODER),
+        EmulatedOption(name="PD", components=("P", "D"), **TP2, **DECODER),
+        EmulatedOption(name="EP", components=("E", "P"), **TP2, **PREFILL),
+        EmulatedOption(name="EPD", components=("E", "P", "D"), factors={"D": 1 / 0.97}, **TP2, **DECODER),
+    ),
+)
+
+MODELS = {m.name: m for m in (QWEN25_OMNI, QWEN3_OMNI, INTERNVL3, QWEN25_VL, LLAVA15, QWEN_IMAGE)}
 
 # 000 §7.3 baselines, as the options they may use (replica counts are left to the planner,
 # "chosen to maximize throughput given the planner output").
@@ -133,3 +182,4 @@ INTERNVL3_BASELINES = {
 }
 OMNI_BASELINES = {"Monolith": ("Monolith",)}
 QWEN_IMAGE_BASELINES = {"Monolith": ("TG",), "T/G": ("T", "G")}
+MLLM_BASELINES = INTERNVL3_BASELINES  # the same four deployments for Qwen2.5-VL (000 §7.3 baselines)

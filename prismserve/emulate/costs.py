@@ -14,11 +14,17 @@ from prismserve.bench.workloads import RequestSpec
 from prismserve.planner.stage_batching import StageCosts, stage_budgets
 from prismserve.tasklib.media_tokens import internvl_tiles
 
+GPU_MEMORY_GB = 80.0  # the A100-80GB of 000 Table 1 and §7
+RESERVED_GB = 4.0  # per GPU: CUDA context, allocator slack, activation workspace (assumption)
+
 
 class CostModel:
     """Which components a request needs, and their work (A100-seconds) for it."""
 
     components: tuple[str, ...] = ()  # model order
+    # The memory model (`memory_gb`); a model without weights has none and every option fits.
+    WEIGHTS_GB: dict[str, float] = {}
+    KV_BYTES_PER_TOKEN: dict[str, int] = {}
 
     def needs(self, spec: RequestSpec) -> tuple[str, ...]:
         """The components `spec` runs through, in model order."""
@@ -31,6 +37,19 @@ class CostModel:
     def stage_costs(self) -> StageCosts | None:
         """Per-iteration latencies for trace replay (TriInfer's E/P/D models), or None."""
         return None
+
+    def context_tokens(self, spec: RequestSpec) -> dict[str, int]:
+        """Tokens each component with a KV cache holds for `spec` at its end (prompt and output)."""
+        return {}
+
+    def memory_gb(self, components: tuple[str, ...], gpus: int, batch: int, longest: dict[str, int]) -> float:
+        """GB per GPU a replica of `components` needs: its weights, the KV cache of `batch` requests at
+        the workload's `longest` context per component (static batches pad to the longest, and a
+        paged cache must admit it), and `RESERVED_GB`; tensor parallelism splits both over `gpus`.
+        Activations beyond the reserve are left out, so the model errs towards fitting."""
+        weights = sum(self.WEIGHTS_GB.get(c, 0.0) for c in components)
+        kv = batch * sum(self.KV_BYTES_PER_TOKEN.get(c, 0) * longest.get(c, 0) for c in components) / 1e9
+        return (weights + kv) / gpus + RESERVED_GB
 
 
 def qwen_image_tokens(width: int, height: int) -> int:
@@ -215,5 +234,119 @@ class Llava15Costs(CostModel):
             "E": costs.encode_s(self.ENCODER_SATURATION) / self.ENCODER_SATURATION * images,
             "P": costs.llm_s(prefill, 0) / prefill * (spec.text_tokens + self.IMAGE_TOKENS * images),
             "D": per_decode * max(0, spec.output_tokens - 1),
+        }
+        return {c: work[c] for c in self.needs(spec)}
+
+
+def qwen3_image_tokens(width: int, height: int) -> int:
+    """Tokens Qwen3-Omni's vision encoder makes of an image: 16-px patches merged 2x2, one per 32x32 pixels."""
+    return math.ceil(width / 32) * math.ceil(height / 32)
+
+
+class Qwen3OmniCosts(CostModel):
+    """Qwen3-Omni-30B-A3B: image (I), video (V), audio (A) encoders, the thinker (L, a 30B MoE with 3B
+    active), the talker (T, a 3B MoE with its multi-token-prediction module) and Code2Wav (C).
+
+    000 Table 1 has no Qwen3-Omni row, so the work is derived from Qwen2.5-Omni's measured row
+    (`QwenOmniCosts`, the same A100 and reference request) scaled by the architecture (Qwen3-Omni
+    technical report, 000 ref [45]). Assumptions, each a constant below:
+    - Vision encoder 0.54B vs Qwen2.5-Omni's 0.67B, 4 patches per token in both: image and video work
+      x `VISION_RATIO` per token; audio encoder (AuT, 0.6B) about Whisper's encoder: x 1.
+    - Thinker: prefill and decode compute follow active parameters, 3.3B vs Qwen2.5-Omni's 7.6B, at
+      `MOE_EFFICIENCY` of a dense model's speed (grouped expert matmuls, routing): x 0.87.
+    - Talker: sequential decode steps — `SPEECH_S_PER_TEXT_TOKEN` of speech per output token, codec
+      frames at 12.5 Hz, 16 codebooks per frame (one talker step and 15 MTP steps), each batched step
+      `DECODE_STEP_S` (a small model's decode step is launch-bound) shared by `TALKER_BATCH` requests.
+    - Code2Wav: a causal ConvNet, one pass per chunk: `CODE2WAV_S_PER_AUDIO_S` per second of speech.
+    Memory (`memory_gb`): bf16 weights and per-token KV of the thinker (48 layers, 4 KV heads of 128)
+    and the talker; contexts count video and audio clips as 000 Table 1's footnote 2 sizes them.
+    """
+
+    components = ("I", "V", "A", "L", "T", "C")
+    BASE = QwenOmniCosts
+    VISION_RATIO = 0.54 / 0.67
+    MOE_EFFICIENCY = 0.5
+    THINKER_RATIO = (3.3 / 7.6) / MOE_EFFICIENCY
+    SPEECH_S_PER_TEXT_TOKEN = 0.3  # ~150 spoken words per minute, ~1.3 tokens per word
+    CODEC_FRAME_HZ = 12.5
+    STEPS_PER_FRAME = 16
+    DECODE_STEP_S = 0.008
+    TALKER_BATCH = 8  # the catalog's decoder batch
+    CODE2WAV_S_PER_AUDIO_S = 0.02  # ~50x real time at full batch
+    VIDEO_TOKENS = 10_000  # 000 Table 1 footnote 2
+    AUDIO_TOKENS = 200  # 000 Table 1 footnote 2
+    WEIGHTS_GB = {"I": 1.1, "V": 1.1, "A": 1.3, "L": 61.0, "T": 6.6, "C": 0.4}  # bf16: 2 bytes per parameter
+    KV_BYTES_PER_TOKEN = {"L": 2 * 48 * 4 * 128 * 2, "T": 2 * 20 * 2 * 128 * 2}  # K and V, bf16
+
+    def needs(self, spec: RequestSpec) -> tuple[str, ...]:
+        present = {
+            "I": bool(spec.images),
+            "V": spec.videos > 0,
+            "A": spec.audios > 0,
+            "L": True,
+            "T": spec.audio_out,
+            "C": spec.audio_out,
+        }
+        return tuple(c for c in self.components if present[c])
+
+    def speech_s(self, spec: RequestSpec) -> float:
+        """Seconds of speech the talker says for `spec` (0 without audio output)."""
+        return spec.output_tokens * self.SPEECH_S_PER_TEXT_TOKEN if spec.audio_out else 0.0
+
+    def work(self, spec: RequestSpec) -> dict[str, float]:
+        base = {c: 1.0 / rate for c, rate in self.BASE.THROUGHPUT.items()}
+        image_s_per_token = base["I"] / self.BASE.REFERENCE_IMAGE_TOKENS * self.VISION_RATIO
+        frames = self.speech_s(spec) * self.CODEC_FRAME_HZ
+        work = {
+            "I": image_s_per_token * sum(qwen3_image_tokens(w, h) for w, h in spec.images),
+            "V": base["V"] * self.VISION_RATIO * spec.videos,
+            "A": base["A"] * spec.audios,
+            "L": base["L"] * self.THINKER_RATIO * spec.output_tokens / self.BASE.REFERENCE_OUTPUT_TOKENS,
+            "T": frames * self.STEPS_PER_FRAME * self.DECODE_STEP_S / self.TALKER_BATCH,
+            "C": self.speech_s(spec) * self.CODE2WAV_S_PER_AUDIO_S,
+        }
+        return {c: work[c] for c in self.needs(spec)}
+
+    def context_tokens(self, spec: RequestSpec) -> dict[str, int]:
+        prompt = (
+            spec.text_tokens
+            + sum(qwen3_image_tokens(w, h) for w, h in spec.images)
+            + self.VIDEO_TOKENS * spec.videos
+            + self.AUDIO_TOKENS * spec.audios
+        )
+        frames = math.ceil(self.speech_s(spec) * self.CODEC_FRAME_HZ)
+        return {"L": prompt + spec.output_tokens, "T": spec.output_tokens + frames}
+
+
+class Qwen25VLCosts(CostModel):
+    """Qwen2.5-VL-32B: the vision encoder (E, 0.67B), the LLM's prefill (P) and decode (D).
+
+    Table 1 (one A100): image input 12.04 req/s, text in/out 0.32 req/s. Assumptions, as for
+    `InternVL3Costs` (whose LLM, Qwen2.5-32B, is the same):
+    - Both are at 000 Table 3's Standard workload: one 1920x1080 image (2691 tokens of 28x28 pixels;
+      the ViT's FLOPs there, 2 · 0.67e9 · 4 patches · 2691, take ~0.09 s at 50 % of peak: ~11 req/s,
+      where footnote 2's 600-token image would give ~50), 1000 text tokens in, 300 out.
+    - Encoder work scales with image tokens, prefill with prompt tokens at InternVL3's FLOP rate;
+      decode is the rest of 1 / 0.32 s over 300 tokens (Table 1's gap to InternVL3's 0.28 for the
+      same LLM thus lands on decode, where the KV room next to the encoder differs).
+    - Video (Table 1: 0.89 req/s) is not modelled: the ServeGen trace used here has images only.
+    """
+
+    components = ("E", "P", "D")
+    STANDARD_IMAGE_TOKENS = qwen_image_tokens(1920, 1080)
+    ENCODER_S_PER_TOKEN = 1 / 12.04 / STANDARD_IMAGE_TOKENS
+    PREFILL_S_PER_TOKEN = InternVL3Costs.PREFILL_S_PER_TOKEN
+    STANDARD_PROMPT_TOKENS = 1000 + STANDARD_IMAGE_TOKENS
+    DECODE_S_PER_TOKEN = (1 / 0.32 - STANDARD_PROMPT_TOKENS * PREFILL_S_PER_TOKEN) / 300
+
+    def needs(self, spec: RequestSpec) -> tuple[str, ...]:
+        return ("E", "P", "D") if spec.images else ("P", "D")
+
+    def work(self, spec: RequestSpec) -> dict[str, float]:
+        tokens = sum(qwen_image_tokens(w, h) for w, h in spec.images)
+        work = {
+            "E": self.ENCODER_S_PER_TOKEN * tokens,
+            "P": self.PREFILL_S_PER_TOKEN * (spec.text_tokens + tokens),
+            "D": self.DECODE_S_PER_TOKEN * spec.output_tokens,
         }
         return {c: work[c] for c in self.needs(spec)}

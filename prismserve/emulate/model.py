@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
 from prismserve.bench.workloads import RequestSpec
-from prismserve.emulate.costs import CostModel
+from prismserve.emulate.costs import GPU_MEMORY_GB, CostModel
 from prismserve.executors.sim import SimProfile
 from prismserve.planner import CellPlan, DeploymentOption, Plan, PlanSpec, RequestType
 from prismserve.planner.paths import entry_role, entry_roles
@@ -107,6 +107,29 @@ class EmulatedModel(BaseModel):
         walk(0, [])
         return found
 
+    def memory_gb(self, option: EmulatedOption, workload: list[RequestSpec]) -> float:
+        """GB per GPU a replica of `option` needs for `workload` (the cost model's `memory_gb`, at the
+        option's batch and the workload's longest context per component)."""
+        longest: dict[str, int] = {}
+        for spec in workload:
+            for c, tokens in self.costs.context_tokens(spec).items():
+                longest[c] = max(longest.get(c, 0), tokens)
+        return self.costs.memory_gb(option.components, option.gpus, option.max_batch, longest)
+
+    def out_of_memory(self, workload: list[RequestSpec]) -> dict[str, str]:
+        """Options whose replicas do not fit a GPU for `workload`: name -> why (the OOM a run reports)."""
+        if not self.costs.WEIGHTS_GB:
+            return {}
+        found = {}
+        for option in self.options:
+            need = self.memory_gb(option, workload)
+            if need > GPU_MEMORY_GB:
+                found[option.name] = (
+                    f"out of memory: needs {need:.1f} GB per GPU of {GPU_MEMORY_GB:.0f} "
+                    f"({option.gpus} GPU(s), batch {option.max_batch} at the workload's longest context)"
+                )
+        return found
+
     def planner_spec(self, workload: list[RequestSpec], options: Iterable[str] | None = None) -> PlanSpec:
         """The plan spec at `workload`'s mix: each option's throughput is what its `sim` replica sustains.
 
@@ -114,8 +137,12 @@ class EmulatedModel(BaseModel):
         (requests of the mix per second) is the inverse of the mean — what a profiler would measure
         on this workload if every batch were full. The analytic spec, for callers that want the
         emulation's exact costs; the server measures its replicas instead (`profile/shaped.py`).
+        Options that run out of memory on it (`out_of_memory`) are left out.
         """
-        chosen = [e for e in self.options if options is None or e.name in set(options)]
+        oom = self.out_of_memory(workload)  # a replica that cannot start is no option
+        chosen = [
+            e for e in self.options if (options is None or e.name in set(options)) and e.name not in oom
+        ]
         shares: dict[str, tuple[tuple[str, ...], int]] = {}
         busy = {e.name: 0.0 for e in chosen}
         # Replica seconds per role and type, as a profiler would measure them (000 Algorithm 3
@@ -218,7 +245,7 @@ class EmulatedModel(BaseModel):
     def restricted(self, spec: PlanSpec, allowed: Iterable[str]) -> PlanSpec:
         """`spec` with every request type limited to paths through `allowed` options (a baseline
         deployment such as Monolith or E/PD); the planner then picks only their replica counts."""
-        allowed = set(allowed)
+        allowed = set(allowed) & {option.name for option in spec.options}  # out-of-memory ones are not in it
         types = []
         for request_type in spec.request_types:
             paths = self.paths(tuple(request_type.components), allowed)

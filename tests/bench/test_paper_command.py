@@ -28,9 +28,8 @@ kept as written
 
 def checkout(tmp_path: Path) -> Path:
     """A checkout with the real experiments and README markers, its results copied."""
-    (tmp_path / "benchmarks").mkdir()
-    shutil.copytree(ROOT / "benchmarks" / "paper", tmp_path / "benchmarks" / "paper")
-    shutil.copytree(ROOT / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
+    ignore = shutil.ignore_patterns("*.png", "__pycache__")
+    shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=ignore)
     (tmp_path / "benchmarks" / "README.md").write_text(README)
     return tmp_path
 
