@@ -33,6 +33,7 @@ start of new steps, so a request that arrives as a step ends joins the next step
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -216,7 +217,7 @@ class Simulation:
     def run(self) -> list[Request]:
         """Serve every request; they come back with their token times filled in."""
         for request in self.requests:
-            self._at(request.arrival, _ARRIVE, lambda r=request: self._arrive(r))
+            self._at(request.arrival, _ARRIVE, functools.partial(self._arrive, request))
         if self.cluster.autoscale is not None:
             self._at(0.0, _SCALE, self._scale)
         self._record_gpus()
@@ -403,7 +404,11 @@ class Simulation:
             self._at(self.now + scale.interval_s, _SCALE, self._scale)
 
     def _record_gpus(self) -> None:
-        stages = {"llm": self.llms, "encoder": self.encoders, "decode": self.decodes}
+        stages: dict[str, Sequence[_Instance]] = {
+            "llm": self.llms,
+            "encoder": self.encoders,
+            "decode": self.decodes,
+        }
         self.gpu_timeline.append(
             (self.now, {name: sum(i.gpus for i in pool if i.active) for name, pool in stages.items()})
         )
