@@ -52,27 +52,48 @@ from prismserve.bench.workloads import Arrivals, RequestSpec, image_size, serveg
 from prismserve.control.autoscale import Autoscaler
 from prismserve.control.slo import SLOWindow
 from prismserve.emulate.costs import InternVL3Costs
+from prismserve.emulate.des import Cluster, EncoderCosts, Request, simulate_cluster
+from prismserve.executors.sim_engine import StepCosts
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
 from prismserve.tasklib import MediaTokens
 
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
 GPUS = 16
-LLM_GPUS = 2  # tensor parallel, 90 % scaling (speed 1.8), as the emulated InternVL3's LLM instances
-SPEED = 1.8
+LLM_GPUS = 2  # the LLM's tensor parallelism, as the emulated InternVL3's LLM instances
 ITEMS = 16  # tokens each answer streams (decode does not bound these systems; TTFT is the question)
 
-# Seconds per token at batch 1 on one A100 (prismserve.emulate.costs.InternVL3Costs, the catalog's
-# batch gains: encoders 2x at a full batch of 8, prefill 1.5x, decode 4x).
-ENCODE_S = InternVL3Costs.ENCODER_S_PER_TILE / InternVL3Costs.TOKENS_PER_TILE * 2.0
-PREFILL_S = InternVL3Costs.PREFILL_S_PER_TOKEN * 1.5 / SPEED
-TBT_S = InternVL3Costs.DECODE_S_PER_TOKEN * 4.0 / SPEED
+# Encoding (one A100, prismserve.emulate.costs.InternVL3Costs, 000 Table 1): seconds per media
+# token. Encoders gain nothing from batching (003 Figure 6c: latency linear in the batch), so an
+# encoder batch takes the sum of its images' times (`batch_growth` 1), and scale poorly with TP
+# (003 Figure 9, its 6B encoder): 1.7x on 2 GPUs, inside the monolith's TP-2 replica.
+ENCODE_S = InternVL3Costs.ENCODER_S_PER_TILE / InternVL3Costs.TOKENS_PER_TILE
+ENCODER_TP = {1: 1.0, 2: 1.7}
+LLM_TP_SPEEDUP = 1.8  # the LLM on 2 GPUs: 90 % TP efficiency (compute-bound prefill)
+WEIGHT_BYTES = 2 * 32e9  # Qwen2.5-32B in bf16, read once per decode step
+KV_BYTES_PER_TOKEN = 2 * 64 * 8 * 128 * 2  # K and V, 64 layers, 8 KV heads of 128, bf16
+HBM_BYTES_S = 2.0e12 * 0.8  # an A100-80GB's bandwidth at 80 %
 
 
-def growth(max_batch: int, gain: float) -> float:
-    """The sim profile's per-request slowdown for a full batch of `max_batch` to gain `gain`."""
-    return (max_batch / gain - 1) / (max_batch - 1)
+def llm_costs(max_num_seqs: int = 256) -> StepCosts:
+    """The LLM (and the monolith's engine) on `LLM_GPUS` A100s as vLLM's step loop (real seconds)."""
+    bandwidth = LLM_GPUS * HBM_BYTES_S
+    memory = LLM_GPUS * 80e9 * 0.9 - WEIGHT_BYTES - 2 * 5.9e9  # vLLM's 0.9 share, less the weights
+    return StepCosts(
+        step_s=WEIGHT_BYTES / bandwidth,
+        prefill_token_s=InternVL3Costs.PREFILL_S_PER_TOKEN / LLM_TP_SPEEDUP,
+        decode_seq_s=0.0001,
+        context_token_s=KV_BYTES_PER_TOKEN / bandwidth,
+        max_num_batched_tokens=8192,
+        max_num_seqs=max_num_seqs,
+        kv_capacity_tokens=int(memory / KV_BYTES_PER_TOKEN),
+    )
+
+
+PREFILL_S = llm_costs().prefill_token_s
 
 
 APP = '''
@@ -112,7 +133,7 @@ class LLM(LLMTask):
 
 
 class WholeInput(LLMInput):
-    sim_work: float = 0.0  # seconds of encoding the raw images, before the prefill
+    sim_encode_s: float = 0.0  # seconds of encoding the raw images, inside the engine step
 
 
 class Whole(UnitTask[WholeInput, Stream[TextDelta]]):
@@ -137,7 +158,7 @@ class Model(Task[ChatRequest, TextOutput]):
         sampling = request.sampling()
         if self.layout == "monolith":
             encode = {encode_s} * sum(item.tokens for item in media)
-            whole = WholeInput(conversation=messages, media=media, sim_work=encode, **sampling)
+            whole = WholeInput(conversation=messages, media=media, sim_encode_s=encode, **sampling)
             return TextOutput(text=self.whole.invoke(whole))
         if self.layout == "fan-out":
             outputs = [(self.image.invoke(item), item.tokens) for item in media]
@@ -193,35 +214,34 @@ SYSTEMS = (
 MONOLITH, MODSERVE = SYSTEMS[0], SYSTEMS[-1]
 
 
-def profiles(speedup: float, encoder_batch: int = 8) -> dict[str, dict[str, float]]:
-    """The sim profiles of the deployments, their times divided by `speedup`; encoders batch up to
-    `encoder_batch` images (the catalog's gain of 2 at 8: fewer gain less, and wait less)."""
-    llm = {
-        "token_s": PREFILL_S / speedup,
-        "continuous": True,
-        "max_batch": 8,
-        "batch_growth": growth(8, 1.5),
-        "items": ITEMS,
-        "item_s": TBT_S / speedup,
-        "decode_growth": growth(8, 4.0),
+def profiles(speedup: float, encoder_batch: int = 8, max_num_seqs: int = 256) -> dict[str, dict[str, Any]]:
+    """The sim profiles of the deployments, their times divided by `speedup`: LLMs and the monolith
+    run vLLM's step loop (`SimProfile.engine`; the monolith's `max_num_seqs` its batch cap), encoders
+    batch up to `encoder_batch` images at no gain and scale with `ENCODER_TP`."""
+    engine = llm_costs(max_num_seqs).scaled(1 / speedup).model_dump()
+    encoder = {
+        "token_s": ENCODE_S / speedup,
+        "max_batch": encoder_batch,
+        "batch_growth": 1.0,
+        "tp_speedup": ENCODER_TP,
     }
-    encoder = {"token_s": ENCODE_S / speedup, "max_batch": encoder_batch, "batch_growth": growth(8, 2.0)}
     return {
         "model.image": encoder,
         "model.images": encoder,
-        "model.llm": llm,
-        "model.whole": {**llm, "latency_s": 1.0 / speedup / SPEED},  # its sim_work: encoding seconds
+        "model.llm": {"engine": llm_costs().scaled(1 / speedup).model_dump(), "items": ITEMS},
+        "model.whole": {"engine": engine, "items": ITEMS},
     }
 
 
-def plan(system: System, shape: dict[str, int], speedup: float, encoder_batch: int = 8) -> Plan:
+def plan(system: System, shape: dict[str, int], speedup: float, batch: int = 8) -> Plan:
     """`system`'s replicas per stage (`shape`) as cells of their own: encoders on 1 GPU, LLMs and
-    monoliths on `LLM_GPUS`."""
+    monoliths on `LLM_GPUS`; `batch`: the encoders' batch, or the monolith's `max_num_seqs`."""
     cells = [
         {"gpus": 1 if stage == system.encoder else LLM_GPUS, "count": shape[stage], "replicas": {stage: 1}}
         for stage in system.stages
     ]
-    return Plan.model_validate({"cells": cells, "profiles": profiles(speedup, encoder_batch)})
+    chosen = profiles(speedup, batch) if system.encoder else profiles(speedup, max_num_seqs=batch)
+    return Plan.model_validate({"cells": cells, "profiles": chosen})
 
 
 def split(system: System, encoders: int) -> dict[str, int]:
@@ -232,7 +252,10 @@ def split(system: System, encoders: int) -> dict[str, int]:
 
 
 def app_source(
-    system: System, slos: dict[str, dict[str, float]], autoscale: dict[str, Any] | None = None
+    system: System,
+    slos: dict[str, dict[str, float]],
+    autoscale: dict[str, Any] | None = None,
+    speedup: float = 1.0,
 ) -> str:
     routing = {stage: "tokens" for stage in system.stages} if system.token_routing else {}
     return APP.format(
@@ -241,7 +264,7 @@ def app_source(
         routing=routing,
         autoscale=autoscale,
         llm_gpus=LLM_GPUS,
-        encode_s=ENCODE_S,
+        encode_s=ENCODE_S / ENCODER_TP[LLM_GPUS] / speedup,  # the monolith encodes on its TP-2 GPUs
     )
 
 
@@ -271,6 +294,7 @@ class Served:
     tbt_s: float
     tokens: int = 0  # its prompt tokens as its calls counted them (text and media)
     ok: bool = True
+    end_s: float = 0.0  # when its last token came (perf_counter)
 
 
 @dataclass
@@ -297,7 +321,11 @@ async def serve_one(runtime: RayRuntime, app: Any, request: ChatRequest) -> Serv
         return Served(request.request_type, math.inf, math.inf, ok=False)
     assert first is not None and last is not None
     return Served(
-        request.request_type, first - start, (last - first) / max(1, items - 1), clock.ledger.tokens
+        request.request_type,
+        first - start,
+        (last - first) / max(1, items - 1),
+        clock.ledger.tokens,
+        end_s=last,
     )
 
 
@@ -316,7 +344,7 @@ async def run(
     await runtime.start()
     scaler = None
     try:
-        app = await runtime.register_app(app_source(system, slos, autoscale), "vl")
+        app = await runtime.register_app(app_source(system, slos, autoscale, speedup), "vl")
         await runtime.deploy("vl", plan(system, shape, speedup, encoder_batch))
         window = SLOWindow(window_s=(autoscale or {}).get("window_s", 60.0))
         if autoscale is not None:
@@ -333,15 +361,23 @@ async def run(
                 window.record(met(served, slos))
             return served
 
-        async def meter() -> None:  # the GPUs the deployed plan holds, integrated over time
-            nonlocal gpu_s
+        last = start
+
+        def integrate() -> None:  # GPUs held x the real time since the last sample
+            nonlocal gpu_s, last
+            now = time.perf_counter()
+            gpu_s += (now - last) * runtime.plans["vl"].total_gpus
+            last = now
+
+        async def meter() -> None:  # a lagging loop samples late, never undercounts
             while True:
                 await asyncio.sleep(0.05)
-                gpu_s += 0.05 * runtime.plans["vl"].total_gpus
+                integrate()
 
         metering = asyncio.ensure_future(meter())
         served = await asyncio.gather(*(at(s, r) for s, r in zip(specs, requests, strict=True)))
         metering.cancel()
+        integrate()
         return Outcome(served, gpu_s, time.perf_counter() - start)
     finally:
         if scaler is not None:
@@ -405,8 +441,10 @@ class Row:
     attainment: float
     goodput_rps: float
     failed: int
-    encoder_batch: int = 8
+    encoder_batch: int = 8  # the decoupled systems' encoder batch; the monolith's max_num_seqs
     gpu_hours: float = 0.0  # real time (the run's GPU-seconds times the speedup), for the autoscaling runs
+    mean_ttft_s: float = 0.0
+    throughput_rps: float = 0.0  # requests over the makespan
 
 
 def measure(
@@ -424,20 +462,23 @@ def measure(
     outcome = asyncio.run(run(system, timed, shape, args.speedup, slos, autoscale, batch))
     served = outcome.served
     ttfts = [s.ttft_s * args.speedup for s in served if s.ok]
-    good = sum(met(s, slos) for s in served)
-    seconds = timed[-1].arrival_s * args.speedup
+    good = sum(met(s, slos) for s in served) if slos else len(served)
+    arrivals = timed[-1].arrival_s * args.speedup
+    makespan = outcome.seconds * args.speedup  # first arrival (0) to the last token
     return Row(
         system.name,
         load,
-        len(timed) / seconds,
+        len(timed) / arrivals,
         shape,
         percentile(ttfts, 0.5),
         percentile(ttfts, 0.99),
         good / len(served),
-        good / seconds,
+        good / makespan,
         sum(not s.ok for s in served),
         batch,
         outcome.gpu_s * args.speedup / 3600,
+        statistics.mean(ttfts),
+        len(served) / makespan,
     )
 
 
@@ -472,18 +513,23 @@ def ablation(
     args: Any, specs: list[RequestSpec], slos: dict, capacity: float
 ) -> tuple[list[Row], dict[str, tuple[dict[str, int], int]]]:
     """Each system at each load, and the set-up each ran with: the decoupled ones with the encoder
-    count (`--encoders`) and encoder batch (`--encoder-batches`) that give them the most goodput at
-    `--split-load` (ModServe sizes its pools and each stage's batch from profiles, §4.2, §5.3)."""
+    count (`--encoders`) and encoder batch (`--encoder-batches`), the monolith with the engine batch
+    cap (`--monolith-batches`), that give each the most goodput at `--split-load` on a workload of
+    another seed (`--tune-seed`): tuned as ModServe sizes its pools from profiles (§4.2, §5.3), not
+    on the requests reported."""
     systems = [s for s in SYSTEMS if s.name in args.systems.split(",")]
     choices = [(int(e), int(b)) for e in args.encoders.split(",") for b in args.encoder_batches.split(",")]
+    monolith = [(0, int(b)) for b in args.monolith_batches.split(",")]
     setups = {}
-    reference = retime(specs, args.split_load * capacity * args.speedup)
+    held_out = workload(len(specs), args.image_share, seed=args.tune_seed)
+    reference = retime(held_out, args.split_load * capacity * args.speedup)
     for system in systems:
-        if system.encoder is None or len(choices) == 1:
-            setups[system.name] = (split(system, choices[0][0]), choices[0][1])
+        options = monolith if system.encoder is None else choices
+        if len(options) == 1:
+            setups[system.name] = (split(system, options[0][0]), options[0][1])
             continue
         tried = [
-            measure(system, reference, (split(system, e), b), args, slos, args.split_load) for e, b in choices
+            measure(system, reference, (split(system, e), b), args, slos, args.split_load) for e, b in options
         ]
         best = max(tried, key=lambda row: row.goodput_rps)
         setups[system.name] = (best.shape, best.encoder_batch)
@@ -521,7 +567,11 @@ def burst(args: Any) -> list[RequestSpec]:
 
 
 def autoscaling(
-    args: Any, specs: list[RequestSpec], slos: dict, modserve: tuple[dict[str, int], int]
+    args: Any,
+    specs: list[RequestSpec],
+    slos: dict,
+    modserve: tuple[dict[str, int], int],
+    monolith_batch: int = 256,
 ) -> list[Row]:
     """Static (a shape that serves the peak, all the time) against autoscaled (from a small shape,
     stages scaled by their token load) for the monolith and ModServe (`modserve`: its set-up in the
@@ -529,19 +579,19 @@ def autoscaling(
     timed = burst(args)
     media = statistics.mean(media_tokens(s) for s in specs)
     text = statistics.mean(s.text_tokens for s in specs)
-    per_token = (media * ENCODE_S / SPEED + (media + text) * PREFILL_S) / (media + text)  # monolith, batch 1
+    per_token = (media * ENCODE_S / ENCODER_TP[LLM_GPUS] + (media + text) * PREFILL_S) / (media + text)
     batch = modserve[1]
     share = args.autoscale_utilization  # of a replica's full-batch rate: its capacity within the SLO
     capacities = {  # tokens/s (compressed time)
-        "model.whole": share * 1.5 / per_token * args.speedup,
-        "model.image": share * batch / (1 + growth(8, 2.0) * (batch - 1)) / ENCODE_S * args.speedup,
-        "model.llm": share * 1.5 / PREFILL_S * args.speedup,
+        "model.whole": share / per_token * args.speedup,  # prefill and encoding do not gain from batching
+        "model.image": share / ENCODE_S * args.speedup,
+        "model.llm": share / PREFILL_S * args.speedup,
     }
     interval = args.autoscale_interval / args.speedup
     rows = []
     print(f"\n{HEADER} GPU-hours")
     runs = (
-        (MONOLITH, ({"model.whole": GPUS // LLM_GPUS}, 8), ({"model.whole": 3}, 8)),
+        (MONOLITH, ({"model.whole": GPUS // LLM_GPUS}, monolith_batch), ({"model.whole": 3}, monolith_batch)),
         (MODSERVE, modserve, ({"model.image": 2, "model.llm": 2}, batch)),
     )
     for system, static, start in runs:
@@ -582,6 +632,8 @@ def main() -> None:
     parser.add_argument("--encoders", default="4,6,8", help="encoder GPUs the decoupled systems may use")
     parser.add_argument("--encoder-batches", default="2,8", help="encoder batch sizes they may use")
     parser.add_argument("--split-load", type=float, default=0.8)
+    parser.add_argument("--monolith-batches", default="16,256", help="max_num_seqs the monolith may use")
+    parser.add_argument("--tune-seed", type=int, default=7, help="the workload set-ups are tuned on")
     parser.add_argument("--burst-requests", type=int, default=1800, help="0: no autoscaling runs")
     parser.add_argument("--base-load", type=float, default=0.3)
     parser.add_argument("--peak-load", type=float, default=0.7)
@@ -593,7 +645,15 @@ def main() -> None:
         help="a replica's capacity within the SLO, x its full-batch rate",
     )
     parser.add_argument("--out", help="write the results as JSON in this folder")
+    parser.add_argument("--check", action="store_true", help="only the simulator check")
+    parser.add_argument("--check-loads", default="0.4,0.8")
     args = parser.parse_args()
+    if args.check:
+        result = check(args)
+        out = Path(args.out or RESULTS)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "modserve_des_check.json").write_text(json.dumps(result, indent=1))
+        return
 
     specs = workload(args.requests, args.image_share)
     capacity = capacity_estimate(specs)
@@ -634,7 +694,82 @@ def main() -> None:
             "best": best,
             "autoscaling": [asdict(r) for r in scaled],
         }
-        (out / "modserve.json").write_text(json.dumps(result, indent=1))
+        (out / "modserve_16gpu_realtime.json").write_text(json.dumps(result, indent=1))
+
+
+# --- the cluster simulator against this real-time run ---------------------------------------------
+
+CHECK = System("+tokens +fan-out", "fan-out", token_routing=True)  # ModServe less SLO scheduling
+CHECK_SHAPES = {
+    MONOLITH.name: ({"model.whole": GPUS // LLM_GPUS}, 256),
+    CHECK.name: ({"model.image": 6, "model.llm": 5}, 8),
+}
+
+
+def des_cluster(system: System, shape: dict[str, int], batch: int) -> Cluster:
+    """`system` as `prismserve.emulate.des` runs it: the same engine costs, encoders and policies."""
+    encoder = EncoderCosts(s_per_token=ENCODE_S, max_batch=batch, tp_speedup=ENCODER_TP)
+    if system.encoder is None:
+        return Cluster(llm=llm_costs(batch), llms=shape["model.whole"], llm_gpus=LLM_GPUS, encoder=encoder)
+    return Cluster(
+        llm=llm_costs(),
+        llms=shape["model.llm"],
+        llm_gpus=LLM_GPUS,
+        encoder=encoder,
+        encoders=shape[system.encoder],
+        token_routing=system.token_routing,
+        fan_out=system.layout == "fan-out",
+    )
+
+
+def des_requests(timed: list[RequestSpec], speedup: float) -> list[Request]:
+    """`timed` (compressed arrivals) as the simulator's requests, in real seconds."""
+    out = []
+    for spec in timed:
+        media = tuple(_COUNTING.image_tokens(*size) for size in spec.images)
+        out.append(
+            Request(spec.arrival_s * speedup, spec.text_tokens, ITEMS, media, spec.text_tokens + sum(media))
+        )
+    return out
+
+
+def check(args: Any) -> dict[str, Any]:
+    """The monolith and ModServe (less SLO scheduling, which the engine's queue does not do) on the
+    real control plane and in the simulator, same requests, at `--check-loads`."""
+    specs = workload(args.requests, args.image_share)
+    capacity = capacity_estimate(specs)
+    out: dict[str, Any] = {
+        "capacity_rps": capacity,
+        "requests": len(specs),
+        "speedup": args.speedup,
+        "runs": [],
+    }
+    for load in [float(x) for x in args.check_loads.split(",")]:
+        timed = retime(specs, load * capacity * args.speedup)
+        for system in (MONOLITH, CHECK):
+            shape, batch = CHECK_SHAPES[system.name]
+            real = measure(system, timed, (shape, batch), args, {}, load)
+            done = simulate_cluster(
+                des_cluster(system, shape, batch), des_requests(timed, args.speedup)
+            ).requests
+            ttfts = [r.ttft for r in done]
+            virtual = {
+                "mean_ttft_s": statistics.mean(ttfts),
+                "p50_ttft_s": percentile(ttfts, 0.5),
+                "p99_ttft_s": percentile(ttfts, 0.99),
+                "throughput_rps": len(done) / max(r.tokens[-1] for r in done),
+            }
+            measured = asdict(real)
+            run = {"system": system.name, "load": load, "realtime": measured, "des": virtual}
+            run["ratio"] = {k: measured[k] / v for k, v in virtual.items() if v > 0}
+            out["runs"].append(run)
+            print(
+                f"{system.name:<16} load {load:.2f}: P50 TTFT {real.p50_ttft_s:.3f} real / "
+                f"{virtual['p50_ttft_s']:.3f} DES, P99 {real.p99_ttft_s:.3f} / {virtual['p99_ttft_s']:.3f}, "
+                f"throughput {real.throughput_rps:.2f} / {virtual['throughput_rps']:.2f} req/s",
+                flush=True,
+            )
+    return out
 
 
 def capacity_estimate(specs: list[RequestSpec]) -> float:
@@ -642,7 +777,7 @@ def capacity_estimate(specs: list[RequestSpec]) -> float:
     spent on encoding and prefill at full batch): what the loads are multiples of."""
     media = statistics.mean(media_tokens(spec) for spec in specs)
     text = statistics.mean(spec.text_tokens for spec in specs)
-    gpu_s = media * ENCODE_S / 2.0 + (media + text) * PREFILL_S / 1.5 * LLM_GPUS
+    gpu_s = LLM_GPUS * (media * ENCODE_S / ENCODER_TP[LLM_GPUS] + (media + text) * PREFILL_S)
     return GPUS / gpu_s
 
 

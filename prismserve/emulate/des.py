@@ -221,13 +221,17 @@ class Simulation:
         if self.cluster.autoscale is not None:
             self._at(0.0, _SCALE, self._scale)
         self._record_gpus()
+        scaling = self.cluster.autoscale is not None
         while self._events:
             time, _, _, action = heapq.heappop(self._events)
-            self.gpu_s += self._held() * (time - self._last)
+            if scaling and time > self._last:  # a static cluster holds all its GPUs throughout
+                self.gpu_s += self._held() * (time - self._last)
             self._last = self.now = time
             action()
-            if self.cluster.autoscale is not None and self._done():
+            if scaling and self._done():
                 break
+        if not scaling:
+            self.gpu_s = self.cluster.gpus * self.now
         return self.requests
 
     def _done(self) -> bool:
