@@ -389,8 +389,12 @@ class Simulation:
     def _scale(self) -> None:
         scale = self.cluster.autoscale
         assert scale is not None
-        recent = [w for w in self._work if w[0] > self.now - scale.window_s]
-        span = min(scale.window_s, max(self.now, scale.interval_s))
+        if self.now == 0.0:  # the initial sizing from history (003 §4.2): the first window's work
+            recent = [(r.arrival, *self._work_of(r)) for r in self.requests if r.arrival < scale.window_s]
+            span = scale.window_s
+        else:
+            recent = [w for w in self._work if w[0] > self.now - scale.window_s]
+            span = min(scale.window_s, self.now)
         encode_rate = sum(w[1] for w in recent) / span
         llm_rate = sum(w[2] for w in recent) / span
         want_encoders = _want(encode_rate, scale, scale.min_encoders) if self.encoders else 0
