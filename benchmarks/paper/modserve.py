@@ -390,19 +390,32 @@ def main() -> None:
         for name in experiments
         if fig != "fig19" or name == "internvl" or args.quick  # 003 §5.4: PD with InternVL only
     ]
+    done: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-        done = dict(zip([(f, n) for f, n, _ in jobs], pool.starmap(_figure, jobs), strict=True))
-    for fig in figures:
-        data = {name: done[(fig, name)][0] for name in experiments if (fig, name) in done}
-        seconds = sum(done[(fig, name)][1] for name in data)
-        setup = {
-            name: {"slo": exp.slo, "slo_scale": SLO_SCALE, "image_share": IMAGE_SHARE}
-            for name, exp in experiments.items()
-        }
-        meta = {"requests": args.requests, "seed": args.seed, "quick": args.quick, "setup": setup}
-        (args.out / f"modserve_{fig}.json").write_text(json.dumps({"meta": meta, "models": data}, indent=1))
-        plot(fig, data, args.out / f"modserve_{fig}.png")
-        print(f"{fig}: {seconds:.0f} s of work", json.dumps(_brief(fig, data)), flush=True)
+        # Each figure is written as soon as its models are done (a long run leaves what it finished).
+        for (fig, name, _), result in zip(jobs, pool.imap(_job, jobs), strict=True):
+            done[(fig, name)] = result
+            if all((f, n) in done for f, n, _ in jobs if f == fig):
+                _write(fig, {n: done[(f, n)][0] for f, n, _ in jobs if f == fig}, experiments, args)
+                seconds = sum(done[(f, n)][1] for f, n, _ in jobs if f == fig)
+                print(f"{fig}: {seconds:.0f} s of work", flush=True)
+
+
+def _write(
+    fig: str, data: dict[str, Any], experiments: dict[str, Experiment], args: argparse.Namespace
+) -> None:
+    setup = {
+        name: {"slo": exp.slo, "slo_scale": SLO_SCALE, "image_share": IMAGE_SHARE}
+        for name, exp in experiments.items()
+    }
+    meta = {"requests": args.requests, "seed": args.seed, "quick": args.quick, "setup": setup}
+    (args.out / f"modserve_{fig}.json").write_text(json.dumps({"meta": meta, "models": data}, indent=1))
+    plot(fig, data, args.out / f"modserve_{fig}.png")
+    print(fig, json.dumps(_brief(fig, data)), flush=True)
+
+
+def _job(job: tuple[str, str, argparse.Namespace]) -> tuple[dict[str, Any], float]:
+    return _figure(*job)
 
 
 def _figure(fig: str, name: str, args: argparse.Namespace) -> tuple[dict[str, Any], float]:

@@ -534,7 +534,7 @@ def ablation(
         best = max(tried, key=lambda row: row.goodput_rps)
         setups[system.name] = (best.shape, best.encoder_batch)
         print(
-            f"{system.name}: (encoders, batch) {choices} at load {args.split_load:g} -> goodput "
+            f"{system.name}: (encoders, batch) {options} at load {args.split_load:g} -> goodput "
             f"{[round(r.goodput_rps, 2) for r in tried]}; using {best.shape}, batch {best.encoder_batch}",
             flush=True,
         )
