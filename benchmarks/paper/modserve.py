@@ -124,15 +124,16 @@ class Experiment:
         self,
         make: Cluster,
         rate: float,
-        scale: float = SLO_SCALE,
+        scale: float | None = None,
         image_share: float = IMAGE_SHARE,
     ) -> dict[str, Any]:
+        scale = scale or self.args.slo_scale
         ttft = {kind: scale * v["ttft_s"] for kind, v in self.slo.items()}
         work = requests(self.model, self.args.requests, rate, image_share, self.args.seed, ttft)
         simulate_cluster(make, work)
         return {"rate": rate, **summarize(work, self.slo, scale)}
 
-    def max_load(self, make: Cluster, scale: float = SLO_SCALE, image_share: float = IMAGE_SHARE) -> float:
+    def max_load(self, make: Cluster, scale: float | None = None, image_share: float = IMAGE_SHARE) -> float:
         """The largest rate (req/s) whose run meets the SLOs, by bisection (0: none does)."""
         hi = self.capacity(make) * 1.5
         if not self.run(make, hi / 64, scale, image_share)["meets_slo"]:
@@ -246,7 +247,7 @@ def fig16(exp: Experiment) -> dict[str, Any]:
     ModServe (encoders and LLMs scaled apart) over a three-phase burst, and their SLO attainment."""
     count = exp.args.requests
     base = BURST_BASE_LOAD * exp.capacity(cluster(exp.model, "vLLM"))
-    ttft = {kind: SLO_SCALE * v["ttft_s"] for kind, v in exp.slo.items()}
+    ttft = {kind: exp.args.slo_scale * v["ttft_s"] for kind, v in exp.slo.items()}
     burst: list[Request] = []
     start = 0.0
     for i, (share, factor) in enumerate(BURST_PHASES):
@@ -272,7 +273,7 @@ def fig16(exp: Experiment) -> dict[str, Any]:
             "gpu_hours": sim.gpu_s / 3600,
             "span_s": max(r.tokens[-1] for r in fresh),
             "ttft_attainment": met,
-            **summarize(fresh, exp.slo, SLO_SCALE),
+            **summarize(fresh, exp.slo, exp.args.slo_scale),
             "timeline": [(t, gpus) for t, gpus in sim.gpu_timeline],
         }
     return {"base_rps": base, "phases": BURST_PHASES, "autoscale": dataclasses.asdict(scale), "runs": out}
@@ -367,6 +368,7 @@ def main() -> None:
     parser.add_argument("--models", default="internvl,llama")
     parser.add_argument("--figures", default=",".join(FIGURES))
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--slo-scale", type=float, default=SLO_SCALE, help="of Figures 14-16 and 18")
     args = parser.parse_args()
     if args.quick:
         args.requests, args.bisections, args.models = 200, 3, "llama"
@@ -405,7 +407,7 @@ def _write(
     fig: str, data: dict[str, Any], experiments: dict[str, Experiment], args: argparse.Namespace
 ) -> None:
     setup = {
-        name: {"slo": exp.slo, "slo_scale": SLO_SCALE, "image_share": IMAGE_SHARE}
+        name: {"slo": exp.slo, "slo_scale": args.slo_scale, "image_share": IMAGE_SHARE}
         for name, exp in experiments.items()
     }
     meta = {"requests": args.requests, "seed": args.seed, "quick": args.quick, "setup": setup}

@@ -400,11 +400,12 @@ class Simulation:
         want_encoders = _want(encode_rate, scale, scale.min_encoders) if self.encoders else 0
         want_llms = _want(llm_rate, scale, scale.min_llms)
         cluster = self.cluster
-        while (
-            want_encoders * cluster.encoder_gpus + want_llms * cluster.llm_gpus > scale.max_gpus
-            and want_llms > 1
-        ):
-            want_llms -= 1  # over the cluster: the LLMs give way first (the encoders feed them)
+        total = want_encoders * cluster.encoder_gpus + want_llms * cluster.llm_gpus
+        if total > scale.max_gpus:  # over the cluster: both stages shrink in proportion
+            factor = scale.max_gpus / total
+            want_llms = max(scale.min_llms, int(want_llms * factor))
+            if self.encoders:
+                want_encoders = max(scale.min_encoders, int(want_encoders * factor))
         _resize(self.encoders, want_encoders, lambda: _Encoder(cluster.encoder_gpus))
         _resize(self.llms, want_llms, lambda: _LLM(cluster.llm, cluster.llm_gpus))
         self._record_gpus()
