@@ -445,11 +445,12 @@ def _brief(fig: str, data: dict[str, Any]) -> Any:
 WHY = {
     "fig14": "our monolith and decoupled systems share one engine model; the paper's gap also holds "
     "vLLM 0.7.2's own overheads",
-    "fig15": "fixed SLOs from the median request miss the heavy-tailed P99 requests (8K-token prompts, "
-    "16 images) in some systems at any load",
+    "fig15": "at SLO scale 20 (at 10 the monolith meets the P99 target at no load); InternVL's prefill, "
+    "calibrated to 003 Fig 5, bounds both systems, and ModServe's 20 text instances have 62 % of the "
+    "monolith's prefill GPUs",
     "fig16": "both autoscale by the same work-rate rule (003 §4.2) in virtual time; the burst is ours "
     "(the one-day trace is not available)",
-    "fig17": "see Fig 15",
+    "fig17": "as Fig 15; at scales 5 and 10 one or both systems meet the P99 targets at no load",
     "fig18": "one load (half the monolith's prefill capacity) where the paper's is not stated",
     "fig19": "prefill calibrated to Figure 5 makes InternVL prefill-bound: encoders are a small share",
 }
