@@ -44,7 +44,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from modserve_setup import MODELS, PaperModel, isolated, requests  # noqa: E402
 
-from prismserve.emulate.des import Autoscale, Cluster, Request, simulate_cluster  # noqa: E402
+from prismserve.emulate.des import Cluster, Request, StageScaling, simulate_cluster  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 GPUS_PER_SERVER = 8
@@ -257,7 +257,7 @@ def fig16(exp: Experiment) -> dict[str, Any]:
         start = phase[-1].arrival + 1.0 / (base * factor)
         burst += phase
     interval = count / base / AUTOSCALE_STEPS
-    scale = Autoscale(interval_s=interval, window_s=interval, target_utilization=0.5, max_gpus=128)
+    scale = StageScaling(interval_s=interval, window_s=interval, target_utilization=0.5, max_gpus=128)
     out = {}
     for name in ("vLLM", "ModServe"):
         make = cluster(exp.model, name)

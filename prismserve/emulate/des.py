@@ -22,7 +22,7 @@ The systems (`Cluster`):
 - `prefill` (PD disaggregation, 003 §5.4): the LLM instances only prefill; the KV cache then takes
   `kv_transfer_s` + `kv_transfer_s_per_token` per token to reach a decode instance.
 
-Autoscaling (`Autoscale`): every `interval_s` each stage gets ceil(work per second over the last
+Autoscaling (`StageScaling`): every `interval_s` each stage gets ceil(work per second over the last
 `window_s` / `target_utilization`) instances (003 §4.2: the stage's load over its capacity within
 the SLO); a removed instance finishes what it holds and its GPUs count until it is empty. GPU-seconds
 are integrated exactly over virtual time (GPUs held x the time between events).
@@ -109,7 +109,7 @@ class Request:
 
 
 @dataclass(frozen=True)
-class Autoscale:
+class StageScaling:
     """Per-stage autoscaling: replicas = ceil(work seconds per second / target_utilization)."""
 
     interval_s: float = 60.0
@@ -139,7 +139,7 @@ class Cluster:
     decode_gpus: int = 4
     kv_transfer_s: float = 0.0
     kv_transfer_s_per_token: float = 0.0
-    autoscale: Autoscale | None = None
+    autoscale: StageScaling | None = None
 
     @property
     def monolith(self) -> bool:
@@ -436,7 +436,7 @@ def _resize(pool: list[_E], want: int, new: Callable[[], _E]) -> None:
             pool.append(new())
 
 
-def _want(rate: float, scale: Autoscale, minimum: int) -> int:
+def _want(rate: float, scale: StageScaling, minimum: int) -> int:
     return max(minimum, math.ceil(rate / scale.target_utilization))
 
 

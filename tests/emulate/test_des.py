@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from prismserve.emulate.des import Autoscale, Cluster, EncoderCosts, Request, simulate_cluster
+from prismserve.emulate.des import Cluster, EncoderCosts, Request, StageScaling, simulate_cluster
 from prismserve.executors.sim_engine import SimRequest, StepCosts, simulate
 
 COSTS = StepCosts(
@@ -119,7 +119,7 @@ def test_pd_disaggregation_hands_the_kv_cache_to_a_decode_instance():
 def test_autoscaling_follows_a_burst_and_counts_gpu_seconds_exactly():
     quiet = [Request(i * 0.5, 50, 2, llm_tokens=50) for i in range(40)]
     burst = [Request(20.0 + i * 0.01, 50, 2, (1280,) * 4, llm_tokens=50 + 5120) for i in range(400)]
-    scale = Autoscale(interval_s=2.0, window_s=2.0, target_utilization=0.5, max_gpus=64)
+    scale = StageScaling(interval_s=2.0, window_s=2.0, target_utilization=0.5, max_gpus=64)
     cluster = Cluster(llm=COSTS, llms=1, encoder=ENCODER, encoders=1, autoscale=scale)
     run = simulate_cluster(cluster, quiet + burst)
     peak = max(t[1]["encoder"] for t in run.gpu_timeline)
