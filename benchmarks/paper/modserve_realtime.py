@@ -5,9 +5,11 @@ prismserve.emulate's InternVL3, papers/000 Table 1) on 16 GPUs, served with the 
 workload (bursty arrivals, heavy-tailed image counts and sizes; `--image-share` of the requests
 keep their images, the others are text-only). Every system below runs the same requests through the
 real control plane in this process (task managers, dispatcher, replica picks, executor queues);
-only the model is replaced by waiting, for the tokens each call carries:
+only the model is replaced by waiting: LLMs and the monolith run vLLM's step loop in real time
+(`SimProfile.engine`, prismserve/executors/sim_engine.py), encoders batch with no gain (003
+Figure 6c) and scale with their GPUs by `ENCODER_TP` (003 Figure 9):
 
-  monolith        8 replicas of the whole model (vLLM-style: encoder inside, continuous batching)
+  monolith        8 replicas of the whole model (vLLM: the encoder inside the engine step, TP-2)
   decoupled       image encoders (1 GPU) and LLMs (2 GPUs) as separate deployments; a request's
                   images in one encoder call; replicas picked by fewest calls; queues FIFO
   +slo            + SLO scheduling: executor queues serve the least slack to the request's SLO first
@@ -18,16 +20,22 @@ SLOs as ModServe's §5.1, `--slo-scale` times the TTFT and TBT of a request alon
 per request type (text, image+text), the TTFT target growing with the prompt's tokens (see
 `isolated_slos`). Prints, per system and load, P50/P99 TTFT, SLO attainment and goodput (requests
 meeting their SLO per second), and the largest load each sustains at `--attainment` (ModServe
-reports the load at P99: 0.99). The decoupled systems use the encoder count (`--encoders`) and
-encoder batch (`--encoder-batches`) that give them the most goodput at `--split-load`.
+reports the load at P99: 0.99), goodput over the makespan. The decoupled systems use the encoder
+count (`--encoders`) and batch (`--encoder-batches`), the monolith the engine batch cap
+(`--monolith-batches`), that give each the most goodput at `--split-load` on another seed's
+workload (`--tune-seed`). Writes `modserve_16gpu_realtime.json`.
+
+`--check`: the monolith and ModServe (less SLO scheduling) here and in the cluster simulator
+(prismserve/emulate/des.py) on the same requests; writes `modserve_des_check.json`.
 
 Then autoscaling (ModServe Figure 16, compressed): an image-driven burst (`burst`) served by the
 monolith and by ModServe (+fan-out), each static at the shape that serves the peak and autoscaled
 (prismserve.control.autoscale) from a small shape, its stages' capacities from the cost model;
-prints GPU-hours (real time) and SLO attainment of each. Replicas start at once here (a real one
-takes tens of seconds to load), and times run `--speedup` times faster than real.
+prints GPU-hours (the plan's GPUs integrated over real time) and SLO attainment of each. Replicas
+start at once here (a real one takes tens of seconds to load), and times run `--speedup` times
+faster than real.
 
-    cd benchmarks/paper; python3 modserve.py [--requests 1500] [--loads 0.5,0.7,0.9,1.1] [--out DIR]
+    python3 benchmarks/paper/modserve_realtime.py [--requests 300] [--loads 0.4,0.8] [--out DIR] [--check]
 """
 
 from __future__ import annotations
@@ -685,7 +693,8 @@ def main() -> None:
             )
             print(f"  {name:<10} {rate:>6.1f} req/s  ({ratio})")
     modserve = setups.get(MODSERVE.name, (split(MODSERVE, 6), 8))
-    scaled = autoscaling(args, specs, slos, modserve) if args.burst_requests else []
+    monolith_batch = setups.get(MONOLITH.name, ({}, 256))[1]
+    scaled = autoscaling(args, specs, slos, modserve, monolith_batch) if args.burst_requests else []
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
