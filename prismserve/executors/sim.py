@@ -276,9 +276,14 @@ class StepLoop:
                 self.core.abort(request)
 
     async def _serve(self) -> None:
+        # Steps are timed against a running deadline, not slept one by one: a busy event loop wakes
+        # late, and the next step then starts early, so the engine keeps its modelled pace.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
         while self.core.busy:
             step = self.core.step()
-            await _sleep(step.seconds)
+            deadline += step.seconds
+            await _sleep(deadline - loop.time())
             for request in step.produced:
                 _queue(request).put_nowait(True)
             for request in step.finished:
