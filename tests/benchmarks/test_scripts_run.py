@@ -260,7 +260,7 @@ def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     (run,) = json.loads((tmp_path / "twin_quick.json").read_text())["runs"]
     compared = run["monolith"]["compare"]
-    assert {"ttft_p50_s", "tbt_p50_s", "throughput_rps", "stall_s"} <= set(compared)
+    assert {"ttft_text_p50_s", "ttft_image_p50_s", "tbt_p50_s", "throughput_rps", "stall_s"} <= set(compared)
     # The fitted twin's probes moved from zero cost towards the real ones.
     rounds = run["monolith"]["probes"]["twin_rounds"]
     real = run["monolith"]["probes"]["real"]["tbt_1_s"]
