@@ -60,7 +60,7 @@ class Component:
     paper_model: str  # Table 4's column this family matches
     make: Callable[[str], Any]  # checkpoint folder -> unit task
     vllm: bool = False
-    floor: bool = False  # only a bare actor in the task's environment importing its executor's module
+    floor: tuple[str, ...] = ()  # only a bare actor in the task's environment importing these modules
 
 
 def components(compiled: bool) -> list[Component]:
@@ -91,9 +91,9 @@ def components(compiled: bool) -> list[Component]:
     ]  # fmt: skip
     found += [
         Component("floor: actor + imports, transformers env", "qwen2.5-vl", "", "",
-                  lambda m: EncoderTask(model=m, modality="image"), floor=True),
+                  lambda m: EncoderTask(model=m, modality="image"), floor=("torch", "transformers")),
         Component("floor: actor + imports, vLLM env", "qwen2.5-vl", "", "", lambda m: VLLMTask(model=m),
-                  floor=True),
+                  floor=("torch", "vllm", "vllm.v1.engine.async_llm")),
     ]  # fmt: skip
     if compiled:
         found.append(
@@ -123,23 +123,24 @@ class Floor:
     """A bare actor: what every replica start pays before its model loads (a worker process in the
     executor's environment, and the executor's module with torch, transformers or vLLM imported)."""
 
-    def ready(self, module: str) -> int:
+    def ready(self, modules: tuple[str, ...]) -> int:
         import importlib
 
-        importlib.import_module(module)
+        for module in modules:
+            importlib.import_module(module)
         return os.getpid()
 
 
-async def floor_once(runtime: Any, task: Any, env: dict[str, str]) -> float:
-    """Seconds from asking for a bare actor in `task`'s executor environment to its executor module
-    being imported; the actor is killed afterwards."""
+async def floor_once(runtime: Any, task: Any, env: dict[str, str], modules: tuple[str, ...]) -> float:
+    """Seconds from asking for a bare actor in `task`'s executor environment to `modules` being
+    imported there; the actor is killed afterwards."""
     import ray
 
     runtime.replica_env.update(env)
     ref = type(task).executor_ref
     start = time.perf_counter()
     actor = ray.remote(Floor).options(num_cpus=0, runtime_env=runtime._model_runtime_env(ref.env)).remote()
-    await actor.ready.remote(ref.path.partition(":")[0])
+    await actor.ready.remote(modules)
     elapsed = time.perf_counter() - start
     ray.kill(actor)
     return elapsed
@@ -164,16 +165,30 @@ async def measure(
                 # A fresh cache for each cold start; the cached start reuses the folder it just filled.
                 with tempfile.TemporaryDirectory(prefix="vllm-cache-") as cache:
                     for mode in modes:
-                        once = floor_once if component.floor else start_once
-                        seconds = await once(runtime, component.make(model), {"VLLM_CACHE_ROOT": cache})
+                        task, env = component.make(model), {"VLLM_CACHE_ROOT": cache}
+                        if component.floor:
+                            seconds = await floor_once(runtime, task, env, component.floor)
+                        else:
+                            seconds = await start_once(runtime, task, env)
                         modes[mode].append(seconds)
                         print(f"  {component.label:<46} {mode:<6} {seconds:7.2f} s", flush=True)
+                    cached = _contents(Path(cache))
             for mode, times in modes.items():
-                rows.append(_row(component, mode, times))
+                rows.append({**_row(component, mode, times), "vllm_cache": cached if component.vllm else {}})
             save(rows)
     finally:
         await runtime.close()
     return rows
+
+
+def _contents(folder: Path) -> dict[str, int]:
+    """What a start left in the vLLM cache folder: bytes by top-level entry (what a cached start reuses)."""
+    return {
+        entry.name: sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+        if entry.is_dir()
+        else entry.stat().st_size
+        for entry in sorted(folder.iterdir())
+    }
 
 
 def _row(component: Component, mode: str, times: list[float]) -> dict[str, Any]:
@@ -239,8 +254,9 @@ def _load(results: Path) -> dict[str, Any] | None:
 
 
 WHY = (
-    "tiny random-weight checkpoints (MBs, not tens of GBs) on a CPU; no pod scheduling, image pull or "
-    "GPU/NCCL set-up; vLLM-CPU runs eagerly (no CUDA graphs)"
+    "tiny random-weight checkpoints (MBs, not tens of GBs) on 2 CPU cores shared with other work: what "
+    "remains is process start and imports (torch, transformers; vLLM: three processes), slowed by the "
+    "machine's load; no pod scheduling, image pull or GPU set-up; vLLM-CPU runs eagerly (nothing to compile)"
 )
 
 
@@ -292,6 +308,10 @@ def details(results: Path) -> str:
             f"| {r['component']} | {r['mode']} | {starts} | {r['median_s']:.1f} | "
             f"{r['paper_row'] or '-'}, {r['paper_model'] or '-'} | {paper if paper is not None else '-'} | {ratio} |"
         )
+    for r in data["rows"]:
+        if r["mode"] == "cached" and "vllm_cache" in r:
+            held = ", ".join(f"`{name}` {size / 1e3:.1f} kB" for name, size in r["vllm_cache"].items())
+            lines.append(f"\n{r['component']}: `VLLM_CACHE_ROOT` held after two starts: {held or 'nothing'}.")
     return "\n".join(lines)
 
 
