@@ -204,6 +204,7 @@ def _paper_module(name: str):
     spec = importlib.util.spec_from_file_location(f"paper_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 
