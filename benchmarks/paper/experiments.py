@@ -39,6 +39,8 @@ EXPERIMENTS = [
     Experiment("fig11", "fig11_latency_cdf.py", ()),
     Experiment("sec733", "sec733_qwen_image.py", ("--requests", "300")),
     Experiment("sec74", "sec74_routing.py", ("--requests", "400")),
+    Experiment("dataplane", "dataplane_sweep.py", ()),
+    Experiment("startup", "startup.py", ()),
     Experiment("modserve", "modserve.py", ("--requests", "500", "--bisections", "4")),
     Experiment(
         "triinfer",

@@ -265,3 +265,48 @@ def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
     rounds = run["monolith"]["probes"]["twin_rounds"]
     real = run["monolith"]["probes"]["real"]["tbt_1_s"]
     assert abs(rounds[-1]["tbt_1_s"] - real) < abs(rounds[0]["tbt_1_s"] - real)
+
+
+@pytest.mark.timeout(300)
+def test_dataplane_sweep_quick_writes_sizes_rates_embeddings_and_plots(tmp_path):
+    # Two replicas on Ray moving payloads over every transport: seconds.
+    paper = ROOT / "benchmarks" / "paper"
+    result = run_script(["dataplane_sweep.py", "--quick", "--out", str(tmp_path)], paper, 240)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    data = json.loads((tmp_path / "dataplane_sweep.json").read_text())
+    module = load_module(paper / "dataplane_sweep.py")
+    assert set(data["by_size"]) == set(module.TRANSPORTS)
+    shm = data["by_size"]["shm, copy"]
+    assert [r["bytes"] for r in shm] == module.QUICK_SIZES
+    assert all(r["p50_ms"] > 0 and r["p99_ms"] >= r["p50_ms"] for r in shm)
+    assert shm[-1]["p50_ms"] > shm[0]["p50_ms"]  # 16 MiB copies take longer than 4 KiB
+    emb = data["embeddings"]["transports"]["shm, copy"]
+    assert [r["tokens"] for r in emb] == module.QUICK_TOKENS
+    assert all(r["bytes"] == r["tokens"] * 3584 * 2 for r in emb)
+    rates = data["by_rate"]["transports"]["ray object store"]
+    assert [r["offered_rps"] for r in rates] == module.QUICK_RATES and all(
+        r["achieved_rps"] > 0 for r in rates
+    )
+    assert len(list(tmp_path.glob("dataplane_sweep_*.png"))) == 4
+    rows = module.rows(tmp_path)
+    assert len(rows) == 3 and all(len(row) == 5 for row in rows)
+    assert rows[2][1] == "5 ms" and float(rows[2][3]) > 0  # ModServe's P99 and our ratio to it
+    assert "| size |" in module.details(tmp_path)
+
+
+@pytest.mark.timeout(300)
+def test_startup_quick_times_a_real_replica_start(tmp_path):
+    # One image-encoder replica started on Ray the way `prismserve serve` starts it, then stopped.
+    paper = ROOT / "benchmarks" / "paper"
+    result = run_script(["startup.py", "--quick", "--out", str(tmp_path)], paper, 240)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    data = json.loads((tmp_path / "startup.json").read_text())
+    (row,) = data["rows"]
+    assert row["component"].startswith("image encoder") and row["mode"] == "cold"
+    assert len(row["starts_s"]) == 1 and row["median_s"] == row["starts_s"][0] > 0
+    assert row["paper_row"] == "Encoder" and row["paper_s"] == 21.7
+    assert (tmp_path / "startup_table4.png").exists()
+    module = load_module(paper / "startup.py")
+    (readme_row,) = module.rows(tmp_path)
+    assert readme_row[1] == "21.7 s" and float(readme_row[3]) > 0
+    assert "| image encoder (Qwen2.5-VL) | cold |" in module.details(tmp_path)
