@@ -2,7 +2,8 @@
 
 Each script writes its JSON (and PNG plots) under the results folder given by its `out` flag; the
 module (the script itself unless named) has `rows(results)` and may have `details(results)`.
-`args` is the run the README's figures come from, `quick` a small one (a smoke test).
+`args` is the run the README's figures come from (`more`: further runs of the same script, one
+process each), `quick` a small one (a smoke test).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ class Experiment:
     args: tuple[str, ...] = ()
     quick: tuple[str, ...] = ("--quick",)
     out: str = "--out"  # the script's flag for the results folder
+    more: tuple[tuple[str, ...], ...] = ()
     module: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -41,7 +43,15 @@ EXPERIMENTS = [
     Experiment("sec74", "sec74_routing.py", ("--requests", "400")),
     Experiment("dataplane", "dataplane_sweep.py", ()),
     Experiment("startup", "startup.py", ()),
-    Experiment("modserve", "modserve.py", ("--requests", "500", "--bisections", "4")),
+    Experiment(
+        "modserve",
+        "modserve.py",
+        ("--requests", "500", "--bisections", "4", "--figures", "fig14,fig17,fig18,fig19"),
+        more=(
+            ("--requests", "500", "--bisections", "4", "--figures", "fig15", "--slo-scale", "20"),
+            ("--requests", "500", "--figures", "fig16"),
+        ),
+    ),
     Experiment(
         "triinfer",
         "triinfer.py",

@@ -80,15 +80,20 @@ def load_module(path: Path) -> ModuleType:
 
 
 def run(root: Path, experiment: Any, results: Path, quick: bool) -> bool:
-    """Run one experiment's script in its own process; True when it succeeded."""
+    """Run one experiment's script (each of its runs in its own process); True when all succeeded."""
     script = root / "benchmarks" / "paper" / experiment.script
-    args = list(experiment.quick if quick else experiment.args)
-    command = [sys.executable, str(script), *args, experiment.out, str(results)]
-    print(f"== {experiment.name}: {' '.join(command[1:])}", flush=True)
-    start = time.monotonic()
-    done = subprocess.run(command, cwd=script.parent, env=os.environ.copy(), check=False)
-    print(f"== {experiment.name}: exit {done.returncode} after {time.monotonic() - start:.0f} s", flush=True)
-    return done.returncode == 0
+    runs = [experiment.quick] if quick else [experiment.args, *getattr(experiment, "more", ())]
+    ok = True
+    for args in runs:
+        command = [sys.executable, str(script), *args, experiment.out, str(results)]
+        print(f"== {experiment.name}: {' '.join(command[1:])}", flush=True)
+        start = time.monotonic()
+        done = subprocess.run(command, cwd=script.parent, env=os.environ.copy(), check=False)
+        print(
+            f"== {experiment.name}: exit {done.returncode} after {time.monotonic() - start:.0f} s", flush=True
+        )
+        ok = ok and done.returncode == 0
+    return ok
 
 
 def rows_table(rows: Sequence[Sequence[str]]) -> str:

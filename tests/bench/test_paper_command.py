@@ -74,3 +74,69 @@ def test_rebuild_leaves_text_outside_the_markers_alone(tmp_path):
     readme.write_text("before\n<!-- bench-paper:rows -->\nold\n<!-- /bench-paper -->\nafter\n")
     assert rebuild(readme, {"rows": "new\n"}) == ["rows"]
     assert readme.read_text() == "before\n<!-- bench-paper:rows -->\nnew\n<!-- /bench-paper -->\nafter\n"
+
+
+TOY_REGISTRY = """
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    script: str
+    args: tuple = ()
+    quick: tuple = ("--quick",)
+    out: str = "--out"
+    module: str = "toy.py"
+    more: tuple = ()
+
+
+EXPERIMENTS = [Experiment("toy", "toy.py", ("--value", "3"), more=(("--value", "4", "--name", "second"),))]
+"""
+TOY_SCRIPT = """
+import argparse, json, sys
+from pathlib import Path
+
+
+def rows(results):
+    values = [json.loads(p.read_text())["value"] for p in sorted(Path(results).glob("toy*.json"))]
+    return [("toy", "1", " + ".join(map(str, values)), "-", "")]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--value", type=int, default=1)
+    parser.add_argument("--name", default="first")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.value < 0:
+        sys.exit("a failed experiment")
+    (args.out / f"toy_{args.name}.json").write_text(json.dumps({"value": args.value}))
+"""
+
+
+def toy_checkout(tmp_path: Path) -> Path:
+    paper = tmp_path / "benchmarks" / "paper"
+    paper.mkdir(parents=True)
+    (paper / "experiments.py").write_text(TOY_REGISTRY)
+    (paper / "toy.py").write_text(TOY_SCRIPT)
+    (tmp_path / "benchmarks" / "README.md").write_text("<!-- bench-paper:rows -->\n<!-- /bench-paper -->\n")
+    return tmp_path
+
+
+def test_an_experiment_runs_each_of_its_runs_then_its_rows_are_tabled(tmp_path):
+    root = toy_checkout(tmp_path)
+    assert main(["bench", "paper", "--root", str(root), "--only", "toy"]) == 0
+    assert "| toy | 1 | 3 + 4 | - |" in (root / "benchmarks" / "README.md").read_text()
+
+
+def test_a_failed_experiment_is_an_error_and_the_tables_still_come_from_the_files(tmp_path, capsys):
+    root = toy_checkout(tmp_path)
+    (root / "benchmarks" / "results").mkdir()
+    (root / "benchmarks" / "results" / "toy_old.json").write_text('{"value": 7}')
+    registry = (root / "benchmarks" / "paper" / "experiments.py").read_text().replace('"3"', '"-3"')
+    (root / "benchmarks" / "paper" / "experiments.py").write_text(registry)
+    assert main(["bench", "paper", "--root", str(root)]) == 1
+    assert "these experiments failed: toy" in capsys.readouterr().err
+    assert "| toy | 1 | 7 + 4 | - |" in (root / "benchmarks" / "README.md").read_text()
