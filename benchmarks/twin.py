@@ -19,11 +19,15 @@ probes, and each parameter is corrected by the gap in its probe (`--rounds` time
 holds only what the engines add and the twin matches the real deployment on lone requests; what
 is checked is whether it then predicts the loaded, mixed workload.
 
-Then the same open-loop workload (Poisson arrivals, half text-only, half with the image, each
-twin request producing as many tokens as the real one did) runs on both, and the script prints
-TTFT and TBT P50/P99, throughput, and the stall a running stream suffers when an image arrives,
+Then the same open-loop workload (Poisson arrivals at `--load` times the real deployment's
+capacity, measured with 8 requests in flight; half text-only, half with the image; each twin
+request producing as many tokens as the real one did) runs on both, and the script prints TTFT
+P50/P99 per request type, TBT P50/P99, throughput, and the stall a running stream suffers when an
+image arrives,
 with the twin / real ratio and whether it is within the bounds: P50 15 %, P99 30 %, throughput
-10 %. Runs share this machine's 2 cores with whatever else runs.
+10 %. vLLM's engine threads are bound to core 0 and every other replica runs one thread, so on
+this 2-core machine the encoder does not take the engine's core (separate GPUs never share one).
+Runs share the machine with whatever else runs.
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
 Run: python benchmarks/twin.py [--requests 80] [--repeats 2] [--layouts monolith split] [--out DIR]
 (writes DIR/twin.json, default benchmarks/results; `--quick`: a few requests, one run)
@@ -64,6 +68,7 @@ BOUNDS = {"p50": 0.15, "p99": 0.30, "throughput": 0.10}
 SHORT, LONG = "Describe it. " * 4, "Describe the picture in detail, please. " * 40
 QUESTION = "What is in the picture? " * 4
 PROBE_TOKENS = 24  # tokens of each profiling stream
+CORES_APART = {"VLLM_CPU_OMP_THREADS_BIND": "0", "OMP_NUM_THREADS": "1"}
 STALL_TOKENS = 256  # the stream an image request interrupts: long enough to outlast its prefill
 
 
@@ -112,6 +117,20 @@ class Bench:
             gaps = np.diff(times[1:])
             stalls.append(float(gaps.max() - np.median(gaps)))
         return statistics.median(stalls) if stalls else 0.0
+
+
+async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> float:
+    """Requests/s the deployment completes with `at_once` of the workload's mix always in flight."""
+    queue = [i % 2 == 1 for i in range(requests)]
+    start = time.perf_counter()
+
+    async def client() -> None:
+        while queue:
+            image = queue.pop()
+            await bench.serve(bench.request(QUESTION if image else SHORT, image))
+
+    await asyncio.gather(*(client() for _ in range(at_once)))
+    return requests / (time.perf_counter() - start)
 
 
 def prompt_tokens(text: str) -> int:
@@ -251,8 +270,7 @@ async def layout(
         bench = Bench(runtime, app, image, args.max_tokens)
         real_probe = await probe(bench, split)
         print(f"  real probes: {fmt(real_probe)}", flush=True)
-        capacity = 4 / (real_probe["ttft_image_s"] + args.max_tokens * real_probe["tbt_4_s"])
-        rate = args.load * capacity
+        rate = args.load * await capacity(bench)
         workload = arrivals(args.requests, rate, seed)
         real_results = await load(bench, workload, None)
         lengths = [max(1, len(r[2])) for r in real_results]
@@ -303,7 +321,9 @@ async def run_once(args: Any, seed: int) -> dict[str, Any]:
     """One run: every layout profiled, loaded and twinned afresh."""
     model = str(tiny.build("qwen2.5-vl"))
     image, _, _ = media()
-    runtime = RayRuntime(fake_gpus=4)
+    # One core for vLLM's engine (its threads bound to core 0), one thread for every other replica:
+    # on two cores an encoder would otherwise take the engine's core, which separate GPUs never do.
+    runtime = RayRuntime(fake_gpus=4, replica_env=CORES_APART)
     await runtime.start()
     results: dict[str, Any] = {"seed": seed}
     try:
@@ -330,7 +350,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="12 requests, one run, the monolith only")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument(
-        "--load", type=float, default=0.6, help="offered load as a share of the estimated capacity"
+        "--load", type=float, default=0.6, help="offered load as a share of the capacity measured with 8 requests in flight"
     )
     parser.add_argument("--layouts", nargs="+", default=["monolith", "split"], choices=["monolith", "split"])
     parser.add_argument("--seed", type=int, default=0)
