@@ -78,10 +78,8 @@ class Bench:
     def __init__(self, runtime: RayRuntime, app: Any, image: bytes, max_tokens: int) -> None:
         self.runtime, self.app, self.image, self.max_tokens = runtime, app, image, max_tokens
 
-    def request(self, text: str, image: bool, max_tokens: int | None = None) -> ChatRequest:
-        return ChatRequest.of(
-            text, images=[self.image] if image else [], max_tokens=max_tokens or self.max_tokens
-        )
+    def request(self, text: str, images: int, max_tokens: int | None = None) -> ChatRequest:
+        return ChatRequest.of(text, images=[self.image] * images, max_tokens=max_tokens or self.max_tokens)
 
     async def serve(self, request: ChatRequest) -> tuple[float, float | None, list[float]]:
         with use_dispatcher(self.runtime.dispatcher):
@@ -89,7 +87,7 @@ class Bench:
 
     async def ttft(self, text: str, image: bool, repeats: int = 5) -> float:
         """Median first-token seconds of a lone request."""
-        results = [await self.serve(self.request(text, image, 2)) for _ in range(repeats)]
+        results = [await self.serve(self.request(text, int(image), 2)) for _ in range(repeats)]
         return statistics.median(r[1] for r in results if r[1] is not None)
 
     async def tbt(self, streams: int, repeats: int = 2) -> float:
@@ -97,20 +95,28 @@ class Bench:
         gaps: list[float] = []
         for _ in range(repeats):
             results = await asyncio.gather(
-                *(self.serve(self.request(SHORT, False, PROBE_TOKENS)) for _ in range(streams))
+                *(self.serve(self.request(SHORT, 0, PROBE_TOKENS)) for _ in range(streams))
             )
             gaps += [b - a for _, _, t in results for a, b in zip(t[1:], t[2:], strict=False)]
         return statistics.median(gaps)
 
-    async def stall(self, after_s: float, repeats: int = 5) -> float:
+    async def pair(self, repeats: int = 3) -> float:
+        """Median first-token seconds of two image requests sent together (a split encoder batches them)."""
+        ttfts: list[float] = []
+        for _ in range(repeats):
+            both = await asyncio.gather(*(self.serve(self.request(QUESTION, 1, 2)) for _ in range(2)))
+            ttfts += [r[1] for r in both if r[1] is not None]
+        return statistics.median(ttfts)
+
+    async def stall(self, after_s: float, images: int = 1, repeats: int = 5) -> float:
         """How much longer than its median gap a running text stream's longest gap is when an
         image request arrives `after_s` into it (median over the repeats whose stream was still
         decoding when the image's first token came: a random-weight model may stop early)."""
         stalls = []
         for _ in range(repeats):
-            stream = asyncio.ensure_future(self.serve(self.request(SHORT, False, STALL_TOKENS)))
+            stream = asyncio.ensure_future(self.serve(self.request(SHORT, 0, STALL_TOKENS)))
             await asyncio.sleep(after_s)
-            start, ttft, _ = await self.serve(self.request(QUESTION, True, 2))
+            start, ttft, _ = await self.serve(self.request(QUESTION, images, 2))
             _, _, times = await stream
             if ttft is None or len(times) < 3 or times[-1] < start + ttft:
                 continue
@@ -127,7 +133,7 @@ async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> float:
     async def client() -> None:
         while queue:
             image = queue.pop()
-            await bench.serve(bench.request(QUESTION if image else SHORT, image))
+            await bench.serve(bench.request(QUESTION if image else SHORT, int(image)))
 
     await asyncio.gather(*(client() for _ in range(at_once)))
     return requests / (time.perf_counter() - start)
@@ -141,7 +147,7 @@ def prompt_tokens(text: str) -> int:
 async def probe(bench: Bench, split: bool) -> dict[str, float]:
     """The lone-request and contention probes, the same on the real deployment and the twin."""
     for _ in range(2):  # warm-up
-        await bench.serve(bench.request(QUESTION, True, 4))
+        await bench.serve(bench.request(QUESTION, 1, 4))
     result = {
         "ttft_short_s": await bench.ttft(SHORT, False),
         "ttft_long_s": await bench.ttft(LONG, False),
@@ -149,7 +155,10 @@ async def probe(bench: Bench, split: bool) -> dict[str, float]:
         "tbt_1_s": await bench.tbt(1),
         "tbt_4_s": await bench.tbt(4),
     }
-    result["stall_s"] = await bench.stall(result["ttft_short_s"] + 10 * result["tbt_1_s"])
+    after = result["ttft_short_s"] + 10 * result["tbt_1_s"]
+    result["stall_s"] = await bench.stall(after)
+    result["stall_two_s"] = await bench.stall(after, images=2)  # one request, two images: one encoder call
+    result["ttft_pair_s"] = await bench.pair()
     return result
 
 
@@ -159,8 +168,10 @@ PARAMETERS = (
     "prefill_token_s",
     "admit_s",
     "encode_item_s",
+    "encode_step_s",
     "admit_item_s",
     "encoder_s",
+    "encoder_growth",
 )
 
 
@@ -180,13 +191,18 @@ def refine(
     prefill = (gap["ttft_long_s"] - gap["ttft_short_s"]) / (long_ - short)
     step = gap["tbt_1_s"] - decode
     image = gap["ttft_image_s"] - gap["ttft_short_s"] - prefill * (question - short)
+    item = gap["stall_two_s"] - gap["stall_s"]  # what a second image adds to the encoder's step
     moves = {
         "step_s": step,
         "decode_seq_s": decode,
         "prefill_token_s": prefill,
         "admit_s": gap["ttft_short_s"] - step - prefill * short,
         "encoder_s": image if split else 0.0,
-        "encode_item_s": 0.0 if split else gap["stall_s"],
+        "encoder_growth": (gap["ttft_pair_s"] - gap["ttft_image_s"]) / max(params["encoder_s"], 1e-3)
+        if split
+        else 0.0,
+        "encode_item_s": 0.0 if split else item,
+        "encode_step_s": 0.0 if split else gap["stall_s"] - item,
         "admit_item_s": 0.0 if split else image - gap["stall_s"],
     }
     return {name: max(0.0, params[name] + moves[name]) for name in PARAMETERS}
@@ -194,13 +210,14 @@ def refine(
 
 def twin_plan(params: dict[str, float], split: bool) -> Plan:
     """The plan that turns the app's deployments into their sim twins with `params`."""
-    encoder_s = params["encoder_s"]
-    costs = StepCosts(**{k: v for k, v in params.items() if k != "encoder_s"})
+    encoder_s, growth = params["encoder_s"], params["encoder_growth"]
+    costs = StepCosts(**{k: v for k, v in params.items() if not k.startswith("encoder_")})
     profiles: dict[str, dict[str, Any]] = {LLM: SimProfile(engine=costs, payload_bytes=1024).model_dump()}
     cells = [{"gpus": 1, "replicas": {LLM: 1}}]
     if split:
         # The real encoder's embeddings: float32 [tokens, hidden] of the tiny model.
-        profiles[ENCODER] = SimProfile(latency_s=encoder_s, max_batch=8, payload_bytes=64 << 10).model_dump()
+        encoder = SimProfile(latency_s=encoder_s, batch_growth=growth, max_batch=8, payload_bytes=64 << 10)
+        profiles[ENCODER] = encoder.model_dump()
         cells.append({"gpus": 1, "replicas": {ENCODER: 1}})
     return Plan.model_validate({"cells": cells, "profiles": profiles})
 
@@ -222,7 +239,7 @@ async def load(bench: Bench, workload: list[tuple[float, bool]], lengths: list[i
     async def sent(i: int, at: float, image: bool) -> Any:
         await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
         tokens = lengths[i] if lengths else None
-        return await bench.serve(bench.request(QUESTION if image else SHORT, image, tokens))
+        return await bench.serve(bench.request(QUESTION if image else SHORT, int(image), tokens))
 
     return await asyncio.gather(*(sent(i, at, image) for i, (at, image) in enumerate(workload)))
 
@@ -350,7 +367,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="12 requests, one run, the monolith only")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument(
-        "--load", type=float, default=0.6, help="offered load as a share of the capacity measured with 8 requests in flight"
+        "--load",
+        type=float,
+        default=0.6,
+        help="offered load as a share of the capacity measured with 8 requests in flight",
     )
     parser.add_argument("--layouts", nargs="+", default=["monolith", "split"], choices=["monolith", "split"])
     parser.add_argument("--seed", type=int, default=0)

@@ -32,7 +32,9 @@ class StepCosts(BaseModel):
     A step lasts `step_s` + `prefill_token_s` per prompt token scheduled + `decode_seq_s` per
     decoding request + `context_token_s` per cached token those decodes attend to + the encoder
     seconds of the requests whose prompt starts in it (`encode_item_s` per raw media item a prompt
-    brings, as a `sim` executor counts them, plus an input's own `sim_encode_s`). The limits are
+    brings, as a `sim` executor counts them, plus an input's own `sim_encode_s`; `encode_step_s`
+    once for a step that encodes anything: vLLM runs the step's media through the encoder as one
+    batch). The limits are
     vLLM's scheduler settings;
     `admit_s` (per request) and `admit_item_s` (per raw media item) are seconds in the frontend
     before the scheduler sees a request (tokenization, the media processor): they delay it
@@ -45,6 +47,7 @@ class StepCosts(BaseModel):
     decode_seq_s: float = Field(default=0.0, ge=0)
     context_token_s: float = Field(default=0.0, ge=0)
     encode_item_s: float = Field(default=0.0, ge=0)
+    encode_step_s: float = Field(default=0.0, ge=0)
     admit_s: float = Field(default=0.0, ge=0)
     admit_item_s: float = Field(default=0.0, ge=0)
     max_num_batched_tokens: int = Field(default=2048, ge=1)
@@ -155,7 +158,8 @@ class EngineCore:
             self._grow(request, tokens, step)
             if not request.encoded:
                 request.encoded = True
-                step.encode_s += request.encode_s
+                if request.encode_s > 0:
+                    step.encode_s += request.encode_s + (0.0 if step.encode_s else self.costs.encode_step_s)
             scheduled.append((request, tokens))
             budget -= tokens
         return self._complete(step, scheduled)

@@ -127,3 +127,11 @@ def test_a_sim_encoder_scales_with_its_gpus_as_its_profile_says():
 
     assert asyncio.run(seconds(1)) == pytest.approx(0.2, abs=0.04)
     assert asyncio.run(seconds(2)) == pytest.approx(0.2 / 1.25, abs=0.04)
+
+
+def test_the_encoder_runs_once_per_step_for_the_media_of_all_prompts_it_starts():
+    costs = COSTS.model_copy(update={"encode_step_s": 0.1})
+    first, second = (SimRequest(prompt_tokens=10, output_tokens=1, encode_s=0.02) for _ in range(2))
+    a, b = simulate(costs, [(0.0, first), (0.0, second)])
+    # One step: its fixed time, 20 prompt tokens, the encoder's call once and each image's share.
+    assert a.ttft == b.ttft == pytest.approx(0.01 + 20 * 0.001 + 0.1 + 2 * 0.02)
