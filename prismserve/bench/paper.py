@@ -64,17 +64,21 @@ def checkout(start: Path) -> Path:
 
 
 def load_module(path: Path) -> ModuleType:
-    """Import a benchmark script by path, its folder first on sys.path (scripts import siblings)."""
+    """Import a benchmark script by path, its folder first on sys.path (scripts import siblings).
+
+    It is registered under a name of its own (dataclasses look their module up while it loads), so
+    a script never stands in for a package of the same name.
+    """
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    loaded = sys.modules.get(path.stem)
-    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == path.resolve():
-        return loaded
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    name = f"_bench_paper_{abs(hash(str(path.resolve())))}_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module  # under the name its siblings import it by
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

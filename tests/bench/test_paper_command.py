@@ -87,11 +87,11 @@ class Experiment:
     args: tuple = ()
     quick: tuple = ("--quick",)
     out: str = "--out"
-    module: str = "toy.py"
+    module: str = "toy_experiment.py"
     more: tuple = ()
 
 
-EXPERIMENTS = [Experiment("toy", "toy.py", ("--value", "3"), more=(("--value", "4", "--name", "second"),))]
+EXPERIMENTS = [Experiment("toy", "toy_experiment.py", ("--value", "3"), more=(("--value", "4", "--name", "second"),))]
 """
 TOY_SCRIPT = """
 import argparse, json, sys
@@ -120,7 +120,7 @@ def toy_checkout(tmp_path: Path) -> Path:
     paper = tmp_path / "benchmarks" / "paper"
     paper.mkdir(parents=True)
     (paper / "experiments.py").write_text(TOY_REGISTRY)
-    (paper / "toy.py").write_text(TOY_SCRIPT)
+    (paper / "toy_experiment.py").write_text(TOY_SCRIPT)
     (tmp_path / "benchmarks" / "README.md").write_text("<!-- bench-paper:rows -->\n<!-- /bench-paper -->\n")
     return tmp_path
 
