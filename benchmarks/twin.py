@@ -182,8 +182,10 @@ def refine(
 
     Each probe moves with one parameter (a lone stream's gap with the step, four streams' with each
     decode's share, the long prompt with the per-token prefill, the short one with the frontend,
-    the stall with the encoder inside the step, the image's extra first-token time with the rest of
-    the image's cost), and the step model is linear in them, so a round or two match the probes.
+    the stall with the encoder inside the step, a second image's stall with each image's share of
+    it, the image's extra first-token time with the rest of the image's cost, two image requests
+    at once with a split encoder's batching), and the step model is linear in them, so a round or
+    two match the probes.
     """
     gap = {key: real[key] - twin[key] for key in real}
     short, long_, question = prompt_tokens(SHORT), prompt_tokens(LONG), prompt_tokens(QUESTION)
@@ -192,20 +194,22 @@ def refine(
     step = gap["tbt_1_s"] - decode
     image = gap["ttft_image_s"] - gap["ttft_short_s"] - prefill * (question - short)
     item = gap["stall_two_s"] - gap["stall_s"]  # what a second image adds to the encoder's step
+    # A split encoder's batch of two takes (1 + growth) x one image's time: from two requests at once.
+    encoder = max(params["encoder_s"] + image, 1e-3)
+    pair = (gap["ttft_pair_s"] - gap["ttft_image_s"]) / encoder
+    growth = min(1.0, max(0.0, params["encoder_growth"] + pair)) if split else 0.0
     moves = {
         "step_s": step,
         "decode_seq_s": decode,
         "prefill_token_s": prefill,
         "admit_s": gap["ttft_short_s"] - step - prefill * short,
         "encoder_s": image if split else 0.0,
-        "encoder_growth": (gap["ttft_pair_s"] - gap["ttft_image_s"]) / max(params["encoder_s"], 1e-3)
-        if split
-        else 0.0,
         "encode_item_s": 0.0 if split else item,
         "encode_step_s": 0.0 if split else gap["stall_s"] - item,
         "admit_item_s": 0.0 if split else image - gap["stall_s"],
     }
-    return {name: max(0.0, params[name] + moves[name]) for name in PARAMETERS}
+    fitted = {name: max(0.0, params[name] + moves.get(name, 0.0)) for name in PARAMETERS}
+    return fitted | {"encoder_growth": growth}
 
 
 def twin_plan(params: dict[str, float], split: bool) -> Plan:
