@@ -203,10 +203,11 @@ def refine(
         "decode_seq_s": decode,
         "prefill_token_s": prefill,
         "admit_s": gap["ttft_short_s"] - step - prefill * short,
-        "encoder_s": image if split else 0.0,
+        "encoder_s": image - gap["stall_s"] if split else 0.0,
         "encode_item_s": 0.0 if split else item,
         "encode_step_s": 0.0 if split else gap["stall_s"] - item,
-        "admit_item_s": 0.0 if split else image - gap["stall_s"],
+        # The split's stall is its LLM frontend's work on the embeddings (the engine runs no encoder).
+        "admit_item_s": gap["stall_s"] if split else image - gap["stall_s"],
     }
     fitted = {name: max(0.0, params[name] + moves.get(name, 0.0)) for name in PARAMETERS}
     return fitted | {"encoder_growth": growth}

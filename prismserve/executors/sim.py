@@ -12,6 +12,7 @@ import bisect
 import contextlib
 import dataclasses
 import inspect
+import time
 import types
 import typing
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -109,12 +110,13 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
         """The step loop's request for `task_input`: its prompt tokens and encoder seconds."""
         costs = self.profile.engine
         assert costs is not None
-        raw_items = len(getattr(task_input, "media", None) or ())
+        raw_items = len(getattr(task_input, "media", None) or ())  # the engine's encoder runs these
+        items = raw_items + len(getattr(task_input, "encoded", None) or ())  # its frontend takes all
         return SimRequest(
             prompt_tokens=self.task.pending_tokens(task_input),
             output_tokens=output_tokens,
             encode_s=float(getattr(task_input, "sim_encode_s", 0.0)) + costs.encode_item_s * raw_items,
-            admit_s=costs.admit_s + costs.admit_item_s * raw_items,
+            admit_s=costs.admit_s + costs.admit_item_s * items,
         )
 
     async def _serve_batch(self, inputs: list[Any]) -> list[None]:
@@ -264,7 +266,9 @@ class StepLoop:
         """Yields once per token `request` produces; leaving early aborts it in the engine."""
         queue: asyncio.Queue[bool] = asyncio.Queue()
         request.tag = queue
-        await _sleep(request.admit_s)
+        # The frontend's work holds the replica's event loop, as vLLM's input processing holds its
+        # AsyncLLM loop: every stream of the replica waits while a request is processed.
+        time.sleep(request.admit_s)
         self.core.add(request)
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._serve())

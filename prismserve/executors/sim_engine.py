@@ -36,9 +36,10 @@ class StepCosts(BaseModel):
     once for a step that encodes anything: vLLM runs the step's media through the encoder as one
     batch). The limits are
     vLLM's scheduler settings;
-    `admit_s` (per request) and `admit_item_s` (per raw media item) are seconds in the frontend
+    `admit_s` (per request) and `admit_item_s` (per media item, raw or encoded) are seconds in the frontend
     before the scheduler sees a request (tokenization, the media processor): they delay it
-    without holding up steps.
+    without holding up steps (a `sim` executor also holds its event loop for them, as vLLM's
+    frontend does, so its other streams' tokens wait).
     `kv_capacity_tokens` None means the KV cache never runs out.
     """
 
