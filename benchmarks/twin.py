@@ -144,7 +144,7 @@ def prompt_tokens(text: str) -> int:
     return max(1, len(text) // CHARS_PER_TOKEN)
 
 
-async def probe(bench: Bench, split: bool) -> dict[str, float]:
+async def probe(bench: Bench) -> dict[str, float]:
     """The lone-request and contention probes, the same on the real deployment and the twin."""
     for _ in range(2):  # warm-up
         await bench.serve(bench.request(QUESTION, 1, 4))
@@ -290,7 +290,7 @@ async def layout(
     app = await runtime.register_app(source, "vl")
     try:
         bench = Bench(runtime, app, image, args.max_tokens)
-        real_probe = await probe(bench, split)
+        real_probe = await probe(bench)
         print(f"  real probes: {fmt(real_probe)}", flush=True)
         rate = args.load * await capacity(bench)
         workload = arrivals(args.requests, rate, seed)
@@ -300,7 +300,7 @@ async def layout(
         probes = []
         for _ in range(args.rounds + 1):  # zero cost first: the twin's own path, then corrections
             await runtime.deploy("vl", twin_plan(params, split))
-            probes.append(await probe(bench, split))
+            probes.append(await probe(bench))
             if len(probes) <= args.rounds:
                 params = refine(params, real_probe, probes[-1], split)
                 print(f"  twin parameters: {fmt(params)}", flush=True)

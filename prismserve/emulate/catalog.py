@@ -72,22 +72,25 @@ QWEN25_OMNI = EmulatedModel(
     ),
 )
 
-# InternVL3-38B (000 §7.3): encoder E, prefill P, decode D; LLM instances on 2 GPUs (000 §7.3
-# baselines). Colocating the 6B encoder (12 GB of weights plus activations) with the LLM takes about
-# 15 % of the 2 GPUs' KV cache, so decode there sustains 0.85x the batch: D's work x 1/0.85.
-_KV_WITH_ENCODER = {"D": 1 / 0.85}
-INTERNVL3 = EmulatedModel(
-    name="internvl3-38b",
-    costs=InternVL3Costs(),
-    options=(
+
+def _vision_llm_options(kv_with_encoder: float) -> tuple[EmulatedOption, ...]:
+    """Encoder E, prefill P, decode D of a vision LLM whose instances take 2 GPUs (000 §7.3
+    baselines); colocated with the encoder, decode keeps `kv_with_encoder` of its KV cache."""
+    return (
         EmulatedOption(name="E", components=("E",), **ENCODER),
         EmulatedOption(name="P", components=("P",), **TP2, **PREFILL),
         EmulatedOption(name="D", components=("D",), **TP2, **DECODER),
         EmulatedOption(name="PD", components=("P", "D"), **TP2, **DECODER),
         EmulatedOption(name="EP", components=("E", "P"), **TP2, **PREFILL),
-        EmulatedOption(name="EPD", components=("E", "P", "D"), factors=_KV_WITH_ENCODER, **TP2, **DECODER),
-    ),
-)
+        EmulatedOption(
+            name="EPD", components=("E", "P", "D"), factors={"D": 1 / kv_with_encoder}, **TP2, **DECODER
+        ),
+    )
+
+
+# InternVL3-38B (000 §7.3): colocating the 6B encoder (12 GB of weights plus activations) with the
+# LLM takes about 15 % of the 2 GPUs' KV cache, so decode there sustains 0.85x the batch.
+INTERNVL3 = EmulatedModel(name="internvl3-38b", costs=InternVL3Costs(), options=_vision_llm_options(0.85))
 
 # LLaVA-1.5-7B (TriInfer, paper 004): every option on one GPU (H20), including ED (encode and decode
 # colocated, prefill apart). Per-iteration behaviour (Algorithm 1's budgets, dual streams) is the
@@ -156,19 +159,8 @@ QWEN3_OMNI = EmulatedModel(
 )
 
 # Qwen2.5-VL-32B (000 §7.3): as InternVL3, but its 0.67B encoder (1.4 GB of weights plus activations)
-# takes about 3 % of the 2 GPUs' KV cache when colocated: D's work x 1/0.97.
-QWEN25_VL = EmulatedModel(
-    name="qwen25-vl-32b",
-    costs=Qwen25VLCosts(),
-    options=(
-        EmulatedOption(name="E", components=("E",), **ENCODER),
-        EmulatedOption(name="P", components=("P",), **TP2, **PREFILL),
-        EmulatedOption(name="D", components=("D",), **TP2, **DECODER),
-        EmulatedOption(name="PD", components=("P", "D"), **TP2, **DECODER),
-        EmulatedOption(name="EP", components=("E", "P"), **TP2, **PREFILL),
-        EmulatedOption(name="EPD", components=("E", "P", "D"), factors={"D": 1 / 0.97}, **TP2, **DECODER),
-    ),
-)
+# takes about 3 % of the 2 GPUs' KV cache when colocated.
+QWEN25_VL = EmulatedModel(name="qwen25-vl-32b", costs=Qwen25VLCosts(), options=_vision_llm_options(0.97))
 
 MODELS = {m.name: m for m in (QWEN25_OMNI, QWEN3_OMNI, INTERNVL3, QWEN25_VL, LLAVA15, QWEN_IMAGE)}
 
