@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from prismserve.bench.paper import rebuild
@@ -140,3 +141,13 @@ def test_a_failed_experiment_is_an_error_and_the_tables_still_come_from_the_file
     assert main(["bench", "paper", "--root", str(root)]) == 1
     assert "these experiments failed: toy" in capsys.readouterr().err
     assert "| toy | 1 | 7 + 4 | - |" in (root / "benchmarks" / "README.md").read_text()
+
+
+def test_a_script_named_like_a_package_does_not_stand_in_for_it(tmp_path):
+    import toy  # the tests' package of toy components
+
+    from prismserve.bench.paper import load_module
+
+    (tmp_path / "toy.py").write_text("VALUE = 3\n")
+    assert load_module(tmp_path / "toy.py").VALUE == 3
+    assert sys.modules["toy"] is toy  # before the fix the script replaced the package here
