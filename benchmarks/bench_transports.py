@@ -130,7 +130,14 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", _node_ip_address="127.0.0.1")
+    # "local": a Ray of its own, even beside another cluster started on this machine.
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level="ERROR",
+        _node_ip_address="127.0.0.1",
+    )
     try:
         results = asyncio.run(measure(args.calls))
     finally:

@@ -310,3 +310,15 @@ def test_startup_quick_times_a_real_replica_start(tmp_path):
     (readme_row,) = module.rows(tmp_path)
     assert readme_row[1] == "21.7 s" and float(readme_row[3]) > 0
     assert "| image encoder (Qwen2.5-VL) | cold |" in module.details(tmp_path)
+
+
+@pytest.mark.timeout(300)
+def test_a_script_starts_its_own_ray_beside_a_running_cluster(ray_cluster, tmp_path):
+    """`ray.init()` without an address joins the latest cluster started on this machine (here the
+    test run's): the script's own `num_cpus` then makes it fail, as it did in CI."""
+    out = tmp_path / "result.json"
+    result = run_script(
+        [str(ROOT / "benchmarks" / "bench_transports.py"), "--calls", "5", "--out", str(out)], ROOT, 200
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(out.read_text())
