@@ -15,6 +15,7 @@ import inspect
 import time
 import types
 import typing
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -255,28 +256,35 @@ class SharedEngine:
 class StepLoop:
     """An `EngineCore` run in real time: each step sleeps its seconds, then hands out its tokens.
 
-    A request that arrives during a step joins the next one, as in vLLM's engine loop.
+    The engine keeps its own clock (the end of its last step), as vLLM's engine core runs in a
+    process of its own: a request joins the first step that starts after it arrived, even when this
+    event loop was held up and the engine is catching up on steps already due.
     """
 
     def __init__(self, costs: StepCosts) -> None:
         self.core = EngineCore(costs)
+        self._arrived: deque[tuple[float, SimRequest]] = deque()
         self._loop_task: asyncio.Task[None] | None = None
 
     async def tokens(self, request: SimRequest) -> AsyncGenerator[None]:
         """Yields once per token `request` produces; leaving early aborts it in the engine."""
+        self.core.check(request)
         queue: asyncio.Queue[bool] = asyncio.Queue()
         request.tag = queue
         # The frontend's work holds the replica's event loop, as vLLM's input processing holds its
-        # AsyncLLM loop: every stream of the replica waits while a request is processed.
+        # AsyncLLM loop: every stream of the replica waits while a request is processed (the
+        # engine steps on meanwhile, its tokens handed out once the loop is free).
         time.sleep(request.admit_s)
-        self.core.add(request)
+        loop = asyncio.get_running_loop()
+        self._arrived.append((loop.time(), request))
         if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.get_running_loop().create_task(self._serve())
+            self._loop_task = loop.create_task(self._serve())
         try:
             while await queue.get():
                 yield None
         finally:
             if not request.finished:
+                self._arrived = deque(item for item in self._arrived if item[1] is not request)
                 self.core.abort(request)
 
     async def _serve(self) -> None:
@@ -284,7 +292,11 @@ class StepLoop:
         # late, and the next step then starts early, so the engine keeps its modelled pace.
         loop = asyncio.get_running_loop()
         deadline = loop.time()
-        while self.core.busy:
+        while self._arrived or self.core.busy:
+            if not self.core.busy:  # idle until the next arrival
+                deadline = max(deadline, self._arrived[0][0])
+            while self._arrived and self._arrived[0][0] <= deadline:
+                self.core.add(self._arrived.popleft()[1])
             step = self.core.step()
             deadline += step.seconds
             await _sleep(deadline - loop.time())

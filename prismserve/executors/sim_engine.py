@@ -115,14 +115,18 @@ class EngineCore:
         self.preemptions = 0
 
     def add(self, request: SimRequest) -> None:
-        """Queue `request`; a request that could never fit the KV cache is refused (vLLM refuses
-        a prompt longer than the cache too)."""
+        """Queue `request` (see `check`)."""
+        self.check(request)
+        self.waiting.append(request)
+
+    def check(self, request: SimRequest) -> None:
+        """Refuse a request that could never fit the KV cache (vLLM refuses a prompt longer than
+        the cache too)."""
         if self._blocks(request.prompt_tokens + request.output_tokens) > self._total_blocks():
             raise ValueError(
                 f"a request of {request.prompt_tokens} + {request.output_tokens} tokens does not fit "
                 f"this engine's KV cache of {self.costs.kv_capacity_tokens} tokens"
             )
-        self.waiting.append(request)
 
     def abort(self, request: SimRequest) -> None:
         """Drop `request` wherever it is (a client gone), freeing its blocks."""

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from prismserve.executors.sim import SimExecutor, SimProfile
+from prismserve.executors.sim import SimExecutor, SimProfile, StepLoop
 from prismserve.executors.sim_engine import EngineCore, SimRequest, StepCosts, simulate
 from prismserve.protocol.chat import TextDelta
 from prismserve.task import Stream, TaskInput, TaskOutput, UnitTask
@@ -106,6 +106,36 @@ def test_frontend_seconds_delay_a_request_without_holding_up_steps():
     # It reached the scheduler 0.2 s late, then waited for the running step and ran its own.
     assert 0.2 < other.ttft <= 0.2 + 2 * (0.012 + 10 * 0.001)
     assert max(text.tbts) < 0.012 + 10 * 0.001 + 1e-9  # and no step waited for it
+
+
+def test_a_request_held_in_the_frontend_joins_the_engine_when_it_is_free_not_back_in_time():
+    """The frontend's seconds block the replica's event loop while the engine (a process of its
+    own in vLLM) steps on: the image's step then lasts all its encoder seconds, and does not start
+    back when the loop was first held."""
+
+    async def run() -> list[float]:
+        loop = StepLoop(StepCosts(step_s=0.01))
+        decoding = SimRequest(prompt_tokens=1, output_tokens=60)
+        image = SimRequest(prompt_tokens=1, output_tokens=1, encode_s=0.3, admit_s=0.2)
+        times: list[float] = []
+
+        async def stream() -> None:
+            async for _ in loop.tokens(decoding):
+                times.append(time.perf_counter())
+
+        async def arrive() -> None:
+            await asyncio.sleep(0.1)
+            async for _ in loop.tokens(image):
+                pass
+
+        await asyncio.gather(stream(), arrive())
+        return times
+
+    times = asyncio.run(run())
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    # Before: the image's step was dated from the moment the loop was held, so it ended 0.2 s early.
+    assert max(gaps) > 0.3
+    assert len(gaps) == 59
 
 
 class Done(TaskOutput):
