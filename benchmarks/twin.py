@@ -22,14 +22,14 @@ is checked is whether it then predicts the loaded, mixed workload.
 Then the same open-loop workload (Poisson arrivals at `--load` times the real deployment's
 capacity, measured with 8 requests in flight; half text-only, half with the image; each twin
 request producing as many tokens as the real one did) runs on both, and the script prints TTFT
-P50/P99 per request type, TBT P50/P99, throughput, and the stall a running stream suffers when an
-image arrives,
-with the twin / real ratio and whether it is within the bounds: P50 15 %, P99 30 %, throughput
-10 %. vLLM's engine threads are bound to core 0 and every other replica runs one thread, so on
+P50/P99 per request type, TBT P50/P99 (the gaps between tokens: the tokens of one vLLM delta come
+at once), TPOT P50/P99 (each request's mean gap, as vLLM's benchmarks report it), throughput, and
+the stall a running stream suffers when an image arrives, with the twin / real ratio and whether
+it is within the bounds: P50 15 %, P99 30 %, throughput 10 %. vLLM's engine threads are bound to core 0 and every other replica runs one thread, so on
 this 2-core machine the encoder does not take the engine's core (separate GPUs never share one).
 Runs share the machine with whatever else runs.
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
-Run: python benchmarks/twin.py [--requests 80] [--repeats 2] [--layouts monolith split] [--out DIR]
+Run: python benchmarks/twin.py [--requests 200] [--repeats 2] [--layouts monolith split] [--out DIR]
 (writes DIR/twin.json, default benchmarks/results; `--quick`: a few requests, one run)
 """
 
@@ -49,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_triinfer_tiny import APP_SOURCE, one  # noqa: E402
+from bench_triinfer_tiny import APP_SOURCE  # noqa: E402
 
 import prismserve  # noqa: E402, F401  (telemetry off)
 from prismserve.demo import media  # noqa: E402
@@ -82,8 +82,17 @@ class Bench:
         return ChatRequest.of(text, images=[self.image] * images, max_tokens=max_tokens or self.max_tokens)
 
     async def serve(self, request: ChatRequest) -> tuple[float, float | None, list[float]]:
+        """Serve one request: its start, first-token seconds and the time each token came (the
+        tokens of a delta that carries several, as vLLM's do when its frontend falls behind, all
+        came at once)."""
+        start = time.perf_counter()
+        times: list[float] = []
         with use_dispatcher(self.runtime.dispatcher):
-            return await one(self.runtime, self.app, request)
+            async with self.runtime.request(self.app.name, request.request_type):
+                async for chunk in await self.app.serve(request):
+                    if chunk.text or chunk.tokens:
+                        times += [time.perf_counter()] * (chunk.tokens or 1)
+        return start, times[0] - start if times else None, times
 
     async def ttft(self, text: str, image: bool, repeats: int = 5) -> float:
         """Median first-token seconds of a lone request."""
@@ -125,18 +134,23 @@ class Bench:
         return statistics.median(stalls) if stalls else 0.0
 
 
-async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> float:
-    """Requests/s the deployment completes with `at_once` of the workload's mix always in flight."""
+async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> dict[str, float]:
+    """Requests/s and tokens/s the deployment completes with `at_once` of the workload's mix
+    always in flight."""
     queue = [i % 2 == 1 for i in range(requests)]
+    tokens = 0
     start = time.perf_counter()
 
     async def client() -> None:
+        nonlocal tokens
         while queue:
             image = queue.pop()
-            await bench.serve(bench.request(QUESTION if image else SHORT, int(image)))
+            _, _, times = await bench.serve(bench.request(QUESTION if image else SHORT, int(image)))
+            tokens += len(times)  # after the await: `tokens +=` around it would lose the others' counts
 
     await asyncio.gather(*(client() for _ in range(at_once)))
-    return requests / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return {"capacity_rps": requests / seconds, "capacity_tps": tokens / seconds}
 
 
 def prompt_tokens(text: str) -> int:
@@ -252,11 +266,15 @@ async def load(bench: Bench, workload: list[tuple[float, bool]], lengths: list[i
 def summary(results: list[Any], workload: list[tuple[float, bool]]) -> dict[str, float]:
     """TTFT percentiles by request type, TBT percentiles, throughput over the makespan."""
     gaps = [g for _, _, t in results for g in np.diff(t[1:])]
+    # Each request's mean gap (vLLM's TPOT): the share of its decoding an image's step stalled.
+    tpots = [float(np.mean(np.diff(t[1:]))) for _, _, t in results if len(t) > 2]
     first = min(r[0] for r in results)
     makespan = max(r[2][-1] for r in results) - first
     out = {
         "tbt_p50_s": float(np.percentile(gaps, 50)),
         "tbt_p99_s": float(np.percentile(gaps, 99)),
+        "tpot_p50_s": float(np.percentile(tpots, 50)),
+        "tpot_p99_s": float(np.percentile(tpots, 99)),
         "throughput_rps": len(results) / makespan,
         "output_tokens_per_second": sum(len(r[2]) for r in results) / makespan,
     }
@@ -290,9 +308,9 @@ async def layout(
     app = await runtime.register_app(source, "vl")
     try:
         bench = Bench(runtime, app, image, args.max_tokens)
-        real_probe = await probe(bench)
+        real_probe = await probe(bench) | await capacity(bench)
         print(f"  real probes: {fmt(real_probe)}", flush=True)
-        rate = args.load * await capacity(bench)
+        rate = args.load * real_probe["capacity_rps"]
         workload = arrivals(args.requests, rate, seed)
         real_results = await load(bench, workload, None)
         lengths = [max(1, len(r[2])) for r in real_results]
@@ -300,7 +318,7 @@ async def layout(
         probes = []
         for _ in range(args.rounds + 1):  # zero cost first: the twin's own path, then corrections
             await runtime.deploy("vl", twin_plan(params, split))
-            probes.append(await probe(bench))
+            probes.append(await probe(bench) | await capacity(bench))
             if len(probes) <= args.rounds:
                 params = refine(params, real_probe, probes[-1], split)
                 print(f"  twin parameters: {fmt(params)}", flush=True)
@@ -324,7 +342,7 @@ async def layout(
 
 def fmt(values: dict[str, float]) -> str:
     return ", ".join(
-        f"{k} {v * 1e3:.1f} ms" if k.endswith("_s") else f"{k} {v:.3f}" for k, v in values.items()
+        f"{k} {v * 1e3:.2f} ms" if k.endswith("_s") else f"{k} {v:.3f}" for k, v in values.items()
     )
 
 
@@ -367,7 +385,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=80)
+    parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=2, help="independent runs (each re-profiles)")
     parser.add_argument("--quick", action="store_true", help="12 requests, one run, the monolith only")
     parser.add_argument("--max-tokens", type=int, default=16)
@@ -401,6 +419,8 @@ LABELS = {
     "ttft_image_p99_s": "image TTFT P99",
     "tbt_p50_s": "TBT P50",
     "tbt_p99_s": "TBT P99",
+    "tpot_p50_s": "TPOT P50",
+    "tpot_p99_s": "TPOT P99",
 }
 
 
