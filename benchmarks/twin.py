@@ -67,6 +67,9 @@ LLM, ENCODER = "vl.llm", "vl.encoders.image"
 BOUNDS = {"p50": 0.15, "p99": 0.30, "throughput": 0.10}
 SHORT, LONG = "Describe it. " * 4, "Describe the picture in detail, please. " * 40
 QUESTION = "What is in the picture? " * 4
+# Probes shown beside the loaded figures: the stall an image causes (fitted) and the capacity with
+# 8 requests in flight (never fitted: how far a fit on lone requests predicts a loaded engine).
+SHOWN_PROBES = ("stall_s", "capacity_rps")
 PROBE_TOKENS = 24  # tokens of each profiling stream
 CORES_APART = {"VLLM_CPU_OMP_THREADS_BIND": "0", "OMP_NUM_THREADS": "1"}
 STALL_TOKENS = 256  # the stream an image request interrupts: long enough to outlast its prefill
@@ -333,7 +336,8 @@ async def layout(
             "real": real,
             "twin": twin,
             "compare": compare(
-                real | {"stall_s": real_probe["stall_s"]}, twin | {"stall_s": twin_probe["stall_s"]}
+                real | {key: real_probe[key] for key in SHOWN_PROBES},
+                twin | {key: twin_probe[key] for key in SHOWN_PROBES},
             ),
         }
     finally:
