@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import RESULTS, Server, describe_workload, measure, plan_for, retime, write  # noqa: E402
+from harness import Server, add_out_argument, describe_workload, measure, plan_for, retime, write  # noqa: E402
 
 from prismserve.bench.plots import throughput_bars  # noqa: E402
 from prismserve.bench.workloads import RequestSpec, controlled  # noqa: E402
@@ -54,14 +54,7 @@ def run_figure(
     parser.add_argument(
         "--quick", action="store_true", help="a tiny run: Less text, 40 requests at speedup 50"
     )
-    parser.add_argument(
-        "--out",
-        "--results",
-        dest="out",
-        type=Path,
-        default=RESULTS,
-        help="where to write JSON and PNG (default benchmarks/results)",
-    )
+    add_out_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.requests, args.speedup, args.workloads = 40, 50.0, ["Less text"]

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fig10_internvl3 import GPUS, TABLE3, load  # noqa: E402
-from harness import RESULTS, Server, describe_workload, measure, plan_for, retime, write  # noqa: E402
+from harness import Server, add_out_argument, describe_workload, measure, plan_for, retime, write  # noqa: E402
 
 from prismserve.bench.plots import latency_cdf  # noqa: E402
 from prismserve.bench.workloads import RequestSpec, controlled  # noqa: E402
@@ -62,9 +62,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--panels", nargs="+", choices=PANELS, default=list(PANELS))
     parser.add_argument("--quick", action="store_true", help="a tiny run: 11b, 40 requests at speedup 50")
-    parser.add_argument(
-        "--out", "--results", dest="out", type=Path, default=RESULTS, help="JSON and PNG folder"
-    )
+    add_out_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.requests, args.speedup, args.panels = 40, 50.0, ["11b skewed"]

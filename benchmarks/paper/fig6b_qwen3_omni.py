@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import RESULTS, Server, describe_workload, measure, plan_for, retime, write  # noqa: E402
+from harness import Server, add_out_argument, describe_workload, measure, plan_for, retime, write  # noqa: E402
 
 from prismserve.bench.plots import throughput_bars  # noqa: E402
 from prismserve.bench.workloads import Arrivals, servegen  # noqa: E402
@@ -72,9 +72,7 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a tiny run (< 1 minute): 40 requests at speedup 50"
     )
-    parser.add_argument(
-        "--out", "--results", dest="out", type=Path, default=RESULTS, help="JSON and PNG folder"
-    )
+    add_out_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.requests, args.speedup, args.gpus = 40, 50.0, [8]

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fig10_internvl3 import GPUS, compare, details_for, load  # noqa: E402
-from harness import RESULTS, write  # noqa: E402
+from harness import add_out_argument, write  # noqa: E402
 
 from prismserve.bench.plots import throughput_bars  # noqa: E402
 from prismserve.bench.workloads import Arrivals, servegen  # noqa: E402
@@ -43,9 +43,7 @@ def main() -> None:
         "--quick", action="store_true", help="a tiny run: Qwen2.5-VL vs Monolith, 40 requests at speedup 50"
     )
     parser.add_argument("--baselines", nargs="+", choices=list(MLLM_BASELINES), default=list(MLLM_BASELINES))
-    parser.add_argument(
-        "--out", "--results", dest="out", type=Path, default=RESULTS, help="JSON and PNG folder"
-    )
+    add_out_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.requests, args.speedup, args.models, args.baselines = 40, 50.0, ["Qwen2.5-VL"], ["Monolith"]

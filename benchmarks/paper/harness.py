@@ -9,6 +9,7 @@ reported at A100 scale (measured / speedup) next to the raw figure.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -246,6 +247,19 @@ def retime(specs: list[RequestSpec], rate: float) -> list[RequestSpec]:
     last = specs[-1].arrival_s or 1.0
     factor = (len(specs) - 1) / last / rate
     return [RequestSpec(**{**vars(s), "arrival_s": s.arrival_s * factor}) for s in specs]
+
+
+def add_out_argument(parser: argparse.ArgumentParser) -> None:
+    """`--out DIR` (alias `--results`, the name `prismserve bench paper` passes): where a script
+    writes its JSON and PNGs."""
+    parser.add_argument(
+        "--out",
+        "--results",
+        dest="out",
+        type=Path,
+        default=RESULTS,
+        help="where to write JSON and PNG (default benchmarks/results)",
+    )
 
 
 def write(name: str, data: dict, folder: Path = RESULTS) -> Path:

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (  # noqa: E402
-    RESULTS,
     Server,
+    add_out_argument,
     describe_workload,
     measure,
     plan_for,
@@ -96,14 +96,7 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="30 requests, speedup 50, 1,000-token prompts, plan and T/G only"
     )
-    parser.add_argument(
-        "--out",
-        "--results",
-        dest="out",
-        type=Path,
-        default=RESULTS,
-        help="where to write JSON and PNG (default benchmarks/results)",
-    )
+    add_out_argument(parser)
     args = parser.parse_args()
     measured = list(QWEN_IMAGE_BASELINES)
     if args.quick:

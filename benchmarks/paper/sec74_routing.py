@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fig10_internvl3 import GPUS, TABLE3  # noqa: E402
 from harness import (  # noqa: E402
-    RESULTS,
     Server,
+    add_out_argument,
     describe_workload,
     measure,
     plan_for,
@@ -54,14 +54,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=["static", "dynamic", "path"])
     parser.add_argument("--quick", action="store_true", help="40 requests at speedup 50, path routing only")
-    parser.add_argument(
-        "--out",
-        "--results",
-        dest="out",
-        type=Path,
-        default=RESULTS,
-        help="where to write JSON and PNG (default benchmarks/results)",
-    )
+    add_out_argument(parser)
     args = parser.parse_args()
     if args.quick:
         # One server (each start is most of a short run): the new mode, end to end.

@@ -76,14 +76,7 @@ class QwenOmniCosts(CostModel):
     THROUGHPUT = {"I": 15.64, "V": 1.28, "A": 34.04, "L": 1.09, "G": 0.28}
 
     def needs(self, spec: RequestSpec) -> tuple[str, ...]:
-        present = {
-            "I": bool(spec.images),
-            "V": spec.videos > 0,
-            "A": spec.audios > 0,
-            "L": True,
-            "G": spec.audio_out,
-        }
-        return tuple(c for c in self.components if present[c])
+        return _omni_needs(self.components, spec, speech=("G",))
 
     def work(self, spec: RequestSpec) -> dict[str, float]:
         t = {c: 1.0 / rate for c, rate in self.THROUGHPUT.items()}
@@ -279,15 +272,7 @@ class Qwen3OmniCosts(CostModel):
     KV_BYTES_PER_TOKEN = {"L": 2 * 48 * 4 * 128 * 2, "T": 2 * 20 * 2 * 128 * 2}  # K and V, bf16
 
     def needs(self, spec: RequestSpec) -> tuple[str, ...]:
-        present = {
-            "I": bool(spec.images),
-            "V": spec.videos > 0,
-            "A": spec.audios > 0,
-            "L": True,
-            "T": spec.audio_out,
-            "C": spec.audio_out,
-        }
-        return tuple(c for c in self.components if present[c])
+        return _omni_needs(self.components, spec, speech=("T", "C"))
 
     def speech_s(self, spec: RequestSpec) -> float:
         """Seconds of speech the talker says for `spec` (0 without audio output)."""
@@ -350,3 +335,11 @@ class Qwen25VLCosts(CostModel):
             "D": self.DECODE_S_PER_TOKEN * spec.output_tokens,
         }
         return {c: work[c] for c in self.needs(spec)}
+
+
+def _omni_needs(components: tuple[str, ...], spec: RequestSpec, speech: tuple[str, ...]) -> tuple[str, ...]:
+    """The components an Omni request passes: the encoders of its inputs, the LLM, and the `speech`
+    components when it asks for audio."""
+    present = {"I": bool(spec.images), "V": spec.videos > 0, "A": spec.audios > 0, "L": True}
+    present |= dict.fromkeys(speech, spec.audio_out)
+    return tuple(c for c in components if present[c])
