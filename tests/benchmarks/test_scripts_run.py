@@ -347,3 +347,37 @@ def test_twin_capacity_counts_every_concurrent_clients_tokens():
 
     measured = asyncio.run(twin.capacity(Bench(), requests=32, at_once=8))
     assert measured["capacity_tps"] / measured["capacity_rps"] == pytest.approx(5)
+
+
+def test_twin_times_every_token_of_a_delta_that_carries_several():
+    """vLLM hands out several tokens in one delta when its frontend falls behind: each counts (the
+    twin then produces as many tokens as the real request did), all at the delta's time."""
+    import contextlib
+
+    from prismserve.protocol.chat import ChatChunk, ChatRequest
+
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+
+    class Runtime:
+        dispatcher = None
+
+        @contextlib.asynccontextmanager
+        async def request(self, app_name: str, request_type: str):
+            yield None
+
+    class App:
+        name = "vl"
+
+        async def serve(self, request: ChatRequest):
+            async def chunks():
+                for text, tokens in (("a", 1), ("bcd", 3), ("", None), ("e", None)):
+                    await asyncio.sleep(0.01)
+                    yield ChatChunk(text=text or None, tokens=tokens)
+
+            return chunks()
+
+    bench = twin.Bench(Runtime(), App(), b"", 8)
+    _, ttft, times = asyncio.run(bench.serve(bench.request("hi", 0)))
+    assert len(times) == 5  # 1 + 3 + the delta that says nothing of its tokens; not the empty chunk
+    assert times[1] == times[2] == times[3] > times[0]
+    assert ttft is not None and ttft > 0
