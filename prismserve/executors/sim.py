@@ -11,12 +11,15 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
+import hashlib
 import inspect
+import threading
 import time
 import types
 import typing
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -24,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from prismserve.executors.base import AsyncBatcher, Executor, queue_key
 from prismserve.executors.sim_engine import EngineCore, SimRequest, StepCosts
+from prismserve.protocol.chat import TextDelta
 from prismserve.task import DataHandle, Stream, TaskInput, UnitTask
 
 
@@ -46,8 +50,8 @@ class SimProfile(BaseModel):
     With `engine` (an LLM on vLLM), the replica runs vLLM's step loop instead
     (`prismserve.executors.sim_engine`): the prompt is `t` tokens, a stream produces the input's
     `max_tokens` (else `items`) tokens one engine step at a time, and its encoding (the input's
-    `sim_encode_s` seconds, the engine's `encode_item_s` per raw media item) runs inside the step
-    its prompt starts in.
+    `sim_encode_s` seconds, the engine's `encode_item_s` per raw media item and `embed_item_s` per
+    item encoded apart) runs inside the step its prompt starts in.
 
     `tp_speedup[g]`: how much faster a replica on `g` GPUs serves than on one (tensor parallelism;
     a GPU count not listed runs at 1x). Encoders scale poorly (003 Figure 9), LLMs well.
@@ -56,6 +60,11 @@ class SimProfile(BaseModel):
     (service time counted), then by their input's `sim_priority` (0 without that field), higher
     first, then in arrival order: an engine that schedules requests continuing a path (a later
     hop) before new ones (work in progress first), as a path's tasks can ask with it.
+
+    `cpu_share`: the part of a batch's seconds the component computes on the host's CPU (an
+    encoder run on the CPU, as on a machine without GPUs): spent as CPU time in a worker thread,
+    the rest slept, so it takes its share of the cores from everything else on them, as the real
+    one does.
     """
 
     latency_s: float = Field(default=0.0, ge=0)
@@ -69,6 +78,7 @@ class SimProfile(BaseModel):
     continuous: bool = False
     engine: StepCosts | None = None
     tp_speedup: dict[int, float] = Field(default_factory=dict)
+    cpu_share: float = Field(default=0.0, ge=0, le=1)
 
     def batch_time(self, size: int, work: float = 1.0) -> float:
         """Seconds one batch of `size` requests of mean work `work` takes."""
@@ -112,17 +122,23 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
         costs = self.profile.engine
         assert costs is not None
         raw_items = len(getattr(task_input, "media", None) or ())  # the engine's encoder runs these
-        items = raw_items + len(getattr(task_input, "encoded", None) or ())  # its frontend takes all
+        encoded = len(getattr(task_input, "encoded", None) or ())  # embeddings from an encoder apart
+        step_s = costs.encode_item_s * raw_items + costs.embed_item_s * encoded
         return SimRequest(
             prompt_tokens=self.task.pending_tokens(task_input),
             output_tokens=output_tokens,
-            encode_s=float(getattr(task_input, "sim_encode_s", 0.0)) + costs.encode_item_s * raw_items,
-            admit_s=costs.admit_s + costs.admit_item_s * items,
+            encode_s=float(getattr(task_input, "sim_encode_s", 0.0)) + step_s,
+            admit_s=costs.admit_s + costs.admit_item_s * (raw_items + encoded),  # its frontend takes all
+            media=raw_items + encoded > 0,
         )
 
     async def _serve_batch(self, inputs: list[Any]) -> list[None]:
         alone = sum(self._seconds(item) for item in inputs) / len(inputs)
-        await _sleep(alone * (1 + self.profile.batch_growth * (len(inputs) - 1)))
+        seconds = alone * (1 + self.profile.batch_growth * (len(inputs) - 1))
+        share = self.profile.cpu_share
+        if share > 0:  # the CPU part takes longer where the cores are busy; the rest does not
+            await asyncio.to_thread(_spend_cpu, seconds * share)
+        await _sleep(seconds * (1 - share))
         return [None] * len(inputs)
 
     async def _service(self, task_input: Any) -> None:
@@ -183,11 +199,12 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
         else:
             source = aiter(await self._value(task_input))
         try:
-            async for _ in tokens:
-                item = await anext(source, _END)
-                if item is _END:
+            async for ready in tokens:
+                items = [item for _ in range(ready) if (item := await anext(source, _END)) is not _END]
+                for item in _merged(items):
+                    yield item
+                if len(items) < ready:
                     return
-                yield item
         finally:
             await tokens.aclose()
 
@@ -254,65 +271,120 @@ class SharedEngine:
 
 
 class StepLoop:
-    """An `EngineCore` run in real time: each step sleeps its seconds, then hands out its tokens.
+    """An `EngineCore` run in real time in a thread of its own, as vLLM's engine core runs in a
+    process of its own: each step sleeps its seconds, then hands its tokens to the event loop.
 
-    The engine keeps its own clock (the end of its last step), as vLLM's engine core runs in a
-    process of its own: a request joins the first step that starts after it arrived, even when this
-    event loop was held up and the engine is catching up on steps already due.
+    A thread, not a task of the event loop: the loop's timers wake on whole milliseconds (epoll),
+    which would round steps of a millisecond or two, and a held loop (a frontend's work) would stop
+    the engine. Steps are timed against a running deadline: a step that ends late (a busy CPU) is
+    followed by the steps already due at once, so the engine keeps its modelled pace. A request
+    joins the first step that starts after it arrived.
     """
 
     def __init__(self, costs: StepCosts) -> None:
-        self.core = EngineCore(costs)
+        self.core = EngineCore(costs)  # touched by the engine thread only, but for `check`
         self._arrived: deque[tuple[float, SimRequest]] = deque()
-        self._loop_task: asyncio.Task[None] | None = None
+        self._aborted: deque[SimRequest] = deque()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # the thread's start and idle exit
+        self._thread: threading.Thread | None = None
+        self._media_frontend = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-media")
 
-    async def tokens(self, request: SimRequest) -> AsyncGenerator[None]:
-        """Yields once per token `request` produces; leaving early aborts it in the engine."""
+    async def tokens(self, request: SimRequest) -> AsyncGenerator[int]:
+        """Yields how many tokens of `request` are ready, once per wake-up: one per step, or all the
+        steps' tokens that came while this event loop was held up, as vLLM's output collector
+        merges the deltas its frontend could not hand out in time. Leaving early aborts the
+        request in the engine."""
         self.core.check(request)
-        queue: asyncio.Queue[bool] = asyncio.Queue()
-        request.tag = queue
-        # The frontend's work holds the replica's event loop, as vLLM's input processing holds its
-        # AsyncLLM loop: every stream of the replica waits while a request is processed (the
-        # engine steps on meanwhile, its tokens handed out once the loop is free).
-        time.sleep(request.admit_s)
         loop = asyncio.get_running_loop()
-        self._arrived.append((loop.time(), request))
-        if self._loop_task is None or self._loop_task.done():
-            self._loop_task = loop.create_task(self._serve())
+        queue: asyncio.Queue[bool] = asyncio.Queue()
+        request.tag = (loop, queue)
+        if request.admit_s > 0:
+            # The frontend's work, off the event loop as vLLM's renderer does it: a prompt with media
+            # on its one media-processor thread (they queue there), a text prompt's tokenization on
+            # a pool. It is CPU work on the host, so it is spent as CPU time and takes longer where
+            # the host's cores are busy.
+            pool = self._media_frontend if request.media else None
+            await loop.run_in_executor(pool, _spend_cpu, request.admit_s)
+        with self._lock:
+            self._arrived.append((time.perf_counter(), request))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="sim-engine", daemon=True)
+                self._thread.start()
+        self._wake.set()
         try:
             while await queue.get():
-                yield None
+                ready, more = 1, True
+                while more and not queue.empty():
+                    more = queue.get_nowait()
+                    ready += more
+                yield ready
+                if not more:
+                    return
         finally:
             if not request.finished:
-                self._arrived = deque(item for item in self._arrived if item[1] is not request)
-                self.core.abort(request)
+                self._aborted.append(request)
+                self._wake.set()
 
-    async def _serve(self) -> None:
-        # Steps are timed against a running deadline, not slept one by one: a busy event loop wakes
-        # late, and the next step then starts early, so the engine keeps its modelled pace.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time()
-        while self._arrived or self.core.busy:
-            if not self.core.busy:  # idle until the next arrival
+    def _run(self) -> None:
+        deadline = time.perf_counter()
+        while True:
+            while self._aborted:
+                request = self._aborted.popleft()
+                with self._lock:  # `tokens` appends to it meanwhile
+                    self._arrived = deque(item for item in self._arrived if item[1] is not request)
+                self.core.abort(request)
+            if not self.core.busy and not self._arrived:
+                self._wake.clear()
+                if self._aborted or self._arrived or self._wake.wait(_IDLE_EXIT_S):
+                    continue
+                with self._lock:  # idle: end, unless a request came as the wait ran out
+                    if not self._arrived:
+                        self._thread = None
+                        return
+                continue
+            if not self.core.busy:  # idle until now: the next step starts at the arrival
                 deadline = max(deadline, self._arrived[0][0])
             while self._arrived and self._arrived[0][0] <= deadline:
                 self.core.add(self._arrived.popleft()[1])
             step = self.core.step()
             deadline += step.seconds
-            await _sleep(deadline - loop.time())
+            time.sleep(max(0.0, deadline - time.perf_counter()))
             for request in step.produced:
-                _queue(request).put_nowait(True)
+                _hand_out(request, True)
             for request in step.finished:
-                _queue(request).put_nowait(False)
+                _hand_out(request, False)
+
+
+_IDLE_EXIT_S = 1.0  # an engine thread with nothing to do for this long ends (the next request starts one)
 
 
 _END = object()
 
 
-def _queue(request: SimRequest) -> asyncio.Queue[bool]:
-    """The queue `StepLoop.tokens` hands `request`'s tokens through."""
-    assert isinstance(request.tag, asyncio.Queue)
-    return request.tag
+def _merged(items: list[Any]) -> list[Any]:
+    """An LLM's text deltas merged into one, as vLLM hands out the tokens its frontend fell behind
+    on in one delta; other items as they are."""
+    if len(items) < 2 or not all(isinstance(item, TextDelta) for item in items):
+        return items
+    logprobs = tuple(lp for item in items for lp in item.logprobs or ())
+    return [
+        dataclasses.replace(
+            items[-1],
+            text="".join(item.text for item in items),
+            tokens=sum(item.tokens or 1 for item in items),
+            logprobs=logprobs or None,
+        )
+    ]
+
+
+def _hand_out(request: SimRequest, more: bool) -> None:
+    """From the engine thread: tell `request`'s stream of a token (`more`) or of its end."""
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[bool]
+    loop, queue = request.tag  # type: ignore[misc]
+    with contextlib.suppress(RuntimeError):  # its loop closed: nobody is waiting
+        loop.call_soon_threadsafe(queue.put_nowait, more)
 
 
 def _work(task_input: Any) -> float:
@@ -323,6 +395,17 @@ def _work(task_input: Any) -> float:
 def _priority(task_input: Any) -> float:
     """A request's place among those waiting: its input's `sim_priority`, higher first."""
     return float(getattr(task_input, "sim_priority", 0))
+
+
+def _spend_cpu(seconds: float) -> None:
+    """Keep this thread busy until it has used `seconds` of CPU time, hashing: C code that lets
+    other threads run meanwhile, as a real frontend's tokenizer or image processor does."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        hashlib.sha256(_BLOCK).digest()
+
+
+_BLOCK = bytes(16 << 10)  # hashing it takes some microseconds, with the GIL released
 
 
 async def _sleep(seconds: float) -> None:

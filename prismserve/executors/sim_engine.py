@@ -34,12 +34,12 @@ class StepCosts(BaseModel):
     seconds of the requests whose prompt starts in it (`encode_item_s` per raw media item a prompt
     brings, as a `sim` executor counts them, plus an input's own `sim_encode_s`; `encode_step_s`
     once for a step that encodes anything: vLLM runs the step's media through the encoder as one
-    batch). The limits are
-    vLLM's scheduler settings;
-    `admit_s` (per request) and `admit_item_s` (per media item, raw or encoded) are seconds in the frontend
-    before the scheduler sees a request (tokenization, the media processor): they delay it
-    without holding up steps (a `sim` executor also holds its event loop for them, as vLLM's
-    frontend does, so its other streams' tokens wait).
+    batch; `embed_item_s` per item encoded elsewhere whose embeddings the prompt brings: their
+    move into the engine's input). The limits are vLLM's scheduler settings;
+    `admit_s` (per request) and `admit_item_s` (per media item, raw or encoded) are CPU seconds in
+    the frontend before the scheduler sees a request (tokenization, the media processor): they
+    delay it without holding up steps (a `sim` executor spends them off its event loop, a prompt
+    with media on one media-processor thread, as vLLM's renderer does).
     `kv_capacity_tokens` None means the KV cache never runs out.
     """
 
@@ -49,6 +49,7 @@ class StepCosts(BaseModel):
     context_token_s: float = Field(default=0.0, ge=0)
     encode_item_s: float = Field(default=0.0, ge=0)
     encode_step_s: float = Field(default=0.0, ge=0)
+    embed_item_s: float = Field(default=0.0, ge=0)
     admit_s: float = Field(default=0.0, ge=0)
     admit_item_s: float = Field(default=0.0, ge=0)
     max_num_batched_tokens: int = Field(default=2048, ge=1)
@@ -70,6 +71,7 @@ class SimRequest:
     output_tokens: int
     encode_s: float = 0.0
     admit_s: float = 0.0  # seconds in the frontend before the scheduler sees it
+    media: bool = False  # brings media: the frontend's media processor takes it (one at a time)
     tag: object = None  # the caller's handle for the request (a future, an id)
     computed: int = 0  # tokens whose KV is cached (prompt and output)
     produced: int = 0  # output tokens produced so far

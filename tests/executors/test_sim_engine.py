@@ -109,9 +109,9 @@ def test_frontend_seconds_delay_a_request_without_holding_up_steps():
 
 
 def test_a_request_held_in_the_frontend_joins_the_engine_when_it_is_free_not_back_in_time():
-    """The frontend's seconds block the replica's event loop while the engine (a process of its
-    own in vLLM) steps on: the image's step then lasts all its encoder seconds, and does not start
-    back when the loop was first held."""
+    """The frontend's seconds delay a request while the engine (a process of its own in vLLM)
+    steps on: the image's step then lasts all its encoder seconds, and does not start back when
+    the frontend began."""
 
     async def run() -> list[float]:
         loop = StepLoop(StepCosts(step_s=0.01))
@@ -120,8 +120,8 @@ def test_a_request_held_in_the_frontend_joins_the_engine_when_it_is_free_not_bac
         times: list[float] = []
 
         async def stream() -> None:
-            async for _ in loop.tokens(decoding):
-                times.append(time.perf_counter())
+            async for ready in loop.tokens(decoding):
+                times.extend([time.perf_counter()] * ready)
 
         async def arrive() -> None:
             await asyncio.sleep(0.1)
@@ -136,6 +136,68 @@ def test_a_request_held_in_the_frontend_joins_the_engine_when_it_is_free_not_bac
     # Before: the image's step was dated from the moment the loop was held, so it ended 0.2 s early.
     assert max(gaps) > 0.3
     assert len(gaps) == 59
+
+
+def test_media_processing_queues_on_one_thread_and_holds_up_no_text_request():
+    """vLLM's renderer processes a prompt's media on one thread of its own and tokenizes text on a
+    pool, both off the event loop: two images' processing queue one after the other, while a text
+    request sent beside them gets its first token at once (the frontend held the loop before)."""
+
+    async def run() -> dict[str, float]:
+        loop = StepLoop(StepCosts(step_s=0.01))
+        requests = {
+            "image a": SimRequest(prompt_tokens=1, output_tokens=1, admit_s=0.2, media=True),
+            "image b": SimRequest(prompt_tokens=1, output_tokens=1, admit_s=0.2, media=True),
+            "text": SimRequest(prompt_tokens=1, output_tokens=1),
+        }
+        start, first = time.perf_counter(), {}
+
+        async def serve(name: str) -> None:
+            async for _ in loop.tokens(requests[name]):
+                first.setdefault(name, time.perf_counter() - start)
+
+        await asyncio.gather(*(serve(name) for name in requests))
+        return first
+
+    first = asyncio.run(run())
+    assert first["text"] < 0.1
+    assert first["image a"] >= 0.2 and first["image b"] >= 0.4
+
+
+def test_a_step_of_a_millisecond_and_a_half_lasts_that_long_not_whole_milliseconds():
+    """The event loop's timers wake on whole milliseconds (epoll): steps slept there came out 1
+    and 2 ms apart, median 2 ms, for a 1.6 ms step, which the twin check fitted as a slower engine."""
+
+    async def gaps() -> list[float]:
+        loop, times = StepLoop(StepCosts(step_s=0.0016)), []
+        async for ready in loop.tokens(SimRequest(prompt_tokens=1, output_tokens=120)):
+            times += [time.perf_counter()] * ready
+        return [b - a for a, b in zip(times[1:], times[2:], strict=False)]
+
+    measured = sorted(asyncio.run(gaps()))
+    assert measured[len(measured) // 2] == pytest.approx(0.0016, abs=0.0003)
+
+
+def test_tokens_made_while_the_loop_was_held_come_out_merged_in_one_delta():
+    """vLLM's engine core steps on while its frontend is busy, and the frontend then hands out
+    the tokens it fell behind on in one delta: the sim does the same, its tokens all counted."""
+    costs = StepCosts(step_s=0.01, prefill_token_s=0.0, decode_seq_s=0.0)
+    executor = SimExecutor(Generate(), SimProfile(engine=costs))
+
+    async def deltas() -> list[TextDelta]:
+        out: list[TextDelta] = []
+        async for delta in executor.stream(Prompt(text="word", max_tokens=40)):
+            out.append(delta)
+            if len(out) == 3:
+                time.sleep(0.1)  # the replica's loop held: about ten steps are due meanwhile
+        return out
+
+    out = asyncio.run(deltas())
+    assert sum(d.tokens for d in out) == 40
+    merged = out[3]
+    assert 6 <= merged.tokens <= 12
+    assert merged.text.count("t") == merged.tokens  # every merged token's text is there
+    assert all(d.tokens == 1 for d in out[:3])
 
 
 class Done(TaskOutput):
