@@ -231,12 +231,13 @@ def refine(
 ) -> dict[str, float]:
     """The twin's parameters corrected by the gaps between the real and the twin's probes.
 
-    Each probe moves with one parameter (a lone stream's gap with the step, four streams' with each
+    Each probe moves with one parameter: a lone stream's gap with the step, four streams' with each
     decode's share, the long prompt with the per-token prefill, the short one with the frontend,
-    the stall with the encoder inside the step, a second image's stall with each image's share of
-    it (split: the embeddings' move into the engine), the image's extra first-token time with the
-    rest of the image's cost, the capacity with 8 requests in flight with a split encoder's
-    batching), and the step model is linear in them, so a round or two match the probes.
+    the image's extra first-token time with the rest of the image's cost. In the monolith the stall
+    moves with the encoder inside the step and a second image's stall with each image's share of
+    it; in the split the stall moves with the engine's taking in the embeddings, the capacity with
+    8 requests in flight with the encoder's batching, and the encoder's CPU seconds per image with
+    its share of CPU. The step model is linear in them, so a round or two match the probes.
     """
     gap = {key: real[key] - twin[key] for key in real}
     short, long_, question = prompt_tokens(SHORT), prompt_tokens(LONG), prompt_tokens(QUESTION)
@@ -298,7 +299,7 @@ def twin_plan(params: dict[str, float], split: bool) -> Plan:
         )
         profiles[ENCODER] = encoder.model_dump()
         cells.append({"gpus": 1, "replicas": {ENCODER: 1}})
-    return Plan.model_validate({"cells": cells, "profiles": profiles})
+    return Plan.model_validate({"cells": cells, "profiles": profiles, "emulate": list(profiles)})
 
 
 def arrivals(count: int, rate: float, seed: int) -> list[tuple[float, bool]]:
@@ -387,6 +388,7 @@ async def layout(
     try:
         bench = Bench(runtime, app, image, args.max_tokens)
         engine_on_its_core()
+        kinds = {"real": executor_kinds(runtime)}
         real_probe = await probe(bench) | await capacity(bench)
         print(f"  real probes: {fmt(real_probe)}", flush=True)
         rate = args.load * real_probe["capacity_rps"]
@@ -403,12 +405,14 @@ async def layout(
                 params = refine(params, real_probe, probes[-1], split)
                 print(f"  twin parameters: {fmt(params)}", flush=True)
         twin_probe = probes[-1]
+        kinds["twin"] = executor_kinds(runtime)
         print(f"  twin probes: {fmt(twin_probe)}", flush=True)
         twin_results = await load(bench, workload, lengths)
         real, twin = summary(real_results, workload), summary(twin_results, workload)
         again = summary(again_results, workload)
         return {
             "rate_rps": rate,
+            "executor_kinds": kinds,
             "probes": {"real": real_probe, "twin_rounds": probes},
             "parameters": params,
             "real": real,
@@ -422,6 +426,11 @@ async def layout(
         }
     finally:
         await runtime.unregister_app("vl")
+
+
+def executor_kinds(runtime: RayRuntime) -> list[str]:
+    """The executor kinds the runtime reports for its deployments (`sim` where a plan emulates one)."""
+    return sorted(d["executor_kind"] for d in runtime.status()["deployments"].values())
 
 
 def fmt(values: dict[str, float]) -> str:
@@ -494,7 +503,8 @@ def main() -> None:
         args.requests, args.repeats, args.layouts = 12, 1, ["monolith"]
     # Core 0 for vLLM's engine (see `engine_on_its_core`), the other cores for this process and
     # everything it starts (Ray's processes inherit it).
-    os.sched_setaffinity(0, set(range(1, os.cpu_count() or 2)))
+    if others := set(range(1, os.cpu_count() or 1)):
+        os.sched_setaffinity(0, others)
     runs = [asyncio.run(run_once(args, args.seed + i)) for i in range(args.repeats)]
     for i, run in enumerate(runs):
         print(f"run {i + 1}: within bounds: {run['within_bounds']}")

@@ -90,8 +90,9 @@ async def list_apps(request: Request) -> AppList:
     responses=errors(400, 404, 409, 413, 415, 500, 502),
 )
 async def deploy(name: str, request: Request) -> Deployed:
-    """Deploy or scale a plan for an app: cells, routing probabilities, sim profiles, deployment
-    options. A plan posted here takes over from re-planning: the app's watcher (`serve --gpus`) stops."""
+    """Deploy or scale a plan for an app: cells, routing probabilities, sim profiles (a real model's
+    deployment only where the plan's `emulate` names it), deployment options. A plan posted here
+    takes over from re-planning: the app's watcher (`serve --gpus`) stops."""
     gateway = state(request)
     find_app(gateway.runtime, name)
     plan = await read_model(request, Plan, "invalid plan: ")

@@ -50,7 +50,9 @@ class Plan(BaseModel):
 
     `routing[type][path]` is the probability of each whole path (000 §5.3). `profiles` holds, by
     deployment name, the service-time profiles of emulated (`sim`) executors, as the runtime's
-    `SimProfile` fields; a plan for real executors has none. `gpus`, `throughput` and
+    `SimProfile` fields; a plan for real executors has none. A deployment whose task names a real
+    engine runs on a `sim` executor only when `emulate` names it too (a twin check, a dry run):
+    the runtime refuses its profile otherwise, so no plan turns a real model into a fake by accident. `gpus`, `throughput` and
     `max_cell_gpus` are the planner's figures (absent from hand-written plans).
     """
 
@@ -62,6 +64,7 @@ class Plan(BaseModel):
     cells: list[CellPlan]
     routing: dict[str, dict[str, float]] = Field(default_factory=dict)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    emulate: list[str] = Field(default_factory=list)  # real deployments to run on their `profiles`
     # Deployment options by name -> {deployment name: GPUs of its replica}. When given, cells and
     # paths name these options, and the runtime runs each as one replica of every listed deployment.
     options: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -101,7 +104,7 @@ class Plan(BaseModel):
                 del cell["node"]
         if data["max_cell_gpus"] is None:
             del data["max_cell_gpus"]
-        for empty in ("profiles", "options"):
+        for empty in ("profiles", "emulate", "options"):
             if not data[empty]:
                 del data[empty]
         return data

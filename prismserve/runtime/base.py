@@ -18,7 +18,7 @@ from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.layout import Layout, check_layout
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
 from prismserve.runtime.task_manager import current_era
-from prismserve.task import Dispatcher, use_dispatcher
+from prismserve.task import Dispatcher, UnitTask, use_dispatcher
 from prismserve.task.context import RequestContext, RequestLedger, use_request
 from prismserve.task.routing import PathLoad, Routing
 
@@ -139,7 +139,7 @@ class Runtime(ABC):
         names = app.named_unit_tasks()
         check_layout(plan)
         deployments = {d for o in plan.options.values() for d in o} if plan.options else plan.replicas()
-        unknown = sorted((set(deployments) | set(plan.profiles)) - set(names))
+        unknown = sorted((set(deployments) | set(plan.profiles) | set(plan.emulate)) - set(names))
         if unknown:
             raise InvalidRequestError(
                 f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}"
@@ -158,6 +158,7 @@ class Runtime(ABC):
             except ValidationError as exc:
                 errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise InvalidRequestError(f"plan profiles[{name!r}] is not a sim profile: {errors}") from None
+        _check_emulation(names, plan)
         await self._on_deploy(app, plan)
         self.plans[app_name] = plan
 
@@ -219,6 +220,22 @@ class Runtime(ABC):
 
     def _deployment_status(self, key: str) -> dict[str, Any]:
         return {}
+
+
+def _check_emulation(names: dict[str, UnitTask[Any, Any]], plan: Plan) -> None:
+    """A profile turns a real model's deployment into a `sim` one (service times emulated, outputs
+    placeholders): only where the plan's `emulate` asks for it by name."""
+    real = sorted(
+        n for n in plan.profiles if type(names[n]).executor_ref is not None and n not in plan.emulate
+    )
+    if real:
+        raise InvalidRequestError(
+            f"plan profiles {real} would replace real models by sim executors (emulated times, placeholder "
+            "outputs): drop their profiles, or name them in the plan's `emulate` to emulate them on purpose"
+        )
+    bare = sorted(set(plan.emulate) - set(plan.profiles))
+    if bare:
+        raise InvalidRequestError(f"plan `emulate` names {bare} without a profile in the plan's `profiles`")
 
 
 def _check_routing(app: App, routing: Routing) -> None:

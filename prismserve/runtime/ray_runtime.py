@@ -294,7 +294,9 @@ class RayRuntime(Runtime):
         manager = self.managers.get(key)
         if manager is None:
             return {"replicas": []}
+        emulated = {"executor_kind": "sim"} if manager.spec.backend == "sim" else {}  # a plan's `emulate`
         return {
+            **emulated,
             "replicas": [
                 {
                     "id": r.id,
@@ -306,7 +308,7 @@ class RayRuntime(Runtime):
                     **r.info,
                 }
                 for r in manager.replicas
-            ]
+            ],
         }
 
     def status(self) -> dict[str, Any]:

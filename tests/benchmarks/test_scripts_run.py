@@ -269,6 +269,8 @@ def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
         "throughput_rps",
         "stall_s",
     } <= set(compared)
+    # The real engine ran, then its twin: emulated by name (the plan's `emulate`), and shown as `sim`.
+    assert run["monolith"]["executor_kinds"] == {"real": ["mm-llm-vllm"], "twin": ["sim"]}
     # The real deployment ran the workload twice: the twin is judged against both.
     assert compared["tbt_p50_s"]["real_again"] > 0 and "within" in compared["tbt_p50_s"]
     # The fitted twin's probes moved from zero cost towards the real ones.

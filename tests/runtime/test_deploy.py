@@ -7,7 +7,7 @@ import asyncio
 from collections import Counter
 
 import pytest
-from runtime_apps import ROUTED_MLLM
+from runtime_apps import LLM, ROUTED_MLLM, SIM_MLLM
 from toy.executors import EXECUTORS
 
 from prismserve.planner import Plan
@@ -100,3 +100,22 @@ def test_a_plan_pinning_cells_to_nodes_is_refused_not_ignored():
     with pytest.raises(ValueError, match=r"pins cells to nodes \['n1'\].*drop `node`"):
         asyncio.run(runtime.deploy("planned", pinned))
     assert "planned" not in runtime.plans
+
+
+def test_a_profile_for_a_real_model_is_refused_unless_the_plan_emulates_it_by_name():
+    """A plan's `profiles` replace a deployment's executor by a `sim` one: for a task that names a
+    real engine, only where `emulate` names it (they silently turned real models into fakes)."""
+    from prismserve.models import tiny
+
+    source = SIM_MLLM.format(config="").replace('"toy-vl"', repr(str(tiny.build("qwen2.5-vl"))))
+    source = source.replace("SimEncoder(model", "EncoderTask(model").replace("SimLLM(model", "LLMTask(model")
+    runtime = LocalRuntime({})
+    asyncio.run(runtime.register_app(source, "real"))
+    profile = {"latency_s": 0.01}
+    with pytest.raises(ValueError, match=r"profiles \['model.llm'\] would replace real models.*`emulate`"):
+        asyncio.run(runtime.deploy("real", Plan(cells=[], profiles={LLM: profile})))
+    assert "real" not in runtime.plans
+    with pytest.raises(ValueError, match=r"`emulate` names \['model.llm'\] without a profile"):
+        asyncio.run(runtime.deploy("real", Plan(cells=[], emulate=[LLM])))
+    asyncio.run(runtime.deploy("real", Plan(cells=[], profiles={LLM: profile}, emulate=[LLM])))
+    assert runtime.plans["real"].emulate == [LLM]
