@@ -275,8 +275,8 @@ class StepLoop:
     process of its own: each step sleeps its seconds, then hands its tokens to the event loop.
 
     A thread, not a task of the event loop: the loop's timers wake on whole milliseconds (epoll),
-    which would round steps of a millisecond or two, and a held loop (a frontend's work) would stop
-    the engine. Steps are timed against a running deadline: a step that ends late (a busy CPU) is
+    which would round steps of a millisecond or two, and a busy loop (the replica's other work)
+    would stop the engine. Steps are timed against a running deadline: a step that ends late (a busy CPU) is
     followed by the steps already due at once, so the engine keeps its modelled pace. A request
     joins the first step that starts after it arrived.
     """
