@@ -118,16 +118,17 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
         return (profile.latency_s * _work(task_input) + profile.token_s * tokens) / self._speed
 
     def _engine_request(self, task_input: Any, output_tokens: int) -> SimRequest:
-        """The step loop's request for `task_input`: its prompt tokens and encoder seconds."""
+        """The step loop's request for `task_input`: its prompt tokens and media."""
         costs = self.profile.engine
         assert costs is not None
         raw_items = len(getattr(task_input, "media", None) or ())  # the engine's encoder runs these
         encoded = len(getattr(task_input, "encoded", None) or ())  # embeddings from an encoder apart
-        step_s = costs.encode_item_s * raw_items + costs.embed_item_s * encoded
         return SimRequest(
             prompt_tokens=self.task.pending_tokens(task_input),
             output_tokens=output_tokens,
-            encode_s=float(getattr(task_input, "sim_encode_s", 0.0)) + step_s,
+            encode_s=float(getattr(task_input, "sim_encode_s", 0.0)),
+            raw_items=raw_items,
+            embedded_items=encoded,
             admit_s=costs.admit_s + costs.admit_item_s * (raw_items + encoded),  # its frontend takes all
             media=raw_items + encoded > 0,
         )

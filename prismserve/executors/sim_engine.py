@@ -69,7 +69,9 @@ class SimRequest:
 
     prompt_tokens: int
     output_tokens: int
-    encode_s: float = 0.0
+    encode_s: float = 0.0  # encoder seconds of its own, beside its items' (`StepCosts`)
+    raw_items: int = 0  # media items the engine's encoder runs
+    embedded_items: int = 0  # items encoded elsewhere whose embeddings it brings
     admit_s: float = 0.0  # seconds in the frontend before the scheduler sees it
     media: bool = False  # brings media: the frontend's media processor takes it (one at a time)
     tag: object = None  # the caller's handle for the request (a future, an id)
@@ -142,11 +144,21 @@ class EngineCore:
     def busy(self) -> bool:
         return bool(self.running or self.waiting)
 
+    def _encoding(self, request: SimRequest) -> float:
+        """The seconds `request`'s media adds to the step its prompt starts in."""
+        costs = self.costs
+        return (
+            request.encode_s
+            + costs.encode_item_s * request.raw_items
+            + costs.embed_item_s * request.embedded_items
+        )
+
     def step(self) -> Step:
         """Schedule one step, run it (in no time: the caller waits `Step.seconds`) and return it."""
         budget = self.costs.max_num_batched_tokens
         scheduled: list[tuple[SimRequest, int]] = []
         step = Step(seconds=0.0)
+        encoding = False
         for request in list(self.running):  # running first, in admission order
             if request not in self.running:
                 continue  # preempted by an earlier request of this step
@@ -165,8 +177,10 @@ class EngineCore:
             self._grow(request, tokens, step)
             if not request.encoded:
                 request.encoded = True
-                if request.encode_s > 0:
-                    step.encode_s += request.encode_s + (0.0 if step.encode_s else self.costs.encode_step_s)
+                encodes = request.raw_items > 0 or request.encode_s > 0
+                if encodes and not encoding:  # the step's one call of the encoder
+                    encoding, step.encode_s = True, step.encode_s + self.costs.encode_step_s
+                step.encode_s += self._encoding(request)
             scheduled.append((request, tokens))
             budget -= tokens
         return self._complete(step, scheduled)

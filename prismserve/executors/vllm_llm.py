@@ -152,8 +152,17 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
         if self.engine.errored:
             raise ExecutorUnhealthy(f"vLLM engine of {self.task.model} died: {self.engine.dead_error}")
 
-    def prompt(self, request: LLMInput) -> dict[str, Any]:
-        """vLLM's prompt for `request`: chat-template text and the media, as embeddings or raw."""
+    async def prompt(self, request: LLMInput) -> dict[str, Any]:
+        """vLLM's prompt for `request`: chat-template text and the media, as embeddings or raw.
+
+        Raw media is decoded in a worker thread, as vLLM's own server does: a photo's decoding takes
+        tens of milliseconds, and on the event loop every other request of this replica would wait
+        them out (a text request's first token behind each image that arrived before it). Media it
+        cannot take is the request's fault (InvalidInputError)."""
+        with media_rejected():
+            return await self._prompt(request)
+
+    async def _prompt(self, request: LLMInput) -> dict[str, Any]:
         self.check_media(request)
         if any(e.modality == "video" for e in request.encoded) or any(
             m.modality == "video" for m in request.media
@@ -169,8 +178,8 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
         for modality in dict.fromkeys(e.modality for e in encoded):
             # The form vLLM's model class takes is the family's.
             data[modality] = self.adapter.vllm_embeddings([e for e in encoded if e.modality == modality])
-        for modality in dict.fromkeys(m.modality for m in request.media):
-            data[modality] = [_decode(m.modality, m.data) for m in request.media if m.modality == modality]
+        if request.media:
+            data |= await asyncio.to_thread(_decoded, request.media)
         return {"prompt": text, "multi_modal_data": data} if data else {"prompt": text}
 
     def check_media(self, request: LLMInput) -> None:
@@ -196,8 +205,7 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
         from vllm.v1.engine.exceptions import EngineGenerateError
 
         if prompt is None:
-            with media_rejected():
-                prompt = self.prompt(request)
+            prompt = await self.prompt(request)
         params = self.sampling_params(request, logprobs=logprobs, extra_args=extra_args)
         request_id = f"{os.getpid()}-{next(self._ids)}"
         started = False
@@ -393,8 +401,7 @@ class VLLMDecodeExecutor(DecodeSide[Stream[TextDelta]]):
             yield delta
         if reply.finished:
             return
-        with media_rejected():
-            prompt, rest = self.continuation(request, self.prompt(request))
+        prompt, rest = self.continuation(request, await self.prompt(request))
         async for out in self.outputs(rest, prompt=prompt):
             for delta in self.text_deltas(request, reply, out, prompt_tokens=request.handoff.prompt_tokens):
                 yield delta
@@ -430,8 +437,12 @@ def _logprobs(step: Any, token: int, top: int | None) -> tuple[float, list[tuple
     return step[token].logprob, [(i, entry.logprob) for i, entry in ranked[:top]]
 
 
-def _decode(modality: str, data: bytes) -> Any:
-    """Raw media as vLLM takes it: a PIL image, or (samples, rate) for audio."""
+def _decoded(media: list[Any]) -> dict[str, list[Any]]:
+    """Raw media by modality as vLLM takes it: PIL images, (samples, rate) for audio."""
     from prismserve.models.media import load_audio, load_image
 
-    return load_image(data) if modality == "image" else (load_audio(data, AUDIO_RATE), AUDIO_RATE)
+    out: dict[str, list[Any]] = {}
+    for m in media:
+        item = load_image(m.data) if m.modality == "image" else (load_audio(m.data, AUDIO_RATE), AUDIO_RATE)
+        out.setdefault(m.modality, []).append(item)
+    return out

@@ -236,8 +236,8 @@ class VLLMThinkerExecutor(ThinkerEngine[ThinkerOutput]):
 
     async def run(self, task_input: Any) -> ThinkerOutput:
         request = LLMInput.model_validate(task_input)
+        prompt = await self.prompt(request)  # bad input fails the call itself
         with media_rejected():
-            prompt = self.prompt(request)  # bad input fails the call itself
             speaker = self.speaker(request)
         return await self.think(request, prompt, speaker, self.reply(request))
 
@@ -265,7 +265,7 @@ class VLLMThinkerDecodeExecutor(ThinkerEngine[ThinkerOutput], DecodeSide[Thinker
         deltas = self.opening(request, reply)
         with media_rejected():
             speaker = self.speaker(request)
-            prompt, rest = self.continuation(request, self.prompt(request))
+        prompt, rest = self.continuation(request, await self.prompt(request))
         handoff = request.handoff
         after = Prefilled(deltas, handoff.token, handoff.finish_reason is None, handoff.prompt_tokens)
         return await self.think(rest, prompt, speaker, reply, after)

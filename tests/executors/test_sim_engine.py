@@ -221,6 +221,18 @@ def test_a_sim_encoder_scales_with_its_gpus_as_its_profile_says():
     assert asyncio.run(seconds(2)) == pytest.approx(0.2 / 1.25, abs=0.04)
 
 
+def test_a_raw_image_pays_the_encoders_call_even_where_its_items_cost_nothing():
+    # A profile fitted from a stall that a second image does not lengthen puts all of it in
+    # `encode_step_s`; the image's step must still pay it (it once paid nothing).
+    costs = COSTS.model_copy(update={"encode_step_s": 0.1, "encode_item_s": 0.0})
+    image = SimRequest(prompt_tokens=10, output_tokens=1, raw_items=1)
+    embedded = SimRequest(prompt_tokens=10, output_tokens=1, embedded_items=1)
+    (with_image,) = simulate(costs, [(0.0, image)])
+    (with_embeddings,) = simulate(costs.model_copy(update={"embed_item_s": 0.03}), [(0.0, embedded)])
+    assert with_image.ttft == pytest.approx(0.01 + 10 * 0.001 + 0.1)
+    assert with_embeddings.ttft == pytest.approx(0.01 + 10 * 0.001 + 0.03)  # no encoder ran
+
+
 def test_the_encoder_runs_once_per_step_for_the_media_of_all_prompts_it_starts():
     costs = COSTS.model_copy(update={"encode_step_s": 0.1})
     first, second = (SimRequest(prompt_tokens=10, output_tokens=1, encode_s=0.02) for _ in range(2))
