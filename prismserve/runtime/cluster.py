@@ -45,3 +45,13 @@ def connect(address: str | None = None, *, fake_gpus: int | None = None, num_cpu
             address="local", num_gpus=fake_gpus, num_cpus=num_cpus, _node_ip_address="127.0.0.1", **options
         )
     return True
+
+
+def local_ray_down() -> bool:
+    """Whether the local Ray this process started has lost a process of its own (its GCS or raylet:
+    Ctrl-C or SIGTERM to the whole process group reaches them too). Its calls would then wait for
+    it in vain; a Ray this process joined is never judged so (its processes are not ours to watch)."""
+    from ray._private import worker
+
+    node = worker._global_node
+    return node is not None and bool(node.all_processes) and bool(node.dead_processes())

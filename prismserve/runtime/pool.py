@@ -13,17 +13,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from prismserve.errors import PrismserveError, ReplicaGone
+from prismserve.runtime import leftovers
+from prismserve.runtime.cluster import local_ray_down
 from prismserve.runtime.wire import WireClient, connection, disconnect
 
 if TYPE_CHECKING:
     from prismserve.runtime.replica import Call
     from prismserve.runtime.task_manager import Replica, TaskManager
     from prismserve.task import UnitTask
+
+log = logging.getLogger(__name__)
 
 Death = Literal["replica", "input"]
 
@@ -115,17 +120,25 @@ class RayActorPool(ReplicaPool):
             raise
         replica.actor_id = replica.info.get("actor_id", "")
         replica.address = replica.info.pop("wire")  # holds its token: not for /admin/status
+        replica.leftovers = replica.info.pop("leftovers", None)
 
     async def stop(self, replica: Replica) -> None:
+        """Stop the replica (its executor closed), kill its actor, then remove what outlived both
+        (an engine's processes and shared memory). With the local Ray gone already (a signal to
+        the whole process group), Ray is not asked: its calls would wait for it for a minute."""
         handle = replica.handle
         if handle is None:
             return
         import ray
 
-        with contextlib.suppress(Exception):  # already dead or stuck: killing is what matters
-            await asyncio.wait_for(handle.stop.remote(), 5)
-        with contextlib.suppress(Exception):
-            ray.kill(handle, no_restart=True)
+        if not local_ray_down():
+            with contextlib.suppress(Exception):  # already dead or stuck: killing is what matters
+                await asyncio.wait_for(handle.stop.remote(), 5)
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+        removed = await asyncio.to_thread(leftovers.remove, replica.leftovers)
+        if removed:
+            log.info("removed what replica %s left: %s", replica.id, ", ".join(removed))
 
     async def health(self, replica: Replica) -> None:
         await replica.handle.health.remote()
@@ -190,7 +203,8 @@ class RayActorPool(ReplicaPool):
     def unreserve(self, reservation: Any) -> None:
         from ray.util.placement_group import remove_placement_group
 
-        remove_placement_group(reservation)
+        if not local_ray_down():  # a Ray gone took its placement groups with it
+            remove_placement_group(reservation)
 
 
 class WirePool(RayActorPool):

@@ -15,6 +15,7 @@ from opentelemetry import trace as otel_trace
 from pydantic import BaseModel
 
 from prismserve.executors.spec import ExecutorSpec
+from prismserve.runtime import leftovers
 from prismserve.runtime.dataplane import INLINE_BYTES, ShmSlab, payload_size
 from prismserve.runtime.streams import RemoteStream, RemoteStreamRef, StreamTable
 from prismserve.runtime.wire import ReplicaAddress, WireServer
@@ -146,7 +147,10 @@ class ExecutorReplica:
         self._wire = WireServer(self, WIRE_METHODS)
         host = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == self._node)
         self.address = await self._wire.start(actor_id, self._node, host)
+        # The engine's processes and segments, and the slab, to remove at stop whatever happens.
+        self._leftovers = leftovers.record([self._slab.path] if self._slab is not None else [])
         return {
+            "leftovers": self._leftovers,
             "wire": self.address,
             "actor_id": actor_id,
             "node_id": self._node,
@@ -306,6 +310,7 @@ class ExecutorReplica:
         executor = getattr(self, "executor", None)
         if executor is not None:
             await executor.close()
+        await asyncio.to_thread(leftovers.remove, getattr(self, "_leftovers", None))  # what close left
 
 
 def _has_handle_fields(output_type: Any) -> bool:

@@ -79,6 +79,7 @@ class Replica:
     spec: ExecutorSpec | None = None
     actor_id: str = ""  # tells this replica's death from its producers' in a failed call
     address: ReplicaAddress | None = None  # its socket (runtime/wire.py)
+    leftovers: dict[str, Any] | None = None  # its processes and segments, removed when it stops
     late: int = 0  # health checks in a row it did not answer in time
     drain_era: int = 0  # the plan switch that drains it (0: none): requests begun before it may still use it
     users: int = 0  # open request scopes whose graphs ran on it (their payloads and streams are here)

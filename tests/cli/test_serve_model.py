@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -470,6 +471,7 @@ def _serving(
     process = subprocess.Popen(
         [sys.executable, "-m", "prismserve", "serve", *args, "--port", "0"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # a group of its own, as a terminal gives a command: tests may signal it
     )  # fmt: skip
     watchdog = threading.Timer(deadline, process.kill)
     watchdog.start()
@@ -491,6 +493,53 @@ def _serving(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "ctrl-c"])
+def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
+    """After SIGTERM or Ctrl-C to its process group, no process the server started (Ray's, the replicas', vLLM's engine
+    core and worker) is alive and no shared-memory segment they mapped is left in /dev/shm. vLLM's
+    engine core and worker once outlived the server, holding their memory, and each run left
+    vLLM's 160 MB message queue behind."""
+    import psutil
+
+    from prismserve.models import tiny
+
+    model = str(tiny.build("qwen2.5-vl"))
+    started: list[psutil.Process] = []
+    quiet = {"VLLM_LOGGING_LEVEL": "ERROR"}  # what is printed must fit the pipe until it is read
+    try:
+        with _serving(model, "--engine", "vllm", "--fake-gpus", "3", env=quiet) as (process, url):
+            body = {
+                "model": Path(model).name,
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Hi"}],
+            }
+            assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).status_code == 200
+            started = psutil.Process(process.pid).children(recursive=True)
+            mapped = {m.path for p in started for m in _maps(p) if m.path.startswith("/dev/shm/")}
+            assert any(p.name().startswith("VLLM::EngineCor") for p in started), [p.name() for p in started]
+            assert mapped, "vLLM's message queue is shared memory: the check would find nothing"
+            os.killpg(process.pid, stop)  # as Ctrl-C in a terminal or a supervisor's stop: the whole group
+            _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        _, alive = psutil.wait_procs(started, timeout=20)
+        assert not alive, [(p.pid, p.name()) for p in alive]
+        assert not [path for path in mapped if os.path.exists(path)]
+    finally:  # nothing left to the next tests, whatever failed
+        for leftover in started:
+            with contextlib.suppress(psutil.Error):
+                leftover.kill()
+
+
+def _maps(process: Any) -> list[Any]:
+    """The memory maps of `process`, none if it has gone or is not ours to read."""
+    import psutil
+
+    try:
+        return process.memory_maps()
+    except psutil.Error:
+        return []
 
 
 def test_serve_plans_for_its_gpus_at_start_and_routes_without_a_router(tmp_path):
