@@ -65,6 +65,8 @@ async def register(request: Request) -> AppInfo:
     except PlacementError as exc:
         raise PlacementError(f"app {body.name!r} cannot be deployed: {exc}") from None
     gateway.controls.registered(app)
+    if gateway.durable is not None:
+        gateway.durable.app_registered(app.name, body.source)
     return describe(app)
 
 
@@ -74,6 +76,8 @@ async def unregister(name: str, request: Request) -> Unregistered:
     gateway = state(request)
     await gateway.controls.unregistered(name)
     await gateway.runtime.unregister_app(name)
+    if gateway.durable is not None:
+        gateway.durable.app_unregistered(name)
     return Unregistered(unregistered=name)
 
 
@@ -98,6 +102,8 @@ async def deploy(name: str, request: Request) -> Deployed:
     plan = await read_model(request, Plan, "invalid plan: ")
     await gateway.controls.plan_posted(name)
     await gateway.runtime.deploy(name, plan)
+    if gateway.durable is not None:
+        gateway.durable.plan_posted(name, plan)
     return Deployed(app=name, gpus=plan.total_gpus, replicas=plan.replicas())
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from prismserve.control import Controls
 from prismserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
+from prismserve.gateway.durable import DurableState
 from prismserve.gateway.errors import HTTPError, invalid
 from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.metrics import GatewayMetrics
@@ -36,6 +37,7 @@ class GatewayState:
     api_key: str | None = None  # the /v1 routes' bearer key; None: they are open
     media: MediaPolicy = field(default_factory=MediaPolicy)  # how chat requests' media URLs are fetched
     trace: TraceRecorder | None = None  # `--record-trace`: where answered chat requests are logged
+    durable: DurableState | None = None  # `--state`: the admin API's changes, kept across restarts
 
 
 _CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")

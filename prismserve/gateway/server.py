@@ -15,6 +15,7 @@ from prismserve.control import Controls
 from prismserve.errors import NotFoundError, PrismserveError
 from prismserve.gateway import admin, audio_api, images_api, inference, models_api, openai_api
 from prismserve.gateway.api_key import UNAUTHORIZED, require_api_key
+from prismserve.gateway.durable import DurableState
 from prismserve.gateway.errors import HTTPError, as_http_error, invalid
 from prismserve.gateway.http import GatewayState, request_id, state
 from prismserve.gateway.media import MediaPolicy
@@ -39,6 +40,7 @@ def create_gateway(
     tracer_provider: TracerProvider | None = None,
     lifespan: Any = None,
     trace: TraceRecorder | None = None,
+    durable: DurableState | None = None,
 ) -> FastAPI:
     """The HTTP app serving `runtime`'s apps.
 
@@ -46,7 +48,8 @@ def create_gateway(
     `admin_token`). Media URLs in chat requests are fetched under `media` (default `MediaPolicy()`:
     any public host). Request spans go to `tracer_provider` (default: the process's global one);
     `lifespan`, if given, starts and stops the runtime with the server. With `trace`, every answered
-    chat completion is logged to it (`--record-trace`).
+    chat completion is logged to it (`--record-trace`). With `durable`, the admin API's changes are
+    kept in its file (`--state`; the server restores them at start).
     """
     if not admin_token:
         raise ValueError("the admin token must not be empty")
@@ -67,6 +70,7 @@ def create_gateway(
         api_key,
         media or MediaPolicy(),
         trace,
+        durable,
     )
     app.include_router(admin.router)
     keyed: dict[str, Any] = (

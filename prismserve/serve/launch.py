@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from prismserve.app import App, AppLoadError, AppRegistryError, load_app_source
 from prismserve.errors import UnknownModelError, WorkloadError
+from prismserve.gateway.durable import DurableState
 from prismserve.gateway.errors import validation_message
 from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.server import create_gateway
@@ -69,6 +70,7 @@ class ServeOptions:
     api_key: str | None = None
     allowed_media_domains: tuple[str, ...] | None = None
     record_trace: str | None = None  # append one JSON line per answered chat request (trace replay)
+    state: str | None = None  # the admin API's changes kept in this file and restored at start
 
     @property
     def is_app_file(self) -> bool:
@@ -124,6 +126,16 @@ def _recorder(options: ServeOptions) -> TraceRecorder | None:
         ) from None
 
 
+def _durable(options: ServeOptions) -> DurableState | None:
+    """The state file `--state` names; one that cannot be read stops the start."""
+    if options.state is None:
+        return None
+    try:
+        return DurableState(options.state)
+    except ValueError as exc:
+        raise StartupError(f"--state: {exc}") from None
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -161,7 +173,12 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
     token = chosen or secrets.token_urlsafe(24)
     provider = setup_tracing("prismserve-gateway")  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     gateway = create_gateway(
-        runtime, admin_token=token, api_key=options.api_key, media=_media(options), trace=_recorder(options)
+        runtime,
+        admin_token=token,
+        api_key=options.api_key,
+        media=_media(options),
+        trace=_recorder(options),
+        durable=_durable(options),
     )
     listener = _listen(options.host, options.port)
     logging.getLogger("prismserve").setLevel(options.log_level.upper().replace("TRACE", "DEBUG"))
@@ -258,6 +275,11 @@ class GatewayServer:
         )
         if self.plan is not None:
             await self.runtime.deploy(self.app_name, self.plan)
+        durable = self.server.config.app.state.gateway.durable  # type: ignore[union-attr]
+        if durable is not None:
+            restored = await durable.restore(self.runtime, self.controls)
+            if restored:
+                print(f"prismserve: restored from {durable.path}: {', '.join(restored)}", file=sys.stderr)
         if self.plan_gpus is not None:
             await self._plan(app)
         self.controls.registered(app)

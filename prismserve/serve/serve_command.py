@@ -37,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "api_key": None,
     "allowed_media_domains": None,
     "record_trace": None,
+    "state": None,
     "write_app": None,
 }
 """Every setting of `prismserve serve` (by its flag's dest) and its value when neither the command
@@ -193,6 +194,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="append one JSON line per answered chat request to FILE (arrival, words, image sizes, output "
         "tokens): the trace `prismserve plan --by-replay` lays instances out with",
     )
+    gateway.add_argument(
+        "--state",
+        metavar="FILE",
+        help="keep the apps registered and the plans posted through the admin API in FILE, and restore "
+        "them at start: they survive a restart of the server",
+    )
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -323,6 +330,7 @@ def run_serve(args: argparse.Namespace) -> int:
             api_key=options["api_key"],
             allowed_media_domains=options["allowed_media_domains"],
             record_trace=options["record_trace"],
+            state=options["state"],
         )
     )
 
