@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
+import time
 
 import httpx
 import pytest
-from gateway_apps import ADMIN, ANSWER, OMNI, TOKEN
+from gateway_apps import ADMIN, ANSWER, OMNI, TOKEN, chat_body
+from toy import APP_PATH
 from toy.executors import EXECUTORS
 
 from prismserve.control import Controls
@@ -19,6 +23,7 @@ from prismserve.planner import Plan
 from prismserve.runtime import LocalRuntime
 from prismserve.serve.launch import ServeOptions, StartupError, prepare_server
 
+CHAT = {"model": "omni", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
 PLAN = {"cells": [{"gpus": 2, "count": 2, "replicas": {"omni.thinker.llm": 1, "omni.talker": 1}}]}
 
 
@@ -60,9 +65,79 @@ def test_a_new_server_restores_the_apps_and_plans_and_an_app_that_fails_only_its
 
 
 def test_a_state_file_that_cannot_be_read_stops_the_start(tmp_path):
-    from toy import APP_PATH
-
     path = tmp_path / "state.json"
     path.write_text("{not json")
     with pytest.raises(StartupError, match=r"--state: state file .* cannot be read: .*move it away"):
         prepare_server(ServeOptions(str(APP_PATH), state=str(path), port=0))
+
+
+def test_a_restarted_server_serves_the_kept_apps_and_loses_no_request_it_took(tmp_path, monkeypatch):
+    """Load runs through a restart of the server (same port, same state file): every request either
+    completed or was refused at connect while no server listened — none that a server took failed —
+    and the restarted server serves the app registered through the admin API, with its plan."""
+    monkeypatch.setenv("PRISMSERVE_ADMIN_TOKEN", TOKEN)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = ServeOptions(str(APP_PATH), name="omni", port=port, state=str(tmp_path / "state.json"))
+    url = f"http://127.0.0.1:{port}"
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        with httpx.Client(timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    answer = client.post(f"{url}/v1/chat/completions", json=CHAT)
+                    outcomes.append("ok" if answer.status_code == 200 else f"status {answer.status_code}")
+                except httpx.ConnectError:
+                    outcomes.append("refused")
+                    time.sleep(0.01)
+
+    def serving(check) -> None:
+        server = prepare_server(options, runtime=LocalRuntime(EXECUTORS))
+        thread = threading.Thread(target=lambda: asyncio.run(server.serve()))
+        thread.start()
+        try:
+            _wait_for_health(url)
+            check()
+        finally:
+            server.stop()
+            thread.join(30)
+
+    def register() -> None:
+        added = httpx.post(f"{url}/admin/apps", json={"name": "answer", "source": ANSWER}, headers=ADMIN)
+        assert added.status_code == 201, added.text
+        assert httpx.post(f"{url}/admin/apps/omni/plan", json=PLAN, headers=ADMIN).is_success
+        time.sleep(0.5)  # load on the first server
+
+    def restored() -> None:
+        listed = httpx.get(f"{url}/admin/apps", headers=ADMIN).json()["apps"]
+        assert sorted(a["name"] for a in listed) == ["answer", "omni"]
+        plan = httpx.get(f"{url}/admin/apps/omni/plan", headers=ADMIN).json()
+        assert Plan.model_validate(plan) == Plan.model_validate(PLAN)
+        answer = httpx.post(f"{url}/v1/apps/answer/invoke", json=chat_body("two words"), timeout=30)
+        assert answer.status_code == 200, answer.text
+        time.sleep(0.5)  # load on the restarted server
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        serving(register)
+        serving(restored)
+    finally:
+        stop.set()
+        loader.join(30)
+    assert outcomes.count("ok") > 0 and set(outcomes) <= {"ok", "refused"}, sorted(set(outcomes))
+
+
+def _wait_for_health(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{url}/health did not answer within {timeout} s"
+        time.sleep(0.02)
