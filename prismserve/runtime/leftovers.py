@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,24 +41,25 @@ def record(own: Iterable[str] = ()) -> dict[str, Any]:
     }
 
 
-def remove(recorded: dict[str, Any] | None) -> list[str]:
-    """Kill what is left of the `recorded` processes (this one spared) and unlink the recorded
-    segments once they are gone; returns what was removed. A record of another host is left to
-    that host (nothing is removed)."""
+def remove(recorded: dict[str, Any] | None, *, root: bool = False) -> list[str]:
+    """Kill what is left of the `recorded` processes and unlink the recorded segments once they are
+    gone; returns what was removed. The recording process itself (the replica) only with `root`:
+    its own stopper (Ray) ends it otherwise, and reports a worker killed under it as a crash. A
+    record of another host is left to that host (nothing is removed)."""
     import psutil
 
     if not recorded or recorded.get("host") != socket.gethostname():
         return []
     killed = []
-    for pid, created in recorded["processes"]:
-        if pid == os.getpid():
+    for i, (pid, created) in enumerate(recorded["processes"]):
+        if pid == os.getpid() or (i == 0 and not root):
             continue
         with contextlib.suppress(psutil.Error):
             process = psutil.Process(pid)
             if abs(process.create_time() - created) < 0.01:  # the same process, not a reused pid
                 process.kill()
                 killed.append(process)
-    _, alive = psutil.wait_procs(killed, timeout=GRACE_S)
+    alive = _outliving(killed, GRACE_S)
     removed = [f"process {p.pid}" for p in killed if p not in alive]
     if alive:  # still mapped: unlinking would not free the memory, and the kill is what failed
         log.warning("processes %s outlived SIGKILL; their shared memory is left", [p.pid for p in alive])
@@ -67,6 +69,25 @@ def remove(recorded: dict[str, Any] | None) -> list[str]:
             os.unlink(path)
             removed.append(path)
     return removed
+
+
+def _outliving(processes: list[Any], timeout_s: float) -> list[Any]:
+    """Those of the killed `processes` still running after `timeout_s`. A zombie counts as gone:
+    its memory is freed, and its parent (a replica Ray is still ending) may never reap it."""
+    import psutil
+
+    def running(process: Any) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in processes if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if running(p)]
+    return alive
 
 
 def _maps(process: Any) -> list[Any]:

@@ -131,12 +131,14 @@ class RayActorPool(ReplicaPool):
             return
         import ray
 
-        if not local_ray_down():
+        ray_down = local_ray_down()
+        if not ray_down:
             with contextlib.suppress(Exception):  # already dead or stuck: killing is what matters
                 await asyncio.wait_for(handle.stop.remote(), 5)
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
-        removed = await asyncio.to_thread(leftovers.remove, replica.leftovers)
+        # The replica's process too where no Ray is left to end it.
+        removed = await asyncio.to_thread(leftovers.remove, replica.leftovers, root=ray_down)
         if removed:
             log.info("removed what replica %s left: %s", replica.id, ", ".join(removed))
 

@@ -172,12 +172,18 @@ class RayRuntime(Runtime):
                 missing[key] = task
         self._route_replicas(app)
         # Cells of one replica per deployment that has none yet; a plan replaces them.
-        placed = await asyncio.gather(
-            *(
-                self.resources.create_cell(app.name, cell.gpus, cell.replicas, self.managers)
-                for cell in default_cells({key: task.gpus for key, task in missing.items()})
-            ),
-            return_exceptions=True,
+        cells = default_cells({key: task.gpus for key, task in missing.items()})
+        short = self.resources.shortage(app.name, cells)
+        placed = (
+            [short]
+            if short
+            else await asyncio.gather(
+                *(
+                    self.resources.create_cell(app.name, cell.gpus, cell.replicas, self.managers)
+                    for cell in cells
+                ),
+                return_exceptions=True,
+            )
         )
         errors = [e for e in placed if isinstance(e, BaseException)]
         if errors:  # a replica that cannot start fails the registration, and nothing of it stays up

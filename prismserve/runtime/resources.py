@@ -66,6 +66,11 @@ def cell_bundles(shapes: list[float]) -> tuple[list[dict[str, float]], list[int]
     return bundles, index
 
 
+def _listed(replicas: dict[str, int]) -> str:
+    """`replicas` for a message: "a, 2 x b"."""
+    return ", ".join(key if n == 1 else f"{n} x {key}" for key, n in sorted(replicas.items()))
+
+
 def _bundle_gpus(bundles: list[dict[str, float]]) -> float:
     return sum(b.get("GPU", 0.0) for b in bundles)
 
@@ -105,6 +110,7 @@ class ResourceManager:
         self.pool = pool or WirePool()
         self.drain_timeout_s = drain_timeout_s
         self._applying = asyncio.Lock()  # one plan change at a time
+        self._placing = 0.0  # GPUs of cells being reserved now (on a node not known yet)
 
     def inventory(self) -> dict[str, float]:
         """GPUs of each alive node (real or declared)."""
@@ -117,6 +123,22 @@ class ResourceManager:
             if cell.node_id in free:
                 free[cell.node_id] -= cell.reserved
         return free
+
+    def shortage(self, owner: str, cells: list[CellPlan]) -> PlacementError | None:
+        """Why `cells` (an app's first, placed at once) cannot all be placed on the GPUs free now,
+        naming what each needs; None when they may be. Said at once rather than after a placement
+        timeout."""
+        needed = sum(cell.gpus for cell in cells)
+        free = self.free_gpus()
+        if needed <= sum(free.values()) + _SLACK:
+            return None
+        parts = ", ".join(f"{_listed(cell.replicas)}: {cell.gpus:g}" for cell in cells if cell.gpus)
+        return PlacementError(
+            f"app {owner!r} needs {needed:g} GPUs for one replica of each deployment ({parts}); the "
+            f"cluster has {sum(free.values()):g} free: add GPUs (--fake-gpus N declares them on a machine "
+            "without), give deployments shares of a GPU (a task's `gpus`), or post a plan that places "
+            "them together"
+        )
 
     async def create_cell(
         self,
@@ -134,13 +156,16 @@ class ResourceManager:
         check_fits(gpus, replicas, shapes, bundles)
         needed = _bundle_gpus(bundles)
         free = self.free_gpus()
-        if needed and max(free.values(), default=0) < needed:
+        # Cells placed at once (an app's first cells) each see the others' GPUs as free until placed.
+        if needed and (max(free.values(), default=0) < needed or sum(free.values()) - self._placing < needed):
+            placing = f", {self._placing:g} of them taken by cells starting now" if self._placing else ""
             raise PlacementError(
-                f"no node has {needed:g} free GPUs for a cell (free GPUs per node: "
-                f"[{', '.join(f'{f:g}' for f in sorted(free.values()))}]); add GPUs or plan for fewer"
+                f"no node has {needed:g} free GPUs for a cell of {_listed(replicas)} (free GPUs per node: "
+                f"[{', '.join(f'{f:g}' for f in sorted(free.values()))}]{placing}); add GPUs or plan for fewer"
             )
         cell = PlacedCell(next(_cell_ids), owner, gpus, dict(replicas), reserved=needed)
         timeout_s = self.place_timeout_s if place_timeout_s is None else place_timeout_s
+        self._placing += needed
         try:
             cell.placement_group, cell.node_id = await self.pool.reserve(
                 bundles, f"prismserve-cell-{cell.id}", timeout_s
@@ -150,6 +175,8 @@ class ResourceManager:
                 f"cell of {needed:g} GPUs could not be placed within {timeout_s:.0f} s: the cluster holds "
                 "GPUs this runtime did not take (another job or runtime on it?); free them or plan for fewer"
             ) from None
+        finally:
+            self._placing -= needed
         self.cells.append(cell)
         started = await asyncio.gather(
             *(

@@ -3,10 +3,13 @@ recorded at start and removed at stop; a pid reused since, or another host's rec
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 
@@ -22,44 +25,76 @@ time.sleep(600)
 """
 
 
-def start_engine() -> tuple[subprocess.Popen[str], str]:
-    engine = subprocess.Popen([sys.executable, "-c", ENGINE], stdout=subprocess.PIPE, text=True)
-    assert engine.stdout is not None
-    return engine, f"/dev/shm/{engine.stdout.readline().strip()}"
-
-
 def test_an_engine_left_running_is_killed_and_its_shared_memory_unlinked(tmp_path):
-    engine, segment = start_engine()
     own = tmp_path / "slab"
     own.write_bytes(b"x")
-    try:
-        recorded = leftovers.record([str(own)])
-        assert segment in recorded["shm"] and [engine.pid, psutil.Process(engine.pid).create_time()] in [
-            list(p) for p in recorded["processes"]
-        ]
+    with replica_running(own) as (replica, recorded):
+        (_, _), (engine, _), *_ = recorded["processes"]
+        segment = next(path for path in recorded["shm"] if "psm_" in path)
         removed = leftovers.remove(recorded)
-        engine.wait(timeout=10)  # gone (psutil reaped it: its status is lost to Popen)
-        assert not os.path.exists(segment) and not own.exists()
-        assert f"process {engine.pid}" in removed and segment in removed
-        assert psutil.pid_exists(os.getpid())  # the recording process spares itself
-    finally:
-        engine.kill()
-        if os.path.exists(segment):
-            os.unlink(segment)
+        assert ended(engine) and not os.path.exists(segment) and not own.exists()
+        assert f"process {engine}" in removed and segment in removed
+        assert replica.poll() is None  # Ray ends the replica itself
 
 
 def test_a_reused_pid_and_another_hosts_record_are_left_alone():
-    engine, segment = start_engine()
-    try:
-        recorded = leftovers.record()
+    with replica_running() as (_, recorded):
+        (_, _), (engine, _), *_ = recorded["processes"]
         reused = {**recorded, "processes": [[pid, created - 60] for pid, created in recorded["processes"]]}
         elsewhere = {**recorded, "host": "another-host"}
         assert leftovers.remove(elsewhere) == []
-        assert leftovers.remove(reused) == [segment]  # no process of the record is alive: segments go
-        time.sleep(0.2)
-        assert engine.poll() is None  # its pid was recorded with another start time: not the same process
+        assert (
+            leftovers.remove(reused) == recorded["shm"]
+        )  # none of the record's processes alive: segments go
+        assert not ended(engine)  # its pid was recorded with another start time: not the same process
+
+
+# A replica stand-in: starts the engine, records, waits.
+REPLICA = f"""
+import json, subprocess, sys, time
+from prismserve.runtime import leftovers
+engine = subprocess.Popen([sys.executable, "-c", {ENGINE!r}], stdout=subprocess.PIPE, text=True)
+engine.stdout.readline()
+print(json.dumps(leftovers.record([sys.argv[1]] if sys.argv[1] else [])), flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_replica_itself_is_left_to_its_stopper_unless_asked():
+    with replica_running() as (replica, recorded):
+        leftovers.remove(recorded)
+        assert replica.poll() is None  # Ray ends the replica itself
+        leftovers.remove(recorded, root=True)  # no Ray left to end it
+        assert replica.wait(timeout=10) == -9
+
+
+@contextlib.contextmanager
+def replica_running(own: Path | None = None) -> Iterator[tuple[subprocess.Popen[str], dict]]:
+    """A replica stand-in with its engine, and its record (recorded there: a record made in the test
+    run's own process would hold the test run's Ray cluster, which removing would kill)."""
+    replica = subprocess.Popen(
+        [sys.executable, "-c", REPLICA, str(own or "")], stdout=subprocess.PIPE, text=True
+    )
+    recorded: dict = {}
+    try:
+        assert replica.stdout is not None
+        recorded = json.loads(replica.stdout.readline())
+        assert recorded["processes"][0][0] == replica.pid and len(recorded["processes"]) >= 2
+        yield replica, recorded
     finally:
-        engine.kill()
-        engine.wait()
-        if os.path.exists(segment):
-            os.unlink(segment)
+        replica.kill()
+        replica.wait()
+        for process in recorded.get("processes", [])[1:]:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(process[0]).kill()
+        for path in recorded.get("shm", []):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie its parent has not reaped yet."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

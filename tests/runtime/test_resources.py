@@ -122,3 +122,47 @@ def test_shares_pack_first_fit_decreasing_into_bundles_of_one_gpu_beside_whole_r
 def test_a_cell_whose_shares_pack_into_more_gpus_than_it_has_is_refused():
     with pytest.raises(PlacementError, match=r"shares of a GPU \(0.6, 0.6, 0.6\) pack into 3 whole GPUs"):
         check_fits(2, {"x": 3}, [0.6, 0.6, 0.6], cell_bundles([0.6, 0.6, 0.6])[0])
+
+
+def test_an_app_that_cannot_have_a_replica_of_each_deployment_is_refused_at_once_naming_each():
+    """Its first cells are placed at once, each seeing the others' GPUs free: the third of three
+    one-GPU cells on two GPUs once waited out the placement timeout (60 s) and then blamed another
+    job on the cluster."""
+
+    async def scenario(runtime):
+        with pytest.raises(PlacementError) as refused:
+            await asyncio.wait_for(runtime.register_app(SOLO, "solo"), 5)
+        return str(refused.value), runtime.resources.cells, runtime.managers
+
+    message, cells, managers = run(scenario, gpus={"a": 2})
+    assert message.startswith("app 'solo' needs 3 GPUs for one replica of each deployment (")
+    assert message.count(": 1") == 3 and "the cluster has 2 free" in message
+    assert cells == [] and managers == {}  # nothing of it stays
+
+
+class SlowPlacing(InProcessPool):
+    """Placement that takes a while, as Ray's does: cells placed at once overlap."""
+
+    async def reserve(self, bundles, name, timeout_s):
+        await asyncio.sleep(0.05)
+        return await super().reserve(bundles, name, timeout_s)
+
+
+def test_cells_placed_at_once_count_each_others_gpus():
+    async def main():
+        runtime = RayRuntime(values=VALUES, pool=SlowPlacing({"a": 4}))
+        await runtime.start()
+        try:
+            await runtime.register_app(SOLO, "solo")  # 3 of the 4 GPUs
+            encoder = next(k for k, m in runtime.managers.items() if type(m.task).__name__ == "EncoderTask")
+            cells = (
+                runtime.resources.create_cell("solo", 1, {encoder: 1}, runtime.managers) for _ in range(2)
+            )
+            return await asyncio.gather(*cells, return_exceptions=True)
+        finally:
+            await runtime.close()
+
+    placed, refused = sorted(asyncio.run(main()), key=lambda r: isinstance(r, BaseException))
+    assert not isinstance(placed, BaseException)
+    # At once, not after the placement timeout with a wrong cause (another job on the cluster).
+    assert isinstance(refused, PlacementError) and "1 of them taken by cells starting now" in str(refused)
