@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prismserve.planner import Plan
+from prismserve.control import Plan
 
 if TYPE_CHECKING:
     from prismserve.control import Controls
