@@ -194,3 +194,21 @@ async def serve(request: ChatRequest) -> ChatCompletion:
 echoes text otherwise, and speaks 2400 samples (0.1 s at 24 kHz) of a tone per word of its answer."""
 
 VOICE_SAMPLES_PER_WORD = 2400
+
+
+def wait_for_health(url: str, timeout: float = 30) -> None:
+    """Wait until `url`/health answers 200 (TimeoutError after `timeout` seconds)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}/health did not answer within {timeout} s")
+        time.sleep(0.02)

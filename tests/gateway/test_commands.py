@@ -11,13 +11,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from gateway_apps import ANSWER, TOKEN, chat_body, png
+from gateway_apps import ANSWER, TOKEN, chat_body, png, wait_for_health
 from tiers import uses
 from toy import APP_PATH
 from toy.executors import EXECUTORS
@@ -87,7 +86,7 @@ def test_serve_with_gpus_plans_at_start_and_watches_the_traffic_unless_told_not_
     thread = threading.Thread(target=lambda: codes.append(asyncio.run(server.serve())))
     thread.start()
     try:
-        _wait_for_health(server.url, timeout=120)
+        wait_for_health(server.url, timeout=120)
         plan = httpx.get(f"{server.url}/admin/apps/omni/plan", headers={"Authorization": "Bearer t"})
         assert plan.status_code == 200 and plan.json()["options"]
         watched = server.controls.replanners
@@ -152,7 +151,7 @@ def test_serve_registers_the_app_applies_the_plan_prints_the_token_and_closes_th
     thread = threading.Thread(target=lambda: codes.append(asyncio.run(server.serve())))
     thread.start()
     try:
-        _wait_for_health(server.url)
+        wait_for_health(server.url)
         out = capsys.readouterr().out
         assert f"prismserve: serving app 'omni' at {server.url}\n" in out
         assert f"admin token (shown once; set PRISMSERVE_ADMIN_TOKEN to choose it): {server.token}\n" in out
@@ -247,7 +246,7 @@ def serving(
         watchdog.cancel()
         assert first.startswith("prismserve: serving app "), process.stderr.read()
         url = first.rsplit(" ", 1)[1].strip()
-        _wait_for_health(url)
+        wait_for_health(url)
         yield process, url
     finally:
         watchdog.cancel()
@@ -299,16 +298,3 @@ def test_serve_on_ray_exits_0_after_a_clean_stop_by_sigterm(ray_cluster):
         out, err = stopped(process, signal.SIGTERM)
     assert process.returncode == 0, err
     assert out == "prismserve: stopped\n"
-
-
-def _wait_for_health(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url}/health did not answer within {timeout} s")
-        time.sleep(0.02)

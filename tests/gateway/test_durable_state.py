@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from gateway_apps import ADMIN, ANSWER, OMNI, TOKEN, chat_body
+from gateway_apps import ADMIN, ANSWER, OMNI, TOKEN, chat_body, wait_for_health
 from toy import APP_PATH
 from toy.executors import EXECUTORS
 
@@ -99,7 +99,7 @@ def test_a_restarted_server_serves_the_kept_apps_and_loses_no_request_it_took(tm
         thread = threading.Thread(target=lambda: asyncio.run(server.serve()))
         thread.start()
         try:
-            _wait_for_health(url)
+            wait_for_health(url)
             check()
         finally:
             server.stop()
@@ -129,15 +129,3 @@ def test_a_restarted_server_serves_the_kept_apps_and_loses_no_request_it_took(tm
         stop.set()
         loader.join(30)
     assert outcomes.count("ok") > 0 and set(outcomes) <= {"ok", "refused"}, sorted(set(outcomes))
-
-
-def _wait_for_health(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"{url}/health did not answer within {timeout} s"
-        time.sleep(0.02)
