@@ -50,17 +50,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @uses("ray")
 def ray_cluster():
     """One Ray session for the whole run: a simulated two-node cluster with `GPUS_PER_NODE` declared
-    GPUs per node, on which model replicas run on the CPU (`PRISMSERVE_DEVICE=cpu`, as `--fake-gpus`
-    sets it). The tests' runtimes join it, and so do their `prismserve serve --address` subprocesses."""
+    GPUs per node, named `head` and `worker` for plans that pin cells, on which model replicas run
+    on the CPU (`PRISMSERVE_DEVICE=cpu`, as `--fake-gpus` sets it). The tests' runtimes join it, and
+    so do their `prismserve serve --address` subprocesses."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
     from ray.cluster_utils import Cluster
 
+    from prismserve.runtime.pool import NODE_RESOURCE
+
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "num_gpus": GPUS_PER_NODE, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 2,
+            "num_gpus": GPUS_PER_NODE,
+            "include_dashboard": False,
+            "resources": {f"{NODE_RESOURCE}head": 1},  # names a plan's cells may be pinned to
+        },
     )
-    cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
+    cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE, resources={f"{NODE_RESOURCE}worker": 1})
     cluster.wait_for_nodes()
     ray.init(
         address=cluster.address,

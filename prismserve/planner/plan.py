@@ -41,8 +41,12 @@ class CellPlan(BaseModel):
         return self
 
     def same_cell(self, other: CellPlan) -> bool:
-        """Identical deployments: same size and the same replicas (the cell can stay up)."""
-        return self.gpus == other.gpus and _nonzero(self.replicas) == _nonzero(other.replicas)
+        """Identical deployments: same size, the same replicas and node (the cell can stay up)."""
+        return (
+            self.gpus == other.gpus
+            and _nonzero(self.replicas) == _nonzero(other.replicas)
+            and self.node == other.node
+        )
 
 
 class Plan(BaseModel):

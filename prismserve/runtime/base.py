@@ -145,10 +145,10 @@ class Runtime(ABC):
                 f"plan names deployments {unknown} that app {app_name!r} does not have; it has {sorted(names)}"
             )
         pinned = sorted({cell.node for cell in plan.cells if cell.node is not None})
-        if pinned:
+        if pinned and not self.places_cells:
             raise InvalidRequestError(
-                f"plan pins cells to nodes {pinned} (a topology-aware plan): the runtime places every cell "
-                "on a node with room itself; drop `node` from the plan's cells to deploy it"
+                f"plan pins cells to nodes {pinned} (a topology-aware plan), and this runtime places no "
+                "cells: serve it on Ray (without --in-process), or drop `node` from the plan's cells"
             )
         if not plan.options:  # paths of deployment options are routed by the runtime, not the app's routers
             _check_routing(app, plan.routing)

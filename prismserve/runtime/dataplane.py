@@ -3,7 +3,8 @@
 Each producing replica owns a pre-faulted shared-memory slab (`/dev/shm`) and writes large payloads
 into it; a `ShmRef` (path, offset, size, type) travels with the unit-task output instead. A consumer
 on the same node maps the slab and reads the payload without copying; one on another node asks the
-owning replica, and the bytes move through Ray's object transfer. Small payloads travel inline.
+owning replica for its bytes over the replica's own socket (runtime/wire.py, TCP between nodes), not
+through Ray's object store. Small payloads travel inline.
 """
 
 from __future__ import annotations
@@ -49,21 +50,22 @@ class ShmRef:
     kind: str  # "ndarray", "bytes" or "pickle"
     dtype: str = ""
     shape: tuple[int, ...] = ()
-    owner: Any = None  # the owning replica's actor handle, for readers on other nodes
+    owner: Any = None  # the owning replica's address (`ReplicaAddress`), for readers on other nodes
 
     def fetch(self) -> Any:
-        """The payload (zero-copy read-only view for arrays read on the same node)."""
+        """The payload, as a read-only view for arrays (zero-copy on the same node). Blocks: from a
+        coroutine, use `fetch_async`."""
         if self.node_id == current_node_id():
             return self._read_local()
-        import ray
+        from prismserve.runtime.wire import read_once
 
-        return ray.get(self.owner.read_data.remote(self.data_id))
+        return decode_payload(memoryview(read_once(self.owner, "read_data", self.data_id)), self)
 
     async def fetch_async(self) -> Any:
         """The payload, without blocking the event loop on a remote read."""
         if self.node_id == current_node_id():
             return self._read_local()
-        return await self.owner.read_data.remote(self.data_id)
+        return decode_payload(memoryview(await self.owner.read_data(self.data_id)), self)
 
     def _read_local(self) -> Any:
         mapping = _MAPPINGS.get(self.path)
@@ -176,13 +178,12 @@ class ShmSlab:
         self._refs[data_id] = ref
         return ref
 
-    def payload(self, data_id: str) -> Any:
-        """A private copy of a stored payload (for readers on other nodes)."""
+    def stored(self, data_id: str) -> bytes:
+        """A copy of a stored payload's bytes (for readers on other nodes; `ShmRef` decodes them)."""
         if data_id not in self._used:
             raise KeyError(f"payload {data_id} was released or never stored")
         offset, length, _ = self._used[data_id]
-        value = decode_payload(memoryview(self._map)[offset : offset + length], self._refs[data_id])
-        return value.copy() if isinstance(value, np.ndarray) else value
+        return bytes(memoryview(self._map)[offset : offset + length])
 
     def free_prefix(self, prefix: str) -> None:
         """Release every payload whose id starts with `prefix`."""

@@ -11,6 +11,7 @@ replica under a call to exercise the fault paths without a cluster.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Death = Literal["replica", "input"]
+
+# A Ray node's name for plans that pin cells (`node`): `ray start --resources '{"prismserve-node:NAME": 1}'`.
+NODE_RESOURCE = "prismserve-node:"
+_PIN = 0.001  # of a node's naming resource, per bundle: pins the bundle, takes nothing
 
 
 class ReplicaPool(ABC):
@@ -82,9 +87,16 @@ class ReplicaPool(ABC):
         """GPUs of each alive node (real or declared)."""
 
     @abstractmethod
-    async def reserve(self, bundles: list[dict[str, float]], name: str, timeout_s: float) -> tuple[Any, str]:
-        """Reserve `bundles` packed on one node; returns (the reservation, its node). Raises
-        TimeoutError when they cannot be placed in time (the reservation is then undone)."""
+    def node_names(self) -> dict[str, str]:
+        """The names a plan may pin cells to (`CellPlan.node`), with the node each names."""
+
+    @abstractmethod
+    async def reserve(
+        self, bundles: list[dict[str, float]], name: str, timeout_s: float, node: str | None = None
+    ) -> tuple[Any, str]:
+        """Reserve `bundles` packed on one node (the node named `node`, from `node_names`, if
+        given); returns (the reservation, its node). Raises TimeoutError when they cannot be placed
+        in time (the reservation is then undone)."""
 
     @abstractmethod
     def unreserve(self, reservation: Any) -> None:
@@ -191,9 +203,36 @@ class RayActorPool(ReplicaPool):
 
         return {n["NodeID"]: n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["Alive"]}
 
-    async def reserve(self, bundles: list[dict[str, float]], name: str, timeout_s: float) -> tuple[Any, str]:
+    def node_names(self) -> dict[str, str]:
+        """A node's declared name (a resource `prismserve-node:NAME`), and its address where no
+        other node shares it (a topology plan names nodes by their addresses without set-up)."""
+        import ray
+
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        addresses = collections.Counter(n["NodeManagerAddress"] for n in nodes)
+        names = {
+            n["NodeManagerAddress"]: n["NodeID"] for n in nodes if addresses[n["NodeManagerAddress"]] == 1
+        }
+        for n in nodes:
+            names.update(
+                {
+                    key[len(NODE_RESOURCE) :]: n["NodeID"]
+                    for key in n["Resources"]
+                    if key.startswith(NODE_RESOURCE)
+                }
+            )
+        return names
+
+    async def reserve(
+        self, bundles: list[dict[str, float]], name: str, timeout_s: float, node: str | None = None
+    ) -> tuple[Any, str]:
+        import ray
         from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
+        if node is not None:  # each bundle takes a token of the resource only that node has
+            declared = f"{NODE_RESOURCE}{node}"
+            named = any(declared in n["Resources"] for n in ray.nodes() if n["Alive"])
+            bundles = [{**b, (declared if named else f"node:{node}"): _PIN} for b in bundles]
         group = placement_group(bundles, strategy="STRICT_PACK", name=name)
         try:
             await asyncio.wait_for(group.ready(), timeout_s)
@@ -331,12 +370,17 @@ class InProcessPool(ReplicaPool):
     def inventory(self) -> dict[str, float]:
         return dict(self._gpus)
 
-    async def reserve(self, bundles: list[dict[str, float]], name: str, timeout_s: float) -> tuple[Any, str]:
+    def node_names(self) -> dict[str, str]:
+        return {name: name for name in self._gpus}
+
+    async def reserve(
+        self, bundles: list[dict[str, float]], name: str, timeout_s: float, node: str | None = None
+    ) -> tuple[Any, str]:
         needed = sum(b.get("GPU", 0.0) for b in bundles)
         free = dict(self._gpus)
-        for node, gpus in self._reserved.values():
-            free[node] -= gpus
-        fits = [n for n, f in free.items() if f >= needed]
+        for held, gpus in self._reserved.values():
+            free[held] -= gpus
+        fits = [n for n, f in free.items() if f >= needed and node in (None, n)]
         if not fits:
             raise TimeoutError(f"no node has {needed} free GPUs")
         reservation = object()

@@ -135,7 +135,7 @@ class RayRuntime(Runtime):
 
     def app_cells(self, app_name: str) -> list[CellPlan]:
         return [
-            CellPlan(gpus=cell.gpus, replicas=dict(cell.replicas))
+            CellPlan(gpus=cell.gpus, replicas=dict(cell.replicas), node=cell.node)
             for cell in self.resources.cells
             if cell.owner == app_name
         ]
@@ -226,6 +226,7 @@ class RayRuntime(Runtime):
                     gpus=cell.gpus,
                     count=cell.count,
                     replicas={names[n].deployment_key(): r for n, r in cell.replicas.items() if r},
+                    node=cell.node,
                 )
                 for cell in plan.cells
             ]
@@ -325,7 +326,14 @@ class RayRuntime(Runtime):
             "free": sum(self.resources.free_gpus().values()),
         }
         status["cells"] = [
-            {"id": c.id, "owner": c.owner, "gpus": c.gpus, "node_id": c.node_id, "replicas": c.replicas}
+            {
+                "id": c.id,
+                "owner": c.owner,
+                "gpus": c.gpus,
+                "node_id": c.node_id,
+                "node": c.node,
+                "replicas": c.replicas,
+            }
             for c in self.resources.cells
         ]
         return status

@@ -26,7 +26,7 @@ from prismserve.task.graph import fill_placeholders
 _tracer = otel_trace.get_tracer("prismserve.executor")
 
 # What callers may ask a replica over its socket (runtime/wire.py).
-WIRE_METHODS = frozenset({"invoke", "read_stream", "release", "queue_depth"})
+WIRE_METHODS = frozenset({"invoke", "read_stream", "read_data", "release", "queue_depth"})
 
 
 @dataclass(slots=True)
@@ -121,7 +121,6 @@ class ExecutorReplica:
     async def start(self) -> dict[str, Any]:
         """Build and load the executor; returns where the replica runs."""
         if self.in_process:
-            self._me = None
             self.executor = self.spec.build(self.task)
             await self.executor.load()
             return {"pid": os.getpid(), "python": sys.executable}
@@ -131,7 +130,6 @@ class ExecutorReplica:
 
         setup_tracing("prismserve-executor")  # exports only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         context = ray.get_runtime_context()
-        self._me = context.current_actor
         self._node = context.get_node_id()
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         if self.spec.backend == "model":  # sim replicas never need a device (nor torch)
@@ -141,12 +139,12 @@ class ExecutorReplica:
         self.executor = self.spec.build(self.task)
         await self.executor.load()
         output_type = type(self.task).output_type
-        if self.slab_bytes and not self.streaming and _has_handle_fields(output_type):
-            self._slab = ShmSlab(self.slab_bytes, self._node, owner=self._me)
         actor_id = context.get_actor_id() or ""
         self._wire = WireServer(self, WIRE_METHODS)
         host = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == self._node)
         self.address = await self._wire.start(actor_id, self._node, host)
+        if self.slab_bytes and not self.streaming and _has_handle_fields(output_type):
+            self._slab = ShmSlab(self.slab_bytes, self._node, owner=self.address)
         # The engine's processes and segments, and the slab, to remove at stop whatever happens.
         self._leftovers = leftovers.record([self._slab.path] if self._slab is not None else [])
         return {
@@ -287,11 +285,11 @@ class ExecutorReplica:
         """Items of a stream from `start` on (waits for one unless the stream ended)."""
         return await self._streams.read(stream_id, start)
 
-    def read_data(self, data_id: str) -> Any:
-        """A copy of a payload, for a reader on another node."""
+    def read_data(self, data_id: str) -> bytes:
+        """A payload's bytes, for a reader on another node."""
         if self._slab is None:
             raise KeyError(f"replica of {self.key} holds no payload {data_id}")
-        return self._slab.payload(data_id)
+        return self._slab.stored(data_id)
 
     def release(self, requests: list[str]) -> None:
         """Free the payloads and streams of executed graphs."""

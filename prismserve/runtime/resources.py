@@ -86,6 +86,7 @@ class PlacedCell:
     reserved: float = 0.0  # GPUs its bundles hold (at most `gpus`)
     placement_group: Any = None
     node_id: str = ""
+    node: str | None = None  # the name a plan pinned it to
     members: list[tuple[TaskManager, Replica]] = field(default_factory=list)
 
 
@@ -147,28 +148,39 @@ class ResourceManager:
         replicas: dict[str, int],
         managers: dict[str, TaskManager],
         place_timeout_s: float | None = None,
+        node: str | None = None,
     ) -> PlacedCell:
-        """Reserve the cell's replicas' resources on one node (waiting at most `place_timeout_s`,
-        default the manager's) and start them."""
+        """Reserve the cell's replicas' resources on one node (the one named `node`, if given;
+        waiting at most `place_timeout_s`, default the manager's) and start them."""
         members = [managers[key] for key, n in sorted(replicas.items()) for _ in range(n)]
         shapes = [m.task.gpus for m in members]
         bundles, bundle_of = cell_bundles(shapes)
         check_fits(gpus, replicas, shapes, bundles)
         needed = _bundle_gpus(bundles)
         free = self.free_gpus()
+        on_node = free.get(self._node_id(node), 0.0) if node is not None else None
+        if on_node is not None and needed > on_node + _SLACK:
+            raise PlacementError(
+                f"node {node!r} has {on_node:g} free GPUs, not the {needed:g} a cell of "
+                f"{_listed(replicas)} pinned to it needs; free them or pin the cell elsewhere"
+            )
         # Cells placed at once (an app's first cells) each see the others' GPUs as free until placed.
-        if needed and (max(free.values(), default=0) < needed or sum(free.values()) - self._placing < needed):
+        if (
+            on_node is None
+            and needed
+            and (max(free.values(), default=0) < needed or sum(free.values()) - self._placing < needed)
+        ):
             placing = f", {self._placing:g} of them taken by cells starting now" if self._placing else ""
             raise PlacementError(
                 f"no node has {needed:g} free GPUs for a cell of {_listed(replicas)} (free GPUs per node: "
                 f"[{', '.join(f'{f:g}' for f in sorted(free.values()))}]{placing}); add GPUs or plan for fewer"
             )
-        cell = PlacedCell(next(_cell_ids), owner, gpus, dict(replicas), reserved=needed)
+        cell = PlacedCell(next(_cell_ids), owner, gpus, dict(replicas), reserved=needed, node=node)
         timeout_s = self.place_timeout_s if place_timeout_s is None else place_timeout_s
         self._placing += needed
         try:
             cell.placement_group, cell.node_id = await self.pool.reserve(
-                bundles, f"prismserve-cell-{cell.id}", timeout_s
+                bundles, f"prismserve-cell-{cell.id}", timeout_s, node
             )
         except TimeoutError:
             raise PlacementError(
@@ -191,6 +203,17 @@ class ResourceManager:
             await self.remove_cell(cell)
             raise errors[0]
         return cell
+
+    def _node_id(self, node: str) -> str:
+        """The node a plan's `node` names; refused with the names known when none."""
+        names = self.pool.node_names()
+        if node not in names:
+            raise PlacementError(
+                f"plan pins a cell to node {node!r}, which the cluster does not have; it has "
+                f"{sorted(names)}. Name a node at its start (ray start --resources "
+                f"'{{\"prismserve-node:{node}\": 1}}') or pin cells by node address"
+            )
+        return names[node]
 
     async def remove_cell(self, cell: PlacedCell) -> None:
         """Stop the cell's replicas and give its GPUs back."""
@@ -225,49 +248,46 @@ class ResourceManager:
         async with self._applying:
             owned = [c for c in self.cells if c.owner == owner]
             change = plan_changes(Plan(cells=[_as_plan(c) for c in owned]), Plan(cells=desired))
-            for new in change.add:  # a cell its replicas cannot fit in is refused before anything changes
+            for new in change.add:  # a cell that cannot be placed is refused before anything changes
                 check_fits(
                     new.gpus, new.replicas, _shapes(new.replicas, managers), _bundles(new.replicas, managers)
                 )
+                if new.node is not None:
+                    self._node_id(new.node)
             removed: list[PlacedCell] = []
             for gone in change.remove:  # of identical cells, the least used go (their drains are shortest)
                 matching = [c for c in owned if c not in removed and _as_plan(c).same_cell(gone)]
                 removed += sorted(matching, key=_in_use)[: gone.count]
             added = [
-                {k: n for k, n in new.replicas.items() if n} for new in change.add for _ in range(new.count)
+                new.model_copy(update={"replicas": {k: n for k, n in new.replicas.items() if n}, "count": 1})
+                for new in change.add
+                for _ in range(new.count)
             ]
-            sizes = [new.gpus for new in change.add for _ in range(new.count)]
-            later = []
-            for gpus, replicas in zip(sizes, added, strict=True):
-                if not await self._start_early(owner, gpus, replicas, managers):
-                    later.append((gpus, replicas))
-            for _, replicas in later:
-                _expect(managers, replicas, 1)
+            later = [new for new in added if not await self._start_early(owner, new, managers)]
+            for new in later:
+                _expect(managers, new.replicas, 1)
             try:
                 if switch is not None:
                     switch()
                 era = next_era()  # no await since the switch: requests begun after it are of this era
                 await asyncio.gather(*(self.drain_cell(cell, era=era) for cell in removed))
                 while later:
-                    gpus, replicas = later.pop(0)
+                    new = later.pop(0)
                     try:
-                        await self.create_cell(owner, gpus, replicas, managers)
+                        await self.create_cell(owner, new.gpus, new.replicas, managers, node=new.node)
                     finally:
-                        _expect(managers, replicas, -1)
+                        _expect(managers, new.replicas, -1)
             finally:
-                for _, replicas in later:  # not started (an earlier one failed): leases stop waiting
-                    _expect(managers, replicas, -1)
+                for new in later:  # not started (an earlier one failed): leases stop waiting
+                    _expect(managers, new.replicas, -1)
             return len(added), len(removed)
 
-    async def _start_early(
-        self, owner: str, gpus: int, replicas: dict[str, int], managers: dict[str, TaskManager]
-    ) -> bool:
-        """Start a new plan's cell before the old cells go, if some node has the GPUs for it now
-        (`create_cell` refuses it otherwise); returns whether it started."""
+    async def _start_early(self, owner: str, new: CellPlan, managers: dict[str, TaskManager]) -> bool:
+        """Start a new plan's cell before the old cells go, if some node (its own, when pinned) has
+        the GPUs for it now (`create_cell` refuses it otherwise); returns whether it started."""
+        timeout_s = min(self.EARLY_PLACE_S, self.place_timeout_s)
         try:
-            await self.create_cell(
-                owner, gpus, replicas, managers, min(self.EARLY_PLACE_S, self.place_timeout_s)
-            )
+            await self.create_cell(owner, new.gpus, new.replicas, managers, timeout_s, new.node)
         except PlacementError as exc:
             log.info("a new cell of %s starts after the old cells drain: %s", owner, exc)
             return False
@@ -330,7 +350,7 @@ def check_fits(
 
 
 def _as_plan(cell: PlacedCell) -> CellPlan:
-    return CellPlan(gpus=cell.gpus, replicas=cell.replicas)
+    return CellPlan(gpus=cell.gpus, replicas=cell.replicas, node=cell.node)
 
 
 def _shapes(replicas: dict[str, int], managers: dict[str, TaskManager]) -> list[float]:

@@ -51,6 +51,10 @@ class ReplicaAddress:
         """Items of a stream the replica holds, from `start` on (see `StreamTable.read`)."""
         return await connection(self).request("read_stream", stream_id, start)
 
+    async def read_data(self, data_id: str) -> bytes:
+        """The bytes of a payload in the replica's slab (a reader on another node)."""
+        return await connection(self).request("read_data", data_id)
+
 
 def dumps(value: Any) -> bytes:
     """A pickle that carries classes of app files by value (Ray's cloudpickle, as Ray's own calls do)."""
@@ -284,6 +288,19 @@ def disconnect(address: ReplicaAddress) -> None:
         if client is not None:
             with contextlib.suppress(RuntimeError):  # its loop is closed: nothing is waiting
                 client.close()
+
+
+def read_once(address: ReplicaAddress, method: str, *args: Any) -> Any:
+    """One request from code that has no event loop (a connection of its own, closed after)."""
+
+    async def once() -> Any:
+        client = WireClient(address)
+        try:
+            return await client.request(method, *args)
+        finally:
+            client.close()
+
+    return asyncio.run(once())
 
 
 def _node_id() -> str:

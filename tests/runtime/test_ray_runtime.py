@@ -357,3 +357,48 @@ def test_requests_wait_for_the_only_replica_while_it_restarts(ray_cluster):
     answers, victim = run(scenario)
     assert [a.tokens[-1] for a in answers] == ["w0", "w1", "w2", "w3"]
     assert victim.restarts == 1 and victim.in_flight == 0
+
+
+def test_a_topology_plan_deploys_on_its_nodes_and_payloads_cross_them_over_the_replicas_sockets(ray_cluster):
+    """The session's nodes are named `head` (this process's) and `worker`. A plan pinning the
+    encoder to the worker and the LLM to the head deploys as planned (it was refused); the LLM
+    and this process read the encoder's 1 MiB embeddings from the other node over the encoder's
+    socket (they went through Ray's object store), awaited or not."""
+    plan = {
+        "cells": [
+            {"gpus": 2, "replicas": {"mllm.encoders.image": 1, "mllm.encoders.audio": 1}, "node": "worker"},
+            {"gpus": 1, "replicas": {"mllm.llm": 1}, "node": "head"},
+        ]
+    }
+
+    async def scenario(runtime):
+        from prismserve.executors import SimProfile
+        from prismserve.runtime.dataplane import current_node_id
+
+        runtime.values = {}  # synthesised outputs: 1 MiB embeddings
+        runtime.default_profile = SimProfile(payload_bytes=1 << 20, items=4)
+        app = await runtime.register_app(SOLO, "solo")
+        await runtime.deploy("solo", Plan.model_validate(plan))
+        graph = app.tasks["mllm"].record(ChatRequest.of("x", images=[b"a", b"b"]))
+        outputs = await runtime.dispatcher.execute(graph)
+        tokens = await outputs[-1].collect()
+        ref = outputs[0].embedding.ref
+        fetched = await outputs[0].embedding.fetch()
+        blocking = await asyncio.to_thread(ref.fetch)  # a caller without an event loop
+        here = current_node_id()
+        return runtime.status(), tokens, ref, here, fetched, blocking
+
+    status, tokens, ref, here, fetched, blocking = run(scenario)
+    nodes = {c["node"]: c["node_id"] for c in status["cells"] if c["owner"] == "solo"}
+    assert set(nodes) == {"head", "worker"} and nodes["head"] == ref_node(status, "mllm.llm")
+    assert nodes["worker"] == ref_node(status, "mllm.encoders.image") == ref.node_id != here == nodes["head"]
+    assert type(ref.owner).__name__ == "ReplicaAddress"  # the encoder's socket, not a Ray actor
+    assert fetched.shape == blocking.shape == ((1 << 20) // 4,)
+    assert (fetched == blocking).all()
+    assert tokens == ["t0", "t1", "t2", "t3"]  # the LLM on the head read them too
+
+
+def ref_node(status, path):
+    """The node of the one replica of the app solo's deployment at `path`."""
+    (replica,) = status["deployments"][status["apps"]["solo"]["deployments"][path]]["replicas"]
+    return replica["node_id"]

@@ -143,9 +143,9 @@ def test_an_app_that_cannot_have_a_replica_of_each_deployment_is_refused_at_once
 class SlowPlacing(InProcessPool):
     """Placement that takes a while, as Ray's does: cells placed at once overlap."""
 
-    async def reserve(self, bundles, name, timeout_s):
+    async def reserve(self, bundles, name, timeout_s, node=None):
         await asyncio.sleep(0.05)
-        return await super().reserve(bundles, name, timeout_s)
+        return await super().reserve(bundles, name, timeout_s, node)
 
 
 def test_cells_placed_at_once_count_each_others_gpus():
@@ -166,3 +166,60 @@ def test_cells_placed_at_once_count_each_others_gpus():
     assert not isinstance(placed, BaseException)
     # At once, not after the placement timeout with a wrong cause (another job on the cluster).
     assert isinstance(refused, PlacementError) and "1 of them taken by cells starting now" in str(refused)
+
+
+def test_a_topology_plan_places_each_cell_on_the_node_it_names_and_keeps_it_there():
+    """Node-pinned cells (the topology MILP's plans) go to their nodes, even where the first node
+    with room is another; moving a cell to another node is a change of cell (they were refused)."""
+    pinned = {
+        "cells": [
+            {"gpus": 1, "replicas": {"router.paths.EL.llm": 1}, "node": "b"},
+            {"gpus": 1, "replicas": {"router.paths.E->L.llm": 1}, "node": "b"},
+            {"gpus": 1, "replicas": {"router.paths.E->L.encoders.image": 1}, "node": "a"},
+        ],
+        "routing": ROUTED_PLAN["routing"],
+    }
+    moved = {**pinned, "cells": [{**pinned["cells"][0], "node": "a"}, *pinned["cells"][1:]]}
+
+    async def scenario(runtime):
+        app = await runtime.register_app(ROUTED_MLLM, "mllm")
+        await runtime.deploy("mllm", Plan.model_validate(pinned))
+        placed = sorted((c.node, c.node_id) for c in runtime.resources.cells)
+        el = app.named_unit_tasks()["router.paths.EL.llm"].deployment_key()
+        kept = {c.id for c in runtime.resources.cells if el not in c.replicas}
+        await runtime.deploy("mllm", Plan.model_validate(moved))
+        after = sorted((c.node, c.node_id) for c in runtime.resources.cells)
+        stayed = kept <= {c.id for c in runtime.resources.cells}
+        async with runtime.request("mllm"):
+            answer = await app.serve(ChatRequest.of("served", images=[b"i"]))
+        return placed, after, stayed, runtime.app_cells("mllm"), answer
+
+    placed, after, stayed, cells, answer = run(scenario)
+    assert placed == [("a", "a"), ("b", "b"), ("b", "b")]
+    assert after == [("a", "a"), ("a", "a"), ("b", "b")] and stayed
+    assert sorted(c.node for c in cells) == ["a", "a", "b"]  # what status and re-planning see
+    assert answer.tokens
+
+
+def test_a_cell_pinned_to_an_unknown_or_full_node_is_refused_before_anything_changes():
+    def plan(node, count=1):
+        cell = {"gpus": 1, "count": count, "replicas": {"router.paths.EL.llm": 1}, "node": node}
+        return Plan.model_validate({"cells": [cell], "routing": {}})
+
+    async def scenario(runtime):
+        await runtime.register_app(ROUTED_MLLM, "mllm")
+        before = cells_of(runtime)
+        with pytest.raises(PlacementError) as unknown:
+            await runtime.deploy("mllm", plan("c"))
+        unchanged = cells_of(runtime) == before
+        await runtime.deploy("mllm", plan("a", count=4))
+        with pytest.raises(PlacementError) as full:  # node a's 4 GPUs are taken
+            await runtime.resources.create_cell(
+                "mllm", 1, {next(iter(runtime.managers)): 1}, runtime.managers, node="a"
+            )
+        return str(unknown.value), unchanged, str(full.value)
+
+    unknown, unchanged, full = run(scenario)
+    assert "node 'c'" in unknown and "['a', 'b']" in unknown and "prismserve-node:c" in unknown
+    assert unchanged
+    assert "node 'a' has 0 free GPUs" in full
