@@ -1,10 +1,15 @@
-"""Data plane: a 32 MB tensor from a producer actor to a consumer actor on one node.
+"""Data plane: a 32 MB tensor from a producer actor to a consumer actor on one node, or (with
+--other-node) on two nodes of Ray's simulated cluster on this machine.
 
 Paths compared, each timed from "the producer has the tensor" to "the consumer can use it":
   prismserve shm, view   producer writes into its pre-faulted slab; consumer maps it (zero-copy)
   prismserve shm, copy   same, consumer copies into a buffer of its own
   ray object store       producer returns the array; Ray moves it; consumer copies it out
-Run: python benchmarks/bench_dataplane.py [--mb 32] [--repeats 30] [--out result.json]
+With --other-node:
+  prismserve wire        producer writes into its slab; the consumer, on another node, reads the
+                         bytes over the producer's socket (TCP) as replicas do, and copies them out
+  ray object store       as above, between the two nodes' object stores
+Run: python benchmarks/bench_dataplane.py [--mb 32] [--repeats 30] [--other-node] [--out result.json]
 """
 
 from __future__ import annotations
@@ -56,17 +61,46 @@ class Consumer:
         np.copyto(self.buffer, array)
         return float(self.buffer[0] + self.buffer[-1])
 
+    async def read(self, ref) -> float:
+        np.copyto(self.buffer, await ref.fetch_async())
+        return float(self.buffer[0] + self.buffer[-1])
 
-def measure(repeats: int, nbytes: int) -> dict[str, dict[str, float]]:
+
+class WireProducer(Producer):
+    """A producer serving its slab's payloads on a socket, as a replica does (`read_data`)."""
+
+    async def listen(self) -> None:
+        import ray
+
+        from prismserve.runtime.wire import WireServer
+
+        self.server = WireServer(self, frozenset({"read_data"}))
+        actor_id = ray.get_runtime_context().get_actor_id()
+        self.slab.owner = await self.server.start(actor_id, self.slab.node_id, "127.0.0.1")
+
+    def read_data(self, data_id: str) -> bytes:
+        return self.slab.stored(data_id)
+
+
+def measure(repeats: int, nbytes: int, other_node: bool = False) -> dict[str, dict[str, float]]:
     import ray
 
-    producer = ray.remote(Producer).options(num_cpus=0).remote(nbytes)
-    consumer = ray.remote(Consumer).options(num_cpus=0).remote(nbytes)
-    paths = {
-        "prismserve shm, view": lambda: consumer.view.remote(producer.shm.remote()),
-        "prismserve shm, copy": lambda: consumer.copy.remote(producer.shm.remote()),
-        "ray object store": lambda: consumer.take.remote(producer.object_store.remote()),
-    }
+    if other_node:  # the producer on the node named "other", the consumer on the head
+        producer = ray.remote(WireProducer).options(num_cpus=0, resources={"other": 0.001}).remote(nbytes)
+        consumer = ray.remote(Consumer).options(num_cpus=0, resources={"head": 0.001}).remote(nbytes)
+        ray.get(producer.listen.remote())
+        paths = {
+            "prismserve wire": lambda: consumer.read.remote(producer.shm.remote()),
+            "ray object store": lambda: consumer.take.remote(producer.object_store.remote()),
+        }
+    else:
+        producer = ray.remote(Producer).options(num_cpus=0).remote(nbytes)
+        consumer = ray.remote(Consumer).options(num_cpus=0).remote(nbytes)
+        paths = {
+            "prismserve shm, view": lambda: consumer.view.remote(producer.shm.remote()),
+            "prismserve shm, copy": lambda: consumer.copy.remote(producer.shm.remote()),
+            "ray object store": lambda: consumer.take.remote(producer.object_store.remote()),
+        }
     noop = ray.get(consumer.take.remote(np.zeros(nbytes // 8)))  # warm both actors up
     assert noop == 0
     results = {}
@@ -90,13 +124,30 @@ def main() -> None:
     )
     parser.add_argument("--mb", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--other-node", action="store_true", help="producer and consumer on two nodes")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
-    connect(num_cpus=2)
-    results = measure(args.repeats, args.mb << 20)
-    print(f"{args.mb} MB producer -> consumer, one node   median ms   GB/s   (target >= 4 GB/s)")
+    cluster = None
+    if args.other_node:
+        import ray
+        from ray.cluster_utils import Cluster
+
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "resources": {"head": 1}, "include_dashboard": False},
+        )
+        cluster.add_node(num_cpus=1, resources={"other": 1})
+        ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+    else:
+        connect(num_cpus=2)
+    results = measure(args.repeats, args.mb << 20, args.other_node)
+    where = "two nodes" if args.other_node else "one node"
+    print(f"{args.mb} MB producer -> consumer, {where}   median ms   GB/s")
     for name, row in results.items():
         print(f"{name:<38} {row['median_ms']:>9.2f} {row['gb_per_s']:>6.2f}")
+    if cluster is not None:
+        ray.shutdown()
+        cluster.shutdown()
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

@@ -33,7 +33,7 @@ from prismserve.errors import DispatchError, ReplicaGone
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("!IIB")  # payload bytes, message id, kind
-_AUTH, _REQUEST, _NOTIFY, _OK, _ERROR = range(5)
+_AUTH, _REQUEST, _NOTIFY, _OK, _ERROR, _BYTES = range(6)  # _BYTES: a result of bytes, unpickled
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,36 +63,72 @@ def dumps(value: Any) -> bytes:
     return cloudpickle.dumps(value, protocol=5)
 
 
-class _Framed(asyncio.Protocol):
-    """Splits the byte stream into frames and hands each to `frame`."""
+class _Framed(asyncio.BufferedProtocol):
+    """Splits the byte stream into frames and hands each to `frame`.
+
+    Reads land in a scratch buffer that holds many small frames at once. A frame too large for it
+    (a payload read from another node) is read straight into a buffer of its own size: its bytes
+    are copied once, not gathered read by read. `frame` gets a view that is valid only during the
+    call (it unpickles it there).
+    """
+
+    SCRATCH_BYTES = 256 * 1024
 
     def __init__(self) -> None:
         self.transport: Any = None  # an asyncio or uvloop (vLLM's loop) transport
-        self._buffer = bytearray()
+        self._scratch = bytearray(self.SCRATCH_BYTES)
+        self._view = memoryview(self._scratch)
+        self._held = 0  # bytes at the scratch buffer's start not framed yet
+        self._large: memoryview | None = None  # the payload of a large frame being read
+        self._large_at = 0
+        self._large_head = (0, 0)  # its message id and kind
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return self._large[self._large_at :]
+        return self._view[self._held :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._large is not None:
+            self._large_at += nbytes
+            if self._large_at == len(self._large):
+                payload, self._large = self._large, None
+                self.frame(*self._large_head, payload)
+            return
+        self._held += nbytes
         start = 0
-        while len(buffer) - start >= _HEADER.size:
-            size, message, kind = _HEADER.unpack_from(buffer, start)
+        while self._held - start >= _HEADER.size:
+            size, message, kind = _HEADER.unpack_from(self._scratch, start)
             end = start + _HEADER.size + size
-            if len(buffer) < end:
+            if end > self._held:
+                if _HEADER.size + size > len(self._scratch):  # read the rest into its own buffer
+                    got = self._held - start - _HEADER.size
+                    large = memoryview(bytearray(size))
+                    large[:got] = self._view[start + _HEADER.size : self._held]
+                    self._large, self._large_at, self._large_head = large, got, (message, kind)
+                    start = self._held
                 break
-            payload = bytes(buffer[start + _HEADER.size : end])
+            self.frame(message, kind, self._view[start + _HEADER.size : end])
             start = end
-            self.frame(message, kind, payload)
             if self.transport is None or self.transport.is_closing():
                 return
-        del buffer[:start]
+        rest = self._held - start
+        if start and rest:
+            self._scratch[:rest] = bytes(self._view[start : self._held])
+        self._held = rest
 
     def send(self, message: int, kind: int, payload: bytes) -> None:
-        self.transport.write(_HEADER.pack(len(payload), message, kind) + payload)
+        header = _HEADER.pack(len(payload), message, kind)
+        if len(payload) < self.SCRATCH_BYTES:
+            self.transport.write(header + payload)  # one write: one system call for a small frame
+        else:  # not copied into one more buffer first
+            self.transport.write(header)
+            self.transport.write(payload)
 
-    def frame(self, message: int, kind: int, payload: bytes) -> None:
+    def frame(self, message: int, kind: int, payload: memoryview) -> None:
         raise NotImplementedError
 
 
@@ -104,7 +140,7 @@ class _ServerSide(_Framed):
         self._server = server
         self._trusted = False
 
-    def frame(self, message: int, kind: int, payload: bytes) -> None:
+    def frame(self, message: int, kind: int, payload: memoryview) -> None:
         if not self._trusted:
             if kind != _AUTH or not hmac.compare_digest(payload, self._server.token):
                 log.warning("refused a connection without the replica's token")
@@ -142,7 +178,10 @@ class _ServerSide(_Framed):
         if self.transport is None or self.transport.is_closing():
             return
         if error is None:
-            self.send(message, _OK, dumps(result))
+            if isinstance(result, bytes):  # a payload: sent as it is, not pickled and copied again
+                self.send(message, _BYTES, result)
+            else:
+                self.send(message, _OK, dumps(result))
             return
         try:
             payload = dumps(error)
@@ -245,9 +284,12 @@ class WireClient(_Framed):
         else:
             self.send(message, kind, payload)
 
-    def frame(self, message: int, kind: int, payload: bytes) -> None:
+    def frame(self, message: int, kind: int, payload: memoryview) -> None:
         future = self._pending.pop(message, None)
         if future is None or future.done():
+            return
+        if kind == _BYTES:  # a large frame's buffer is the caller's; a view into scratch is copied
+            future.set_result(bytes(payload) if payload.obj is self._scratch else payload.obj)
             return
         try:
             value = pickle.loads(payload)

@@ -35,13 +35,19 @@ class Target:
     async def reject(self) -> None:
         raise InvalidInputError("the image is not an image")
 
+    def payload(self, size: int) -> bytes:
+        return bytes(range(251)) * (size // 251) + bytes(range(size % 251))
+
+    def echo(self, value: object) -> object:
+        return value
+
     async def unpicklable(self) -> None:
         error = RuntimeError("holds a lock")
         error.lock = threading.Lock()  # type: ignore[attr-defined]
         raise error
 
 
-METHODS = frozenset({"slow", "add", "reject", "unpicklable"})
+METHODS = frozenset({"slow", "add", "reject", "unpicklable", "payload", "echo"})
 
 
 async def _served(target: Target) -> tuple[WireServer, ReplicaAddress]:
@@ -69,6 +75,33 @@ def test_requests_share_one_connection_and_each_gets_its_own_result():
 
     order = asyncio.run(scenario())
     assert sorted(order) == [1, 2, 7] and order[-1] == 1  # answered as they finish, not as sent
+
+
+@pytest.mark.parametrize("tcp", [False, True], ids=["unix", "tcp"])
+def test_frames_of_any_size_interleave_on_one_connection(tcp):
+    """Payloads larger than the read buffer (a reader on another node) come whole, their bytes as
+    sent, between small requests and arguments of every size on the same connection."""
+    sizes = [0, 1, 9, (256 << 10) - 9, 256 << 10, (256 << 10) + 1, 5 << 20]
+
+    async def scenario():
+        server, address = await _served(Target())
+        if tcp:
+            address = dataclasses.replace(address, unix=None)
+        client = connection(address)
+        calls = []
+        for size in sizes:
+            calls += [client.request("payload", size), client.request("add", size, 1)]
+            calls.append(client.request("echo", b"x" * size))  # a large argument frame
+        results = await asyncio.gather(*calls)
+        disconnect(address)
+        server.close()
+        return results
+
+    results = asyncio.run(scenario())
+    for i, size in enumerate(sizes):
+        payload, added, echoed = results[3 * i : 3 * i + 3]
+        assert bytes(payload) == Target().payload(size) and added == size + 1
+        assert bytes(echoed) == b"x" * size
 
 
 def test_errors_travel_to_the_caller_as_they_were_raised():
