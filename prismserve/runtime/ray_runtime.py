@@ -19,6 +19,7 @@ from prismserve.runtime.base import Runtime
 from prismserve.runtime.cluster import connect
 from prismserve.runtime.dispatcher import ReplicaDispatcher
 from prismserve.runtime.layout import Layout, layout, variant
+from prismserve.runtime.nodes import check_nodes, needs_of
 from prismserve.runtime.pool import RayActorPool, ReplicaPool, WirePool
 from prismserve.runtime.resources import ResourceManager, first_fit_decreasing
 from prismserve.runtime.task_manager import TaskManager
@@ -162,6 +163,10 @@ class RayRuntime(Runtime):
         tasks = {task.deployment_key(): task for task in app.named_unit_tasks().values()}
         # Every spec first: one that cannot be built (an executor environment missing) leaves nothing behind.
         specs = {key: self._spec(task, None) for key, task in tasks.items() if key not in self.managers}
+        real = [key for key, spec in specs.items() if spec.backend == "model"]
+        if real and isinstance(self.pool, RayActorPool):  # every node can start them, or it is said now
+            models = [getattr(tasks[key], "model", "") for key in real]
+            await check_nodes(needs_of([m for m in models if m], [specs[key].runtime_env for key in real]))
         missing = {}
         for key, task in tasks.items():
             if key in specs:
@@ -341,6 +346,10 @@ class RayRuntime(Runtime):
     async def _check_health(self) -> None:
         while True:
             await asyncio.sleep(self.health_interval_s)
+            try:
+                await self.resources.replace_lost(self.managers)
+            except Exception:  # noqa: BLE001 - the replicas' own checks go on
+                log.exception("re-placing the cells of lost nodes failed")
             for manager in list(self.managers.values()):
                 try:
                     await manager.check_health(timeout_s=max(1.0, self.health_interval_s))

@@ -112,6 +112,7 @@ class ResourceManager:
         self.drain_timeout_s = drain_timeout_s
         self._applying = asyncio.Lock()  # one plan change at a time
         self._placing = 0.0  # GPUs of cells being reserved now (on a node not known yet)
+        self._homeless: list[PlacedCell] = []  # cells of lost nodes not re-placed yet
 
     def inventory(self) -> dict[str, float]:
         """GPUs of each alive node (real or declared)."""
@@ -321,6 +322,42 @@ class ResourceManager:
         await self.remove_cell(cell)
         return not left
 
+    async def replace_lost(self, managers: dict[str, TaskManager]) -> int:
+        """Re-place the cells of nodes that left the cluster (their replicas died with the node) on
+        nodes with room, any pin dropped: the node it named is gone. Until they are up, their
+        deployments' leases wait for them; a cell that finds no room is tried again at the next
+        call. Returns how many cells were re-placed."""
+        alive = self.inventory()
+        lost = [c for c in self.cells if c.node_id and c.node_id not in alive]
+        if not lost and not self._homeless:
+            return 0
+        async with self._applying:
+            for cell in lost:
+                log.warning(
+                    "node %s of cell %d of %s left the cluster: re-placing %s",
+                    cell.node or cell.node_id,
+                    cell.id,
+                    cell.owner,
+                    _listed(cell.replicas),
+                )
+                _expect(managers, cell.replicas, 1)
+                await self.remove_cell(cell)
+                self._homeless.append(cell)
+            placed = 0
+            for cell in list(self._homeless):
+                try:
+                    await self.create_cell(cell.owner, cell.gpus, cell.replicas, managers, self.EARLY_PLACE_S)
+                except PlacementError as exc:
+                    log.warning("cell %d of %s waits for room: %s", cell.id, cell.owner, exc)
+                    continue
+                finally:
+                    _expect(managers, cell.replicas, -1)
+                self._homeless.remove(cell)
+                placed += 1
+            for cell in self._homeless:  # still waiting: leases keep waiting for them
+                _expect(managers, cell.replicas, 1)
+            return placed
+
     async def close(self) -> None:
         """Remove every cell."""
         for cell in list(self.cells):
@@ -365,7 +402,8 @@ def _bundles(replicas: dict[str, int], managers: dict[str, TaskManager]) -> list
 def _expect(managers: dict[str, TaskManager], replicas: dict[str, int], sign: int) -> None:
     """Announce (1) or withdraw (-1) a cell's replicas to their task managers."""
     for key, n in replicas.items():
-        managers[key].expect(sign * n)
+        if key in managers:  # a deployment unregistered meanwhile has nobody waiting
+            managers[key].expect(sign * n)
 
 
 def _in_use(cell: PlacedCell) -> int:

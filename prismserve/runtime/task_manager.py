@@ -205,6 +205,7 @@ class TaskManager:
         """Stop a replica and forget it."""
         if replica in self.replicas:
             self.replicas.remove(replica)
+            self._notify()
         replica.state = ReplicaState.STOPPING
         await self.pool.stop(replica)
         replica.address = None  # a late release (a request that ended after) finds nothing to send to
@@ -225,6 +226,7 @@ class TaskManager:
         if replica.starting is None or replica.starting.done():
             replica.state = ReplicaState.RESTARTING
             replica.starting = asyncio.get_running_loop().create_task(self._restart(replica, reason))
+            self._notify()  # leases waiting for it wait for this start
         return replica.starting
 
     async def _restart(self, replica: Replica, reason: str) -> None:
@@ -341,13 +343,16 @@ class TaskManager:
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until some replica is running (restarts in progress, replicas a plan change is
-        starting), at most `timeout_s`; at once if none is starting or expected."""
+        starting), at most `timeout_s`; at once if none is starting, restarting or expected. A
+        replica whose restart failed is still restarting: the health check tries again (its node
+        may be gone, and its cell about to be placed elsewhere)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not any(r.state is ReplicaState.RUNNING for r in self.replicas):
             starting = [r.starting for r in self.replicas if r.starting is not None and not r.starting.done()]
+            restarting = any(r.state is ReplicaState.RESTARTING for r in self.replicas)
             left = deadline - loop.time()
-            if (not starting and not self.expected) or left <= 0:
+            if (not starting and not restarting and not self.expected) or left <= 0:
                 return
             changed = loop.create_task(self._changed.wait())
             try:

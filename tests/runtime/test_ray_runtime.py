@@ -402,3 +402,54 @@ def ref_node(status, path):
     """The node of the one replica of the app solo's deployment at `path`."""
     (replica,) = status["deployments"][status["apps"]["solo"]["deployments"][path]]["replicas"]
     return replica["node_id"]
+
+
+@pytest.mark.slow
+def test_losing_a_node_fails_at_most_its_requests_in_flight_and_its_cell_is_placed_again(ray_cluster):
+    """A third node (`doomed`) holds the encoders' cell; it leaves the cluster while requests run.
+    Requests that met it may fail, naming the replica; every other request is served; its cell is
+    placed again on a node still there, and requests after the loss are all served."""
+    from prismserve.runtime.pool import NODE_RESOURCE
+
+    doomed = ray_cluster.add_node(num_cpus=1, num_gpus=2, resources={f"{NODE_RESOURCE}doomed": 1})
+    ray_cluster.wait_for_nodes()
+    plan = {
+        "cells": [
+            {"gpus": 2, "replicas": {"mllm.encoders.image": 1, "mllm.encoders.audio": 1}, "node": "doomed"},
+            {"gpus": 1, "replicas": {"mllm.llm": 1}, "node": "head"},
+        ]
+    }
+
+    async def scenario(runtime):
+        from prismserve.executors import SimProfile
+
+        runtime.default_profile = SimProfile(latency_s=0.3)
+        app = await runtime.register_app(SOLO, "solo")
+        await runtime.deploy("solo", Plan.model_validate(plan))
+        lost_node = next(c.node_id for c in runtime.resources.cells if c.node == "doomed")
+
+        async def one(i):
+            with use_dispatcher(runtime.dispatcher):
+                try:
+                    return (await app.serve(ChatRequest.of(f"r{i}", images=[b"i"] * (i % 2)))).tokens
+                except DispatchError as exc:
+                    return exc
+
+        during = [asyncio.get_running_loop().create_task(one(i)) for i in range(20)]
+        await asyncio.sleep(0.1)  # in flight
+        await asyncio.to_thread(ray_cluster.remove_node, doomed, allow_graceful=False)
+        results = await asyncio.gather(*during)
+        after = await asyncio.gather(*(one(100 + i) for i in range(10)))
+        return results, after, lost_node, runtime.status()
+
+    try:
+        results, after, lost_node, status = run(scenario)
+    finally:
+        if doomed in ray_cluster.worker_nodes:
+            ray_cluster.remove_node(doomed)
+    failed = [r for r in results if isinstance(r, DispatchError)]
+    assert all("EncoderTask" in str(f) for f in failed)  # only what the lost node ran
+    assert all(r[-1] == f"r{i}" for i, r in enumerate(results) if not isinstance(r, DispatchError))
+    assert all(not isinstance(r, DispatchError) and r[-1] == f"r{100 + i}" for i, r in enumerate(after))
+    placed = {c["node_id"] for c in status["cells"] if c["owner"] == "solo"}
+    assert lost_node not in placed and len(status["cells"]) == 2
