@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import prismserve
 from prismserve.errors import EnvironmentMissing
 
 CHECK_TIMEOUT_S = 120.0  # a node starts a worker process for its check
@@ -24,12 +24,14 @@ CHECK_TIMEOUT_S = 120.0  # a node starts a worker process for its check
 @dataclass(frozen=True)
 class NodeNeeds:
     """What a replica of the app needs on whichever node it lands: this driver's versions (replicas
-    exchange pickled tasks with it), paths its runtime environment names (vLLM's Python, the
-    package link) and the checkpoints of its real models (directories or hub ids)."""
+    exchange pickled tasks with it), paths its runtime environment names (vLLM's Python), the
+    folder linking to the package that an executor environment imports it from, and the
+    checkpoints of its real models (directories or hub ids)."""
 
     prismserve: str
     ray: str
     paths: dict[str, str] = field(default_factory=dict)  # what it is -> path
+    package_link: str | None = None
     models: tuple[str, ...] = ()
 
 
@@ -41,6 +43,15 @@ def node_problems(needs: NodeNeeds) -> list[str]:
         if have != wanted:
             found.append(f"{name} {have} is installed, the server has {wanted}: install the same version")
     found += [f"no {what} at {path}" for what, path in needs.paths.items() if not Path(path).exists()]
+    if needs.package_link is not None:
+        from prismserve.executors.envs import _package_link
+
+        here = str(_package_link())  # made here if missing: the folder of this node's package
+        if here != needs.package_link:
+            found.append(
+                f"prismserve is installed at {Path(prismserve.__file__).parent}, not at the server's "
+                "path: executor environments import it from the same path on every node"
+            )
     found += [problem for model in needs.models if (problem := _model_problem(model))]
     return found
 
@@ -62,19 +73,16 @@ def _model_problem(model: str) -> str | None:
 
 def needs_of(models: list[str], runtime_envs: list[dict[str, Any] | None]) -> NodeNeeds:
     """The needs of replicas of `models` started with `runtime_envs` (Ray runtime environments)."""
-    paths = {}
+    paths, link = {}, None
     for env in runtime_envs:
         if env and env.get("py_executable"):
             paths["executor environment's Python (`prismserve vllm-env` builds it)"] = env["py_executable"]
-        for entry in (env or {}).get("env_vars", {}).get("PYTHONPATH", "").split(os.pathsep):
-            if entry:
-                paths["link to the prismserve package (the same install path as the server's)"] = str(
-                    Path(entry) / "prismserve"
-                )
+        link = (env or {}).get("env_vars", {}).get("PYTHONPATH") or link
     return NodeNeeds(
         prismserve=importlib.metadata.version("prismserve"),
         ray=importlib.metadata.version("ray"),
         paths=paths,
+        package_link=link,
         models=tuple(sorted(set(models))),
     )
 

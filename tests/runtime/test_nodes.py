@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from huggingface_hub import constants
 
+import prismserve
 from prismserve.errors import EnvironmentMissing
 from prismserve.runtime.nodes import needs_of, node_problems
 from prismserve.runtime.pool import NODE_RESOURCE
@@ -34,17 +36,22 @@ async def serve(request: ChatRequest) -> Answer:
 
 
 def test_a_node_lacking_paths_models_or_the_servers_versions_is_told_each(tmp_path, monkeypatch):
-    here = tmp_path / "env" / "bin" / "python"
-    here.parent.mkdir(parents=True)
-    here.write_text("")
-    envs = [{"py_executable": str(here), "env_vars": {"PYTHONPATH": str(tmp_path / "links")}}]
-    needs = needs_of([str(tmp_path / "no-model"), str(tmp_path)], envs)
+    from prismserve.executors.envs import _package_link
+
+    python = tmp_path / "env" / "bin" / "python"
+    elsewhere = [{"py_executable": str(python), "env_vars": {"PYTHONPATH": str(tmp_path / "links")}}]
+    needs = needs_of([str(tmp_path / "no-model"), str(tmp_path)], elsewhere)
     assert node_problems(needs) == [
-        f"no link to the prismserve package (the same install path as the server's) at {tmp_path / 'links' / 'prismserve'}",
+        f"no executor environment's Python (`prismserve vllm-env` builds it) at {python}",
+        f"prismserve is installed at {Path(prismserve.__file__).parent}, not at the server's path: "
+        "executor environments import it from the same path on every node",
         f"no model directory {tmp_path / 'no-model'}",
     ]
-    (tmp_path / "links" / "prismserve").mkdir(parents=True)
+    python.parent.mkdir(parents=True)
+    python.write_text("")
     (tmp_path / "no-model").mkdir()
+    same = [{"py_executable": str(python), "env_vars": {"PYTHONPATH": str(_package_link())}}]
+    needs = needs_of([str(tmp_path / "no-model")], same)
     assert node_problems(needs) == []
     older = dataclasses.replace(needs, prismserve="0.0.1")
     assert node_problems(older) == [
