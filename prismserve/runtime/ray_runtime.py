@@ -52,7 +52,8 @@ class RayRuntime(Runtime):
     `InProcessPool` with declared GPUs runs the same control plane in this process, without Ray).
     `fake_gpus` declares GPUs (on a local Ray it starts) and runs model replicas on the CPU
     (`PRISMSERVE_DEVICE=cpu`); `replica_env` sets more environment variables of model replicas.
-    A new plan's dropped cells are drained for at most `drain_timeout_s` before they are removed.
+    A new plan's dropped cells are drained before they are removed, while requests on them keep
+    finishing: at most `drain_timeout_s` without one finishing.
     """
 
     def __init__(

@@ -94,7 +94,8 @@ class ResourceManager:
     """Places cells on the cluster's GPUs and applies new plans by changing only what differs.
 
     Reservations go through the replica pool (Ray placement groups by default). A cell a new plan
-    drops is drained before it is removed, at most `drain_timeout_s` (requests on it finish first).
+    drops is drained before it is removed (requests on it finish first), for as long as requests on
+    it keep finishing: at most `drain_timeout_s` without one finishing.
     """
 
     DRAIN_POLL_S = 0.05  # how often a draining cell is looked at: a request takes far longer
@@ -300,27 +301,34 @@ class ResourceManager:
         """Remove a cell without failing the requests on it: its replicas take no new leases (while
         others can; requests begun before the switch of `era`, default now, go on there while
         replicas expected are not up), and it is removed once no request in flight uses them (no
-        lease held, no open request whose payloads or streams are there) or after `timeout_s`
-        (`drain_timeout_s`), when it is removed anyway (logged). Returns whether it drained in time."""
+        lease held, no open request whose payloads or streams are there). A cell whose requests stop
+        finishing for `timeout_s` (`drain_timeout_s`) is removed anyway (logged): under sustained
+        overload a long queue drains as long as it moves. Returns whether it drained."""
         era = next_era() if era is None else era
         for _, replica in cell.members:
             replica.drain(era)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (self.drain_timeout_s if timeout_s is None else timeout_s)
-        while _busy(cell) and loop.time() < deadline:
+        patience = self.drain_timeout_s if timeout_s is None else timeout_s
+        deadline, left = loop.time() + patience, _in_use(cell)
+        while left and loop.time() < deadline:
             await asyncio.sleep(self.DRAIN_POLL_S)
-        left = _busy(cell)
-        if left:
+            now_left = _in_use(cell)
+            if now_left < left:  # a request finished: the drain moves
+                deadline = loop.time() + patience
+            left = now_left
+        busy = _busy(cell)
+        if busy:
             log.warning(
-                "cell %d of %s did not drain within %.0f s: removing it with %d calls and %d requests on it",
+                "cell %d of %s stopped draining (no request finished for %.0f s): removing it with "
+                "%d calls and %d requests on it",
                 cell.id,
                 cell.owner,
-                self.drain_timeout_s if timeout_s is None else timeout_s,
-                sum(r.in_flight for r in left),
-                sum(r.users for r in left),
+                patience,
+                sum(r.in_flight for r in busy),
+                sum(r.users for r in busy),
             )
         await self.remove_cell(cell)
-        return not left
+        return not busy
 
     async def replace_lost(self, managers: dict[str, TaskManager]) -> int:
         """Re-place the cells of nodes that left the cluster (their replicas died with the node) on

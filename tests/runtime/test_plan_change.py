@@ -163,7 +163,10 @@ def test_a_cell_that_does_not_drain_in_time_is_removed_anyway_and_logged(caplog)
 
     old, cells = run(scenario, {"a": 16}, drain_timeout_s=0.2)
     assert old not in cells and len(cells) == 2
-    assert f"cell {old} of vl did not drain within 0 s: removing it with 1 calls" in caplog.text
+    assert (
+        f"cell {old} of vl stopped draining (no request finished for 0 s): removing it with 1 calls"
+        in caplog.text
+    )
 
 
 def test_a_draining_replica_takes_leases_only_when_no_other_can_and_leases_wait_for_expected_ones():
@@ -217,3 +220,33 @@ def test_with_new_replicas_expected_a_request_begun_before_the_switch_goes_on_at
         return before.replica is old, (await after).replica is new
 
     assert asyncio.run(scenario()) == (True, True)
+
+
+def test_a_cell_drains_as_long_as_its_requests_keep_finishing_past_the_drain_timeout(caplog):
+    """Under sustained overload a dropped cell's queue outlasts the drain timeout: it is removed
+    once its last request finished, not at the timeout (those requests failed), since one of them
+    finished within each timeout."""
+
+    async def scenario(runtime, app, events):
+        await runtime.deploy("vl", deployment(TEXT_FIRST))
+        (cell,) = runtime.resources.cells
+        queue = [Lease(replica_of(runtime, "PD", cell.id)) for _ in range(4)]
+
+        placed = []  # whether the cell was still up at each release
+
+        async def finish_one_by_one():
+            for lease in queue:
+                await asyncio.sleep(0.15)  # each within the 0.25 s timeout, all four past it
+                placed.append(cell in runtime.resources.cells)
+                lease.release()
+
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with caplog.at_level(logging.WARNING, logger="prismserve.runtime.resources"):
+            await asyncio.gather(finish_one_by_one(), runtime.deploy("vl", deployment(IMAGES_FIRST)))
+        return cell.id, [c.id for c in runtime.resources.cells], loop.time() - start, placed
+
+    old, cells, took, placed = run(scenario, {"a": 16}, drain_timeout_s=0.25)
+    assert placed == [True] * 4 and old not in cells  # removed after its last request finished
+    assert took >= 0.6
+    assert "stopped draining" not in caplog.text
