@@ -17,7 +17,7 @@ from prismserve.executors.sim import SimProfile
 from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.layout import Layout, check_layout
 from prismserve.runtime.local import LocalDispatcher, LocalExecutor
-from prismserve.runtime.task_manager import current_era
+from prismserve.runtime.task_manager import TaskManager, current_era
 from prismserve.task import Dispatcher, UnitTask, use_dispatcher
 from prismserve.task.context import RequestContext, RequestLedger, use_request
 from prismserve.task.routing import PathLoad, Routing
@@ -185,6 +185,10 @@ class Runtime(ABC):
         """Invocations queued or running per deployment key."""
         return {}
 
+    def stages(self) -> dict[str, TaskManager]:
+        """The task managers of the deployments, by key (their `stats`, for the gateway's metrics)."""
+        return {}
+
     # What the control loops read (`prismserve.control.RuntimeControl`); a runtime that places no
     # cells has nothing for them to scale.
 
@@ -264,6 +268,9 @@ class LocalRuntime(Runtime):
 
     async def close(self) -> None:
         await self._dispatcher.close()
+
+    def stages(self) -> dict[str, TaskManager]:
+        return dict(self._dispatcher.managers)
 
     async def _on_register(self, app: App) -> None:
         tasks = app.unit_tasks().values()

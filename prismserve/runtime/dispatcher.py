@@ -13,8 +13,9 @@ import contextlib
 import itertools
 import logging
 import os
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from opentelemetry import trace as otel_trace
 
 from prismserve.errors import InputLost, ReplicaDied
 from prismserve.runtime.replica import Call, localize
+from prismserve.runtime.stage_stats import StreamWatch
 from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, ReplicaState, TaskManager
 from prismserve.task import DispatchError, InvalidInputError, Stream, TaskError, TaskGraph
 from prismserve.task.context import current_request
@@ -273,6 +275,7 @@ class ReplicaDispatcher:
         and the task feeding them."""
         node = sent.node
         task_class = type(node.task)
+        sent_at = time.perf_counter()
         streams: dict[str | None, Stream[Any]]
         if task_class._output_fields is None:
             streams = {None: Stream(data_id(node.index))}
@@ -289,7 +292,10 @@ class ReplicaDispatcher:
                     stream.fail(exc)
                 return
             sources = {None: result} if None in streams else result.__dict__
-            await asyncio.gather(*(_fill(stream, sources[name]) for name, stream in streams.items()))
+            stats = sent.manager.stats
+            await asyncio.gather(
+                *(_fill(stream, sources[name], stats.watch(sent_at)) for name, stream in streams.items())
+            )
 
         feeding = asyncio.get_running_loop().create_task(feed())
         self._feeding.add(feeding)  # the loop keeps only weak references to tasks
@@ -374,12 +380,20 @@ def _streams_only(node: Invocation) -> bool:
     return fields is None or all(is_stream for _, is_stream in fields)
 
 
-async def _fill(stream: Stream[Any], source: Any) -> None:
-    """Feed `stream` from a producer's stream (None: the producer has no such stream)."""
+async def _fill(stream: Stream[Any], source: Any, watch: StreamWatch) -> None:
+    """Feed `stream` from a producer's stream (None: the producer has no such stream), each item
+    seen by `watch` (the stage's times and token counts)."""
     if source is None:
         stream.close()
     else:
-        await stream.drain(source)
+        await stream.drain(_watched(source, watch))
+
+
+async def _watched(source: AsyncIterable[Any], watch: StreamWatch) -> AsyncIterator[Any]:
+    async for item in source:
+        watch.item(item)
+        yield item
+    watch.done()
 
 
 def _groups(nodes: list[Invocation], replicas: list[Replica | None]) -> list[list[int]]:

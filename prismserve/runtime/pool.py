@@ -86,6 +86,11 @@ class ReplicaPool(ABC):
     def inventory(self) -> dict[str, float]:
         """GPUs of each alive node (real or declared)."""
 
+    def node_gone(self, replica: Replica) -> bool:
+        """Whether the node `replica` ran on has left the cluster."""
+        node = (replica.info or {}).get("node_id")
+        return bool(node) and node not in self.inventory()
+
     @abstractmethod
     def node_names(self) -> dict[str, str]:
         """The names a plan may pin cells to (`CellPlan.node`), with the node each names."""

@@ -131,6 +131,9 @@ class RayRuntime(Runtime):
     def queue_depths(self) -> dict[str, int]:
         return {key: manager.queue_depth() for key, manager in self.managers.items()}
 
+    def stages(self) -> dict[str, TaskManager]:
+        return dict(self.managers)
+
     @property
     def places_cells(self) -> bool:
         return True

@@ -15,6 +15,7 @@ from prismserve.errors import NoReplicaError, ReplicaStartError
 from prismserve.executors.loading import START_TIMEOUT_VARIABLE
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.runtime.pool import ReplicaPool, WirePool
+from prismserve.runtime.stage_stats import StageStats
 from prismserve.runtime.wire import ReplicaAddress
 from prismserve.task import UnitTask
 from prismserve.task.context import current_request
@@ -81,6 +82,7 @@ class Replica:
     address: ReplicaAddress | None = None  # its socket (runtime/wire.py)
     leftovers: dict[str, Any] | None = None  # its processes and segments, removed when it stops
     late: int = 0  # health checks in a row it did not answer in time
+    node_gone: bool = False  # its last restart failed because its node left the cluster
     drain_era: int = 0  # the plan switch that drains it (0: none): requests begun before it may still use it
     users: int = 0  # open request scopes whose graphs ran on it (their payloads and streams are here)
     # What the profiler reads: leases taken, and seconds with at least one lease held (busy).
@@ -163,6 +165,7 @@ class TaskManager:
         # This deployment's replica choice (None: the dispatcher's policy); apps set it per deployment.
         self.policy: RoutingPolicy | None = None
         self.tokens = 0  # tokens of every lease taken: the load the autoscaler reads (tokens/s)
+        self.stats = StageStats()  # what its calls did, for the gateway's metrics
 
     # Health checks in a row a replica may leave unanswered before it is restarted: a replica busy on
     # an overloaded machine answers late, and a restart would lose the work it has in hand. A replica
@@ -241,7 +244,10 @@ class TaskManager:
         try:
             await self._start(replica)
         except Exception:  # noqa: BLE001 - stays unhealthy; the health check tries again
+            replica.node_gone = self.pool.node_gone(replica)
             log.exception("replica %d of %s failed to restart", replica.id, self.name)
+        else:
+            replica.node_gone = False
 
     async def respec(self, spec: ExecutorSpec) -> None:
         """Use a new executor spec: replicas started with another one are replaced."""
@@ -292,12 +298,16 @@ class TaskManager:
         """
         if not any(r.state is ReplicaState.RUNNING for r in self.replicas):
             era = current_request().era
-            if era is None:  # outside a request: as for a restart
-                await self.wait_healthy(self.restart_wait_s)
-            elif any(r.state is ReplicaState.DRAINING and r.drain_era > era for r in self.replicas):
-                pass  # a request begun before the switch finishes on the old replicas, at once
-            else:  # a request begun after it waits for the new ones (they start once the old drained)
-                await self.wait_healthy(math.inf)
+            self.stats.waiting += 1
+            try:
+                if era is None:  # outside a request: as for a restart
+                    await self.wait_healthy(self.restart_wait_s)
+                elif any(r.state is ReplicaState.DRAINING and r.drain_era > era for r in self.replicas):
+                    pass  # a request begun before the switch finishes on the old replicas, at once
+                else:  # a request begun after it waits for the new ones (they start once the old drained)
+                    await self.wait_healthy(math.inf)
+            finally:
+                self.stats.waiting -= 1
         policy = self.policy or policy
         self.tokens += tokens
         if policy == "dynamic":
@@ -343,14 +353,14 @@ class TaskManager:
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until some replica is running (restarts in progress, replicas a plan change is
-        starting), at most `timeout_s`; at once if none is starting, restarting or expected. A
-        replica whose restart failed is still restarting: the health check tries again (its node
-        may be gone, and its cell about to be placed elsewhere)."""
+        starting), at most `timeout_s`; at once if none is starting or expected. A replica whose
+        restart failed because its node left the cluster counts as starting: its cell is about to
+        be placed on another node (`ResourceManager.replace_lost`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not any(r.state is ReplicaState.RUNNING for r in self.replicas):
             starting = [r.starting for r in self.replicas if r.starting is not None and not r.starting.done()]
-            restarting = any(r.state is ReplicaState.RESTARTING for r in self.replicas)
+            restarting = any(r.state is ReplicaState.RESTARTING and r.node_gone for r in self.replicas)
             left = deadline - loop.time()
             if (not starting and not restarting and not self.expected) or left <= 0:
                 return
