@@ -119,7 +119,7 @@ def create_gateway(
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(request: Request) -> Response:
         """Prometheus metrics, in the text exposition format."""
-        return Response(state(request).metrics.exposition(), media_type="text/plain; version=0.0.4")
+        return Response(await state(request).metrics.scrape(), media_type="text/plain; version=0.0.4")
 
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
 

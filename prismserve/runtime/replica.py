@@ -26,7 +26,7 @@ from prismserve.task.graph import fill_placeholders
 _tracer = otel_trace.get_tracer("prismserve.executor")
 
 # What callers may ask a replica over its socket (runtime/wire.py).
-WIRE_METHODS = frozenset({"invoke", "read_stream", "read_data", "release", "queue_depth"})
+WIRE_METHODS = frozenset({"invoke", "read_stream", "read_data", "release", "queue_depth", "metrics"})
 
 
 @dataclass(slots=True)
@@ -284,6 +284,12 @@ class ExecutorReplica:
     async def read_stream(self, stream_id: str, start: int) -> tuple[list[Any], bool, DispatchError | None]:
         """Items of a stream from `start` on (waits for one unless the stream ended)."""
         return await self._streams.read(stream_id, start)
+
+    def metrics(self) -> str:
+        """This process's Prometheus metrics in the text format: a vLLM engine's own (`vllm:…`)."""
+        from prometheus_client import REGISTRY, generate_latest
+
+        return generate_latest(REGISTRY).decode()
 
     def read_data(self, data_id: str) -> bytes:
         """A payload's bytes, for a reader on another node."""

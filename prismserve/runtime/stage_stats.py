@@ -71,7 +71,7 @@ class StreamWatch:
                 self.first_at = now
                 self.stats.time_to_first_audio.observe(now - self.sent_at)
             return
-        tokens = getattr(item, "tokens", None)
+        tokens = 1 if isinstance(item, str) else getattr(item, "tokens", None)  # a str: one piece
         if tokens is None:  # neither text nor audio: not timed
             return
         if not tokens and getattr(item, "text", ""):  # text the engine did not count: one token

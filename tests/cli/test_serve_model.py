@@ -532,6 +532,31 @@ def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
                 leftover.kill()
 
 
+def test_a_served_vllm_app_exports_vllms_own_metrics_per_replica_beside_each_stages():
+    """vLLM's engine metrics (KV-cache use among them) reach /metrics labelled with their deployment
+    and replica, beside the stage's own; every metric the Grafana dashboard reads is exported."""
+    from metrics_helpers import dashboard_metrics, exported
+
+    from prismserve.models import tiny
+
+    model = str(tiny.build("qwen2.5-vl"))
+    quiet = {"VLLM_LOGGING_LEVEL": "ERROR"}
+    with _serving(model, "--engine", "vllm", "--fake-gpus", "3", env=quiet) as (process, url):
+        body = {"model": Path(model).name, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+        assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).status_code == 200
+        samples = exported(httpx.get(f"{url}/metrics", timeout=30).text)
+        os.killpg(process.pid, signal.SIGTERM)
+        process.communicate(timeout=120)
+    (kv,) = samples["vllm:kv_cache_usage_perc"]
+    assert kv.labels["replica"] and "VLLMTask" in kv.labels["deployment"] and 0 <= kv.value <= 1
+    assert any(s.value >= 1 for s in samples["vllm:request_success_total"])  # the engine's own count
+    first = [
+        s for s in samples["prismserve:time_to_first_token_seconds_count"] if s.labels["stage"] == "VLLMTask"
+    ]
+    assert first and first[0].value >= 1 and first[0].labels["model_name"] == model
+    assert dashboard_metrics() <= set(samples), sorted(dashboard_metrics() - set(samples))
+
+
 def _maps(process: Any) -> list[Any]:
     """The memory maps of `process`, none if it has gone or is not ours to read."""
     import psutil

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import httpx
 import pytest
 from gateway_apps import ADMIN, ANSWER, OMNI, TOKEN, chat_body
+from metrics_helpers import dashboard_metrics, exported
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from toy.executors import EXECUTORS
@@ -182,3 +183,31 @@ def test_goodput_and_slo_attainment_count_the_requests_that_met_their_slo(serve_
     assert 'app="none"' not in "".join(
         line for line in text.splitlines() if "slo" in line or "goodput" in line
     )
+
+
+@pytest.mark.fresh_gateway
+def test_each_stage_is_measured_under_vllms_names_and_the_dashboard_reads_what_the_gateway_exports(gateway):
+    """Per stage: calls running, time to first token, time per output token and generated tokens
+    for the LLM; time to first audio for the vocoder; the gateway's and the stages' metrics the
+    dashboard reads are all exported (vLLM's own: tests/cli/test_serve_model.py)."""
+    assert gateway.post("/v1/apps/answer/invoke", json=chat_body("four words are here")).status_code == 200
+    spoken = {
+        "model": "omni",
+        "modalities": ["text", "audio"],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    assert gateway.post("/v1/chat/completions", json=spoken).status_code == 200
+    samples = exported(gateway.get("/metrics").text)
+
+    def value(name, stage):
+        return sum(s.value for s in samples[name] if s.labels["stage"] == stage)
+
+    assert value("prismserve:time_to_first_token_seconds_count", "LLMTask") >= 2
+    assert value("prismserve:time_per_output_token_seconds_count", "LLMTask") >= 2
+    assert value("prismserve:generation_tokens_total", "LLMTask") >= 4
+    assert value("prismserve:time_to_first_audio_seconds_count", "VocoderTask") == 1
+    assert value("prismserve:num_requests_running", "LLMTask") == 0  # all answered
+    (bound,) = {s.labels["le"] for s in samples["prismserve:time_to_first_token_seconds_bucket"]} & {"1800.0"}
+    assert bound
+    ours = {name for name in dashboard_metrics() if not name.startswith("vllm:")}
+    assert ours and ours <= set(samples), sorted(ours - set(samples))
