@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
+from opentelemetry import propagate
+from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
 
@@ -56,6 +58,7 @@ def serving(request: Request, app: App, body: BaseModel) -> Served:
     """Start serving `body` through `app` for the HTTP `request` (its gateway, its request id)."""
     gateway = state(request)
     served = Served(gateway.runtime, gateway.metrics, gateway.tracer, app, body, request_id(request))
+    served.parent = propagate.extract(request.headers)  # a caller's `traceparent`: its trace goes on
     gateway.controls.observe(app.name, served.kind)  # counted by the app's re-planning watcher, if any
     return served
 
@@ -84,11 +87,14 @@ class Served:
         self.sent = 0  # chunks sent
         # The request's context: its prompt tokens as its calls counted them (its TTFT target).
         self.context: RequestContext | None = None
+        self.parent: Context | None = None  # the trace the caller's request is part of, if any
 
     async def response(self) -> BaseModel:
         """The whole (non-streaming) response; the span records the error itself, the client gets `failure`'s."""
         try:
-            with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
+            with self.tracer.start_as_current_span(
+                "prismserve.request", context=self.parent, attributes=self._attributes()
+            ):
                 async with self.runtime.request(self.app.name, self.kind, self.request_id) as self.context:
                     result = await self.app.serve(self.request)
                     if self.app.streaming:
@@ -127,7 +133,9 @@ class Served:
     async def _produce(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         status = "error"
         try:
-            with self.tracer.start_as_current_span("prismserve.request", attributes=self._attributes()):
+            with self.tracer.start_as_current_span(
+                "prismserve.request", context=self.parent, attributes=self._attributes()
+            ):
                 async with self.runtime.request(self.app.name, self.kind, self.request_id) as self.context:
                     async for chunk in _as_stream(await self.app.serve(self.request)):
                         if self.first is None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import secrets
 import signal
@@ -28,7 +27,8 @@ from prismserve.gateway.media import MediaPolicy
 from prismserve.gateway.server import create_gateway
 from prismserve.gateway.trace_recorder import TraceRecorder
 from prismserve.models.family import EngineSettings, SettingError
-from prismserve.observability import setup_tracing
+from prismserve.observability import setup_logging, setup_tracing
+from prismserve.observability.logs import FORMATS as LOG_FORMATS
 from prismserve.planner import Plan
 from prismserve.runtime import LocalRuntime, Runtime, create_runtime
 from prismserve.runtime.resources import PlacementError
@@ -66,6 +66,7 @@ class ServeOptions:
     offline: bool = False
     engine: EngineSettings = field(default_factory=EngineSettings)
     log_level: str = "warning"
+    log_format: str = "text"
     access_log: bool = True
     api_key: str | None = None
     allowed_media_domains: tuple[str, ...] | None = None
@@ -146,6 +147,8 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
 
     if options.log_level not in LOG_LEVELS:
         raise StartupError(f"--log-level {options.log_level!r}: use one of {', '.join(LOG_LEVELS)}")
+    if options.log_format not in LOG_FORMATS:
+        raise StartupError(f"--log-format {options.log_format!r}: use one of {', '.join(LOG_FORMATS)}")
     if options.api_key == "":
         raise StartupError(
             f"the API key is empty: give --api-key (or {API_KEY_VARIABLE}) a value, or neither"
@@ -181,7 +184,7 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         durable=_durable(options),
     )
     listener = _listen(options.host, options.port)
-    logging.getLogger("prismserve").setLevel(options.log_level.upper().replace("TRACE", "DEBUG"))
+    setup_logging(options.log_level, options.log_format)
     config = uvicorn.Config(
         gateway,
         log_level=options.log_level,

@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "tensor_parallel_size": None,
     "prefill_decode": None,
     "log_level": "warning",
+    "log_format": "text",
     "access_log": True,
     "api_key": None,
     "allowed_media_domains": None,
@@ -172,6 +173,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--log-level",
         choices=["critical", "error", "warning", "info", "debug", "trace"],
         help="uvicorn's and prismserve's log level (default: warning)",
+    )
+    gateway.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="prismserve's log lines: text, or one JSON object per line; both carry the id of the "
+        "request being served (default: text)",
     )
     gateway.add_argument(
         "--access-log",
@@ -326,6 +333,7 @@ def run_serve(args: argparse.Namespace) -> int:
             offline=options["offline"],
             engine=engine,
             log_level=options["log_level"],
+            log_format=options["log_format"],
             access_log=options["access_log"],
             api_key=options["api_key"],
             allowed_media_domains=options["allowed_media_domains"],

@@ -70,6 +70,19 @@ def test_a_request_makes_one_trace_with_executor_spans_under_the_gateway_span(tr
     assert ancestors.index("execute LLMTask") < ancestors.index("prismserve.request"), ancestors
 
 
+def test_a_callers_traceparent_is_continued_by_the_request_span(traced):
+    """A request carrying W3C `traceparent` (a traced client, a proxy) is one more span of the
+    caller's trace, under the caller's span; one without starts a trace of its own."""
+    client, exporter = traced
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    headers = {"traceparent": f"00-{trace_id}-{parent_id}-01"}
+    assert client.post("/v1/apps/answer/invoke", json=chat_body("joined"), headers=headers).status_code == 200
+    assert client.post("/v1/apps/answer/invoke", json=chat_body("alone")).status_code == 200
+    joined, alone = [s for s in exporter.get_finished_spans() if s.name == "prismserve.request"]
+    assert f"{joined.context.trace_id:032x}" == trace_id and f"{joined.parent.span_id:016x}" == parent_id
+    assert f"{alone.context.trace_id:032x}" != trace_id and alone.parent is None
+
+
 def test_streamed_and_failed_requests_are_traced_too(traced):
     client, exporter = traced
     with client.stream("POST", "/v1/apps/omni/invoke", json=chat_body("streamed")) as response:
