@@ -270,7 +270,8 @@ class StageCollector:
 
 def _buckets(histogram: StageHistogram) -> list[tuple[str, float]]:
     """Cumulative bucket counts as Prometheus writes them (`le` bounds, then +Inf)."""
-    cumulative, total = [], 0
+    cumulative: list[tuple[str, float]] = []
+    total = 0
     for bound, count in zip((*map(str, BUCKETS), "+Inf"), histogram.counts, strict=True):
         total += count
         cumulative.append((bound, total))

@@ -18,8 +18,8 @@ class RequestIdFilter(logging.Filter):
     """Adds `request_id` to each record: the request being served where the line was logged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = current_request().id
-        record.request = f" [{record.request_id}]" if record.request_id else ""
+        request = current_request().id
+        record.__dict__.update(request_id=request, request=f" [{request}]" if request else "")
         return True
 
 
@@ -34,8 +34,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        if getattr(record, "request_id", ""):
-            line["request_id"] = record.request_id
+        request = getattr(record, "request_id", "")
+        if request:
+            line["request_id"] = request
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line)

@@ -74,7 +74,7 @@ class StreamWatch:
         tokens = 1 if isinstance(item, str) else getattr(item, "tokens", None)  # a str: one piece
         if tokens is None:  # neither text nor audio: not timed
             return
-        if not tokens and getattr(item, "text", ""):  # text the engine did not count: one token
+        if not tokens and getattr(item, "text", None):  # text the engine did not count: one token
             tokens = 1
         if self.first_at is None:
             self.first_at, self.first_tokens = now, tokens
