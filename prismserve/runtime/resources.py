@@ -240,10 +240,12 @@ class ResourceManager:
     ) -> tuple[int, int]:
         """Make `owner`'s cells match `desired` (replicas by deployment key) with the planner's plan diff
         (`plan_changes`) without failing a request: identical cells stay up; the cells to add that fit
-        in free GPUs start first (if they can be placed within `EARLY_PLACE_S`); then `switch` sends
-        new requests along the new plan; then the cells to remove are drained (`drain_cell`) and
-        removed; then the other new cells start on the GPUs freed. Until those are up, their
-        deployments' leases wait for them (`TaskManager.expect`) rather than fail.
+        in free GPUs start first (if they can be placed within `EARLY_PLACE_S`); a dropped cell that
+        an added one can replace in place (`Reshape`) keeps the replicas both have; then `switch`
+        sends new requests along the new plan; then the cells to remove are drained (`drain_cell`)
+        and removed, and the reshaped cells' replicas that go are drained and replaced; then the
+        other new cells start on the GPUs freed. Until those are up, their deployments' leases wait
+        for them (`TaskManager.expect`) rather than fail.
 
         Returns (cells added, cells removed).
         """
@@ -266,13 +268,22 @@ class ResourceManager:
                 for _ in range(new.count)
             ]
             later = [new for new in added if not await self._start_early(owner, new, managers)]
+            reshapes = _reshapes(removed, later, managers)
+            for reshape in reshapes:  # in place: their replicas kept serve throughout
+                removed.remove(reshape.cell)
+                later.remove(reshape.new)
+                for manager, _ in reshape.coming:
+                    manager.expect(1)
             for new in later:
                 _expect(managers, new.replicas, 1)
             try:
                 if switch is not None:
                     switch()
                 era = next_era()  # no await since the switch: requests begun after it are of this era
-                await asyncio.gather(*(self.drain_cell(cell, era=era) for cell in removed))
+                await asyncio.gather(
+                    *(self.drain_cell(cell, era=era) for cell in removed),
+                    *(self._reshape(reshape, era) for reshape in reshapes),
+                )
                 while later:
                     new = later.pop(0)
                     try:
@@ -282,7 +293,7 @@ class ResourceManager:
             finally:
                 for new in later:  # not started (an earlier one failed): leases stop waiting
                     _expect(managers, new.replicas, -1)
-            return len(added), len(removed)
+            return len(added), len(removed) + len(reshapes)
 
     async def _start_early(self, owner: str, new: CellPlan, managers: dict[str, TaskManager]) -> bool:
         """Start a new plan's cell before the old cells go, if some node (its own, when pinned) has
@@ -304,31 +315,69 @@ class ResourceManager:
         lease held, no open request whose payloads or streams are there). A cell whose requests stop
         finishing for `timeout_s` (`drain_timeout_s`) is removed anyway (logged): under sustained
         overload a long queue drains as long as it moves. Returns whether it drained."""
+        busy = await self._drain(
+            [r for _, r in cell.members], f"cell {cell.id} of {cell.owner}", timeout_s, era
+        )
+        await self.remove_cell(cell)
+        return not busy
+
+    async def _drain(
+        self, replicas: list[Replica], what: str, timeout_s: float | None = None, era: int | None = None
+    ) -> list[Replica]:
+        """Drain `replicas` (see `drain_cell`); returns those still busy when their requests stopped
+        finishing."""
         era = next_era() if era is None else era
-        for _, replica in cell.members:
+        for replica in replicas:
             replica.drain(era)
         loop = asyncio.get_running_loop()
         patience = self.drain_timeout_s if timeout_s is None else timeout_s
-        deadline, left = loop.time() + patience, _in_use(cell)
+        deadline, left = loop.time() + patience, _load(replicas)
         while left and loop.time() < deadline:
             await asyncio.sleep(self.DRAIN_POLL_S)
-            now_left = _in_use(cell)
+            now_left = _load(replicas)
             if now_left < left:  # a request finished: the drain moves
                 deadline = loop.time() + patience
             left = now_left
-        busy = _busy(cell)
+        busy = [r for r in replicas if r.in_flight or r.users]
         if busy:
             log.warning(
-                "cell %d of %s stopped draining (no request finished for %.0f s): removing it with "
-                "%d calls and %d requests on it",
-                cell.id,
-                cell.owner,
+                "%s stopped draining (no request finished for %.0f s): removing it with %d calls and "
+                "%d requests on it",
+                what,
                 patience,
                 sum(r.in_flight for r in busy),
                 sum(r.users for r in busy),
             )
-        await self.remove_cell(cell)
-        return not busy
+        return busy
+
+    async def _reshape(self, change: Reshape, era: int) -> None:
+        """Turn a dropped cell into an added one in place: drain and stop the replicas the new cell
+        does not keep, then start the new ones in their bundles; the others serve throughout."""
+        going = [replica for _, replica in change.going]
+        await self._drain(
+            going, f"{len(going)} replicas of cell {change.cell.id} of {change.cell.owner}", era=era
+        )
+        await asyncio.gather(*(manager.remove_replica(replica) for manager, replica in change.going))
+        cell = change.cell
+        cell.members = [(m, r) for m, r in cell.members if r not in going]
+        cell.replicas = dict(change.new.replicas)
+        try:
+            started = await asyncio.gather(
+                *(
+                    manager.add_replica(Placement(cell.placement_group, bundle, manager.task.gpus, cell.id))
+                    for manager, bundle in change.coming
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            for manager, _ in change.coming:
+                manager.expect(-1)
+        cell.members += [
+            (m, r) for (m, _), r in zip(change.coming, started, strict=True) if isinstance(r, Replica)
+        ]
+        errors = [r for r in started if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
 
     async def replace_lost(self, managers: dict[str, TaskManager]) -> int:
         """Re-place the cells of nodes that left the cluster (their replicas died with the node) on
@@ -414,11 +463,60 @@ def _expect(managers: dict[str, TaskManager], replicas: dict[str, int], sign: in
             managers[key].expect(sign * n)
 
 
+@dataclass
+class Reshape:
+    """A dropped cell turned into an added one in place: same GPUs and node, and replicas of the
+    same whole-GPU shapes, so each replica that goes leaves a bundle that one that comes fits.
+    The replicas both cells have stay up: a plan change drains single replicas, not the cell."""
+
+    cell: PlacedCell
+    new: CellPlan
+    going: list[tuple[TaskManager, Replica]]
+    coming: list[tuple[TaskManager, int]]  # each new replica's manager and bundle
+
+
+def _reshapes(
+    removed: list[PlacedCell], added: list[CellPlan], managers: dict[str, TaskManager]
+) -> list[Reshape]:
+    """Pairs of a dropped and an added cell that can change in place (`Reshape`)."""
+    found: list[Reshape] = []
+    for new in added:
+        for old in removed:
+            if all(change.cell is not old for change in found) and (change := _reshape(old, new, managers)):
+                found.append(change)
+                break
+    return found
+
+
+def _reshape(old: PlacedCell, new: CellPlan, managers: dict[str, TaskManager]) -> Reshape | None:
+    old_shapes, new_shapes = _shapes(old.replicas, managers), _shapes(new.replicas, managers)
+    if old.gpus != new.gpus or old.node != new.node or sorted(old_shapes) != sorted(new_shapes):
+        return None
+    if any(0 < g < 1 for g in old_shapes):  # shares packed into one bundle: no bundle is freed alone
+        return None
+    going = []
+    for key, n in old.replicas.items():
+        extra = n - new.replicas.get(key, 0)
+        members = sorted([(m, r) for m, r in old.members if m.key == key], key=lambda mr: _load([mr[1]]))
+        if extra > 0:
+            if len(members) < extra:  # one failed to start: the cell is replaced whole
+                return None
+            going += members[:extra]
+    freed = [(replica.placement.gpus, replica.placement.bundle_index) for _, replica in going]
+    coming = []
+    for key, n in new.replicas.items():
+        for _ in range(n - old.replicas.get(key, 0)):
+            gpus = managers[key].task.gpus
+            slot = next(i for i, (shape, _) in enumerate(freed) if shape == gpus)
+            coming.append((managers[key], freed.pop(slot)[1]))
+    return Reshape(old, new, going, coming)
+
+
+def _load(replicas: list[Replica]) -> int:
+    """Calls in flight and open requests on `replicas`."""
+    return sum(r.in_flight + r.users for r in replicas)
+
+
 def _in_use(cell: PlacedCell) -> int:
     """Calls in flight and open requests on the cell's replicas."""
-    return sum(r.in_flight + r.users for _, r in cell.members)
-
-
-def _busy(cell: PlacedCell) -> list[Replica]:
-    """The cell's replicas that a request in flight still uses."""
-    return [r for _, r in cell.members if r.in_flight or r.users]
+    return _load([r for _, r in cell.members])

@@ -223,3 +223,58 @@ def test_a_cell_pinned_to_an_unknown_or_full_node_is_refused_before_anything_cha
     assert "node 'c'" in unknown and "['a', 'b']" in unknown and "prismserve-node:c" in unknown
     assert unchanged
     assert "node 'a' has 0 free GPUs" in full
+
+
+def test_a_full_cluster_changes_a_cell_in_place_draining_only_the_replicas_that_go():
+    """With no GPU free, a plan that swaps one deployment of a cell for another of the same shape
+    keeps the cell and its other replica serving: only the replica that goes is drained (a call
+    held on the kept one does not hold up the change), and the new one starts in its bundle."""
+    first = {
+        "cells": [
+            {"gpus": 2, "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.encoders.image": 1}},
+            {"gpus": 1, "replicas": {"router.paths.E->L.llm": 1}},
+            {"gpus": 1, "replicas": {"router.paths.E->L.encoders.audio": 1}},
+        ],
+        "routing": {"text": {"EL": 1.0}},
+    }
+    second = {
+        "cells": [
+            {"gpus": 2, "replicas": {"router.paths.EL.llm": 1, "router.paths.E->L.llm": 1}},
+            {"gpus": 1, "replicas": {"router.paths.E->L.llm": 1}},
+            {"gpus": 1, "replicas": {"router.paths.E->L.encoders.audio": 1}},
+        ],
+        "routing": {"text": {"EL": 0.5, "E->L": 0.5}},
+    }
+
+    async def scenario(runtime):
+        from prismserve.runtime.task_manager import Lease, ReplicaState
+
+        app = await runtime.register_app(ROUTED_MLLM, "mllm")
+        keys = {name: task.deployment_key() for name, task in app.named_unit_tasks().items()}
+        await runtime.deploy("mllm", Plan.model_validate(first))
+        (big,) = [c for c in runtime.resources.cells if c.gpus == 2]
+        kept = next(r for m, r in big.members if m.key == keys["router.paths.EL.llm"])
+        held = Lease(kept)  # a call in flight on the replica both plans keep
+        await asyncio.wait_for(runtime.deploy("mllm", Plan.model_validate(second)), 10)
+        held.release()
+        (after,) = [c for c in runtime.resources.cells if c.gpus == 2]
+        llms = runtime.managers[keys["router.paths.E->L.llm"]].replicas
+        async with runtime.request("mllm"):
+            answers = [await app.serve(ChatRequest.of(f"q{i}")) for i in range(4)]
+        return (
+            (
+                after is big,
+                after.replicas == {keys["router.paths.EL.llm"]: 1, keys["router.paths.E->L.llm"]: 1},
+            ),
+            (kept.state is ReplicaState.RUNNING, kept.drain_era, kept in [r for _, r in after.members]),
+            runtime.managers[keys["router.paths.E->L.encoders.image"]].replicas,
+            sorted(r.placement.cell_id for r in llms),
+            answers,
+        )
+
+    (same_cell, swapped), (running, drained, member), encoders, llm_cells, answers = run(scenario, {"a": 4})
+    assert same_cell and swapped
+    assert running and not drained and member  # never drained, still in the cell
+    assert encoders == []  # the encoder went
+    assert len(llm_cells) == 2  # one E->L LLM in the reshaped cell, one in its own
+    assert all(a.tokens for a in answers)
