@@ -1,0 +1,140 @@
+"""Soak: the tiny Qwen2.5-Omni served as `prismserve serve MODEL --fake-gpus 8 --gpus all` plans it,
+under open-loop load at 70 % of the plan's predicted capacity for `--minutes`.
+
+The workload is the any-to-any mix of `bench_plan_loop.py` (images, audio in half the requests,
+speech out in a fifth), Poisson arrivals, in rounds of `--round-s` seconds sent back to back; after
+each round the server's processes are sampled. Reported, and checked: no request lost (every one
+answered 200), memory of the gateway (the serve process) and of the replicas (every process under
+it: Ray's workers, the replicas, their engines) after the first round (warm-up) and at the end,
+growth below 10 %; prismserve's shared-memory slabs in /dev/shm and the gateway's open file
+descriptors no more at the end than after warm-up.
+Run: python benchmarks/soak.py [--minutes 30] [--load 0.7] [--round-s 60] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import glob
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+from bench_plan_loop import serve, stop, workload
+
+import prismserve  # noqa: F401  (telemetry off)
+from prismserve.bench.loadgen import run_load
+from prismserve.bench.workloads import RequestSpec, poisson_times, write_requests
+from prismserve.models import tiny
+from prismserve.runtime.dataplane import SHM_DIR, SLAB_PREFIX
+
+GROWTH_LIMIT = 0.10
+
+
+def sample(pid: int) -> dict[str, float]:
+    """Memory (MiB) of the gateway and of every process under it, its open files, our slabs."""
+    gateway = psutil.Process(pid)
+    under = gateway.children(recursive=True)
+    rss = 0
+    for process in under:
+        with contextlib.suppress(psutil.Error):  # ended between the listing and the read
+            rss += process.memory_info().rss
+    return {
+        "gateway_mib": gateway.memory_info().rss / 2**20,
+        "replicas_mib": rss / 2**20,
+        "gateway_fds": gateway.num_fds(),
+        "slabs": len(glob.glob(f"{SHM_DIR}/{SLAB_PREFIX}*")),
+    }
+
+
+def soak(args: argparse.Namespace) -> dict:
+    model = tiny.build("qwen2.5-omni")
+    rounds = max(2, round(args.minutes * 60 / args.round_s))
+    with tempfile.TemporaryDirectory(prefix="prismserve-soak-") as folder:
+        files = Path(folder)
+        write_requests(workload(200, args.seed + 1), files / "workload.jsonl")
+        process, url, predicted = serve(model, 8, files / "workload.jsonl", files / "profiles")
+        rate = args.load * predicted
+        rng = np.random.default_rng(args.seed)
+        samples, results = [], []
+        try:
+            for index in range(rounds):
+                count = max(1, round(rate * args.round_s))
+                specs = workload(count, args.seed + 10 + index)
+                times = poisson_times(rng, rate, count, None)
+                timed = [
+                    RequestSpec(**{**vars(s), "arrival_s": float(t)})
+                    for s, t in zip(specs, times, strict=True)
+                ]
+                started = time.perf_counter()
+                done = asyncio.run(run_load(url, model.name, timed, progress=False))
+                results += done
+                samples.append(
+                    {"round": index, "seconds": time.perf_counter() - started, **sample(process.pid)}
+                )
+                failed = sum(not r.ok for r in done)
+                print(
+                    f"  round {index + 1}/{rounds}: {len(done)} requests, {failed} failed, {samples[-1]}",
+                    flush=True,
+                )
+        finally:
+            stop(process)
+    warm, end = samples[0], samples[-1]
+    lost = [r.error or f"HTTP {r.status}" for r in results if not r.ok]
+    report = {
+        "model": "tiny qwen2.5-omni",
+        "predicted_rps": predicted,
+        "offered_rps": rate,
+        "minutes": sum(s["seconds"] for s in samples) / 60,
+        "requests": len(results),
+        "lost": len(lost),
+        "errors": sorted(set(lost))[:5],
+        "gateway_growth": end["gateway_mib"] / warm["gateway_mib"] - 1,
+        "replicas_growth": end["replicas_mib"] / warm["replicas_mib"] - 1,
+        "slabs": (warm["slabs"], end["slabs"]),
+        "gateway_fds": (warm["gateway_fds"], end["gateway_fds"]),
+        "samples": samples,
+    }
+    report["passed"] = (
+        not lost
+        and report["gateway_growth"] < GROWTH_LIMIT
+        and report["replicas_growth"] < GROWTH_LIMIT
+        and end["slabs"] <= warm["slabs"]
+        and end["gateway_fds"] <= warm["gateway_fds"]
+    )
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument(
+        "--load", type=float, default=0.7, help="arrival rate / the plan's predicted capacity"
+    )
+    parser.add_argument("--round-s", type=float, default=60.0, help="seconds of load between samples")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    random.seed(args.seed)
+    report = soak(args)
+    print(
+        f"{report['requests']} requests over {report['minutes']:.1f} min at {report['offered_rps']:.2f} req/s "
+        f"({args.load:g} x predicted {report['predicted_rps']:.2f}): lost {report['lost']}, gateway memory "
+        f"{report['gateway_growth']:+.1%}, replicas {report['replicas_growth']:+.1%}, slabs {report['slabs']}, "
+        f"gateway fds {report['gateway_fds']}: {'passed' if report['passed'] else 'FAILED'}"
+    )
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    sys.exit(0 if report["passed"] else 1)
+
+
+if __name__ == "__main__":
+    main()
