@@ -400,3 +400,25 @@ def test_twin_is_judged_against_the_range_of_the_two_real_runs():
     assert inside["tbt_p50_s"]["again_ratio"] == pytest.approx(1.5)
     outside = twin.compare(real, again, {"tbt_p50_s": 0.8, "throughput_rps": 11.2})
     assert not outside["tbt_p50_s"]["within"] and not outside["throughput_rps"]["within"]
+
+
+@pytest.mark.timeout(600)
+def test_the_dataplane_bench_moves_payloads_between_two_nodes_over_the_wire_and_rays_store(tmp_path):
+    out = tmp_path / "result.json"
+    args = ["--mb", "4", "--repeats", "3", "--other-node", "--out", str(out)]
+    result = run_script([str(ROOT / "benchmarks" / "bench_dataplane.py"), *args], ROOT, 300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert set(json.loads(out.read_text())) == {"prismserve wire", "ray object store"}
+
+
+@pytest.mark.timeout(900)
+def test_the_soak_short_form_loses_no_request_and_leaks_nothing(tmp_path):
+    """The reliability suite's soak, 3 minutes (docs/reliability.md has the long form's figures):
+    the script fails on a lost request, memory growth of 10 % after warm-up, or a leaked slab or
+    file descriptor."""
+    out = tmp_path / "soak.json"
+    args = ["--minutes", "3", "--round-s", "60", "--out", str(out)]
+    result = run_script([str(ROOT / "benchmarks" / "soak.py"), *args], ROOT / "benchmarks", 840)
+    report = json.loads(out.read_text())
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert report["passed"] and report["lost"] == 0 and report["requests"] > 0
