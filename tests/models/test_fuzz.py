@@ -15,19 +15,14 @@ import wave
 import httpx
 import pytest
 import schemathesis
+from default_gateway import default_app_gateway
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import positive_data_acceptance
 
-from prismserve.apps import default_app_source
-from prismserve.gateway import create_gateway
-from prismserve.models import family_for
-from prismserve.runtime import LocalRuntime
-
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 NAME = "tiny/qwen2.5-vl"
-TOKEN = "fuzz"
 EXAMPLES = int(os.environ.get("PRISMSERVE_FUZZ_EXAMPLES", "40"))
 
 
@@ -111,16 +106,7 @@ BODY = st.fixed_dictionaries(
 @pytest.fixture(scope="module")
 def url(tiny_vl, serve_gateway):
     """A gateway serving the tiny Qwen2.5-VL's default app (transformers, in process)."""
-    app = create_gateway(LocalRuntime(), admin_token=TOKEN, max_request_bytes=1 << 20)
-    with serve_gateway(app) as url:
-        source = default_app_source(family_for(tiny_vl), tiny_vl)
-        registered = httpx.post(
-            f"{url}/admin/apps",
-            json={"name": NAME, "source": source},
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=120,
-        )
-        assert registered.status_code == 201, registered.text
+    with default_app_gateway(serve_gateway, tiny_vl, NAME) as url:
         yield url
         # Whatever was sent, it still serves.
         assert httpx.get(f"{url}/health", timeout=30).status_code == 200

@@ -11,11 +11,10 @@ import io
 import httpx
 import openai
 import pytest
+from default_gateway import default_app_gateway
 from openai_checks import check_sampling
 
-from prismserve.apps import default_app_source
 from prismserve.gateway import create_gateway
-from prismserve.models import family_for
 from prismserve.runtime import LocalRuntime
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -28,16 +27,7 @@ PROMPT = "Tell me a story about a robot."
 @pytest.fixture(scope="module")
 def client(tiny_vl, serve_gateway):
     """The `openai` client of a gateway serving the tiny Qwen2.5-VL's default app."""
-    app = create_gateway(LocalRuntime(), admin_token=TOKEN)
-    with serve_gateway(app) as url:
-        source = default_app_source(family_for(tiny_vl), tiny_vl)
-        registered = httpx.post(
-            f"{url}/admin/apps",
-            json={"name": NAME, "source": source},
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=120,
-        )
-        assert registered.status_code == 201, registered.text
+    with default_app_gateway(serve_gateway, tiny_vl, NAME) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
