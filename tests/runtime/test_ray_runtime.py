@@ -205,15 +205,24 @@ def test_plan_larger_than_the_cluster_is_refused_clearly(ray_cluster):
     run(scenario)
 
 
-def test_killed_replica_is_restarted_and_no_other_request_is_lost(ray_cluster):
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_killed_replica_is_restarted_and_no_other_request_is_lost(ray_cluster, kill):
+    """Killed through Ray, or its worker process killed under Ray (an OOM killer, a crash)."""
+
     async def scenario(runtime):
+        import os
+        import signal
+
         import ray
 
         app = await runtime.register_app(SOLO, "solo")
         llm = next(m for m in runtime.managers.values() if type(m.task).__name__ == "LLMTask")
         await runtime.resources.create_cell("solo", 1, {llm.key: 1}, runtime.managers)  # a second LLM replica
         victim = llm.replicas[0]
-        ray.kill(victim.handle, no_restart=True)
+        if kill == "ray.kill":
+            ray.kill(victim.handle, no_restart=True)
+        else:
+            os.kill(victim.info["pid"], signal.SIGKILL)
 
         async def one(i):
             with use_dispatcher(runtime.dispatcher):
@@ -453,3 +462,24 @@ def test_losing_a_node_fails_at_most_its_requests_in_flight_and_its_cell_is_plac
     assert all(not isinstance(r, DispatchError) and r[-1] == f"r{100 + i}" for i, r in enumerate(after))
     placed = {c["node_id"] for c in status["cells"] if c["owner"] == "solo"}
     assert lost_node not in placed and len(status["cells"]) == 2
+
+
+def test_a_payload_larger_than_the_slab_goes_to_rays_object_store_and_the_request_is_served(ray_cluster):
+    """Shared memory full: an encoder whose slab cannot hold its output puts it in Ray's object
+    store instead, and the request is served as with room."""
+
+    async def scenario(runtime):
+        from prismserve.executors import SimProfile
+
+        runtime.slab_bytes = 256 << 10  # replicas started from now on: a 256 KiB slab
+        runtime.values = {}
+        runtime.default_profile = SimProfile(payload_bytes=1 << 20, items=4)  # 1 MiB embeddings
+        app = await runtime.register_app(SOLO, "solo")
+        graph = app.tasks["mllm"].record(ChatRequest.of("x", images=[b"a", b"b"]))
+        outputs = await runtime.dispatcher.execute(graph)
+        embedding = outputs[0].embedding
+        return await outputs[-1].collect(), type(embedding.ref).__name__, (await embedding.fetch()).nbytes
+
+    tokens, ref, nbytes = run(scenario)
+    assert tokens == ["t0", "t1", "t2", "t3"]
+    assert ref == "ObjectStoreRef" and nbytes == 1 << 20
