@@ -22,7 +22,8 @@ from prismserve.runtime.stage_stats import Histogram as StageHistogram
 log = logging.getLogger(__name__)
 SCRAPE_TIMEOUT_S = 2.0  # a replica slower than this to report is left out of this scrape
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+_RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30)
 
 
 class GatewayMetrics:
@@ -51,6 +52,20 @@ class GatewayMetrics:
             "Time from request to the first streamed chunk",
             ["app", "request_type"],
             buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.first_audio = Histogram(
+            "prismserve_time_to_first_audio_seconds",
+            "Time from request to the first chunk of speech",
+            ["app", "request_type"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.real_time_factor = Histogram(
+            "prismserve_speech_real_time_factor",
+            "Seconds a request with speech took per second of speech (below 1: faster than it plays)",
+            ["app", "request_type"],
+            buckets=_RTF_BUCKETS,
             registry=self.registry,
         )
         self.slo_requests = Counter(

@@ -85,6 +85,7 @@ class Served:
         self.start = time.perf_counter()
         self.first: float | None = None  # when the first chunk went out (streams)
         self.sent = 0  # chunks sent
+        self.speech_s = 0.0  # seconds of speech answered
         # The request's context: its prompt tokens as its calls counted them (its TTFT target).
         self.context: RequestContext | None = None
         self.parent: Context | None = None  # the trace the caller's request is part of, if any
@@ -97,6 +98,7 @@ class Served:
             ):
                 async with self.runtime.request(self.app.name, self.kind, self.request_id) as self.context:
                     result = await self.app.serve(self.request)
+                    self._speech(result)
                     if self.app.streaming:
                         raise AppResponseError("the app streams: ask for its answer as a stream")
         except asyncio.CancelledError:
@@ -143,6 +145,7 @@ class Served:
                             elapsed = self.first - self.start
                             self.metrics.first_chunk.labels(self.app.name, self.kind).observe(elapsed)
                         self.sent += 1
+                        self._speech(chunk)
                         await queue.put(("chunk", chunk))
             status = "ok"
             await queue.put(("end", None))
@@ -165,10 +168,24 @@ class Served:
             "prismserve.request_id": self.request_id,
         }
 
+    def _speech(self, part: Any) -> None:
+        """Count the speech in a chunk or a whole answer (16-bit mono PCM at its `sample_rate`)."""
+        audio = getattr(part, "audio", None)
+        if not audio:
+            return
+        if not self.speech_s:
+            elapsed = time.perf_counter() - self.start
+            self.metrics.first_audio.labels(self.app.name, self.kind).observe(elapsed)
+        self.speech_s += len(audio) / 2 / part.sample_rate
+
     def _done(self, status: str) -> None:
         end = time.perf_counter()
         self.metrics.requests.labels(self.app.name, self.kind, status).inc()
         self.metrics.latency.labels(self.app.name, self.kind).observe(end - self.start)
+        if status == "ok" and self.speech_s:
+            self.metrics.real_time_factor.labels(self.app.name, self.kind).observe(
+                (end - self.start) / self.speech_s
+            )
         slo = self.app.slo(self.kind)
         if slo is not None and status != "cancelled":  # a client that left says nothing of the SLO
             first = self.first if self.first is not None else end  # a whole response: all at once

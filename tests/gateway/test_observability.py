@@ -219,6 +219,11 @@ def test_each_stage_is_measured_under_vllms_names_and_the_dashboard_reads_what_t
     assert value("prismserve:time_per_output_token_seconds_count", "LLMTask") >= 2
     assert value("prismserve:generation_tokens_total", "LLMTask") >= 4
     assert value("prismserve:time_to_first_audio_seconds_count", "VocoderTask") == 1
+    (rtf,) = [s for s in samples["prismserve_speech_real_time_factor_count"] if s.labels["app"] == "omni"]
+    (first_audio,) = [
+        s for s in samples["prismserve_time_to_first_audio_seconds_count"] if s.labels["app"] == "omni"
+    ]
+    assert rtf.value == first_audio.value == 1  # the spoken answer only
     assert value("prismserve:num_requests_running", "LLMTask") == 0  # all answered
     (bound,) = {s.labels["le"] for s in samples["prismserve:time_to_first_token_seconds_bucket"]} & {"1800.0"}
     assert bound
