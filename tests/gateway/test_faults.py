@@ -57,6 +57,25 @@ def test_a_crashing_request_loses_no_concurrent_request(gateway):
             assert status == 200 and json.loads(body)["text"].endswith(f"user: question {i}")
 
 
+def test_a_slow_consumer_holds_up_no_other_request_and_gets_its_whole_stream(gateway):
+    """A client that stops reading its stream for a while: other requests are answered meanwhile
+    as quickly as without it, and its own stream then arrives whole."""
+    words = " ".join(f"w{i}" for i in range(400))
+    with gateway.stream("POST", "/v1/apps/omni/invoke", json=chat_body(words)) as slow:
+        lines = slow.iter_lines()
+        first = next(lines)
+        took = []
+        for i in range(5):  # while the slow client reads nothing
+            start = time.perf_counter()
+            answer = gateway.post("/v1/apps/answer/invoke", json=chat_body(f"meanwhile {i}"))
+            took.append(time.perf_counter() - start)
+            assert answer.status_code == 200 and json.loads(answer.text)["text"].endswith(f"meanwhile {i}")
+        rest = [first, *lines]
+    texts = [json.loads(line[6:])["text"] for line in rest if line.startswith("data: {")]
+    assert "".join(texts).endswith(words) and "data: [DONE]" in rest
+    assert max(took) < 5  # seconds: answered, not queued behind the stalled stream
+
+
 def test_a_body_over_the_limit_is_refused_even_without_content_length(gateway):
     def body():
         yield b'{"messages": "'
