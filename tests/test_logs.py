@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from prismserve.observability import setup_logging
-from prismserve.task.context import RequestContext, use_request
+from prismserve.task.context import RequestContext, current_request, use_request
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def logged(capsys):
     level = logger.level
 
     def lines(fmt: str, log) -> list[str]:
-        handler = setup_logging("info", fmt)
+        handler = setup_logging("info", fmt, lambda: current_request().id)
         try:
             log(logging.getLogger("prismserve.gateway.serving"))
         finally:

@@ -1,24 +1,29 @@
 """prismserve's log lines, with the id of the request being served (the one `X-Request-Id` gave
-its client), as text or as one JSON object per line for a log collector."""
+its client), as text or as one JSON object per line for a log collector. Which request is being
+served is the caller's to say (`request_id`): this room sits below the request context."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
-
-from prismserve.task.context import current_request
 
 FORMATS = ("text", "json")
 _TEXT = "%(asctime)s %(levelname)s %(name)s%(request)s: %(message)s"
 
 
 class RequestIdFilter(logging.Filter):
-    """Adds `request_id` to each record: the request being served where the line was logged."""
+    """Adds `request_id` to each record: the request being served where the line was logged, as
+    `request_id()` says ('' outside a request)."""
+
+    def __init__(self, request_id: Callable[[], str]) -> None:
+        super().__init__()
+        self.request_id = request_id
 
     def filter(self, record: logging.LogRecord) -> bool:
-        request = current_request().id
+        request = self.request_id()
         record.__dict__.update(request_id=request, request=f" [{request}]" if request else "")
         return True
 
@@ -42,9 +47,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line)
 
 
-def setup_logging(level: str, fmt: str = "text") -> logging.Handler:
-    """Send prismserve's log lines at `level` and above to stderr in `fmt` (text or json); returns
-    the handler (replacing one set up before)."""
+def setup_logging(level: str, fmt: str = "text", request_id: Callable[[], str] = str) -> logging.Handler:
+    """Send prismserve's log lines at `level` and above to stderr in `fmt` (text or json), each with
+    the id `request_id()` gives where it was logged; returns the handler (replacing one set up
+    before)."""
     if fmt not in FORMATS:
         raise ValueError(f"log format {fmt!r}: use one of {', '.join(FORMATS)}")
     logger = logging.getLogger("prismserve")
@@ -52,7 +58,7 @@ def setup_logging(level: str, fmt: str = "text") -> logging.Handler:
         logger.removeHandler(old)
     handler = logging.StreamHandler(sys.stderr)
     handler.prismserve = True  # type: ignore[attr-defined]
-    handler.addFilter(RequestIdFilter())
+    handler.addFilter(RequestIdFilter(request_id))
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT))
     logger.addHandler(handler)
     logger.setLevel(level.upper().replace("TRACE", "DEBUG"))

@@ -32,6 +32,7 @@ from prismserve.observability.logs import FORMATS as LOG_FORMATS
 from prismserve.planner import Plan
 from prismserve.runtime import LocalRuntime, Runtime, create_runtime
 from prismserve.runtime.resources import PlacementError
+from prismserve.task.context import current_request
 
 if TYPE_CHECKING:
     import uvicorn
@@ -184,7 +185,7 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         durable=_durable(options),
     )
     listener = _listen(options.host, options.port)
-    setup_logging(options.log_level, options.log_format)
+    setup_logging(options.log_level, options.log_format, lambda: current_request().id)
     config = uvicorn.Config(
         gateway,
         log_level=options.log_level,
