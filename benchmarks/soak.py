@@ -6,10 +6,10 @@ its costs sped up `--speedup` times as the paper scripts run them.
 The workload is the any-to-any mix of `bench_plan_loop.py` (images, audio in half the requests,
 speech out in a fifth), Poisson arrivals, in rounds of `--round-s` seconds sent back to back; after
 each round the server's processes are sampled. Reported, and checked: no request lost (every one
-answered 200), memory of the gateway (the serve process) and of the replicas (every process under
-it: Ray's workers, the replicas, their engines) after the first round (warm-up) and at the end,
-growth below 10 %; prismserve's shared-memory slabs in /dev/shm and the gateway's open file
-descriptors no more at the end than after warm-up.
+answered 200), memory of the gateway (the serve process) and of the replicas (each replica's
+process and those under it: its engine), after the first round (warm-up) and at the end, growth
+below 10 %; prismserve's shared-memory slabs in /dev/shm and the gateway's open file descriptors
+no more at the end than after warm-up.
 Run: python benchmarks/soak.py [--minutes 30] [--load 0.7] [--round-s 60] [--emulated qwen25-omni]
      [--speedup 20] [--out result.json]
 """
@@ -40,16 +40,19 @@ from prismserve.models import tiny
 from prismserve.runtime.dataplane import SHM_DIR, SLAB_PREFIX
 
 GROWTH_LIMIT = 0.10
+REPLICA = "ray::ExecutorReplica"  # a replica actor's process name
 
 
 def sample(pid: int) -> dict[str, float]:
-    """Memory (MiB) of the gateway and of every process under it, its open files, our slabs."""
+    """Memory (MiB) of the gateway and of the replicas (their processes and every process under
+    them: engines), the gateway's open files, our slabs. Ray's own processes and idle workers,
+    which come and go, are not counted."""
     gateway = psutil.Process(pid)
-    under = gateway.children(recursive=True)
     rss = 0
-    for process in under:
+    for process in gateway.children(recursive=True):
         with contextlib.suppress(psutil.Error):  # ended between the listing and the read
-            rss += process.memory_info().rss
+            if process.name().startswith(REPLICA):
+                rss += sum(p.memory_info().rss for p in (process, *process.children(recursive=True)))
     return {
         "gateway_mib": gateway.memory_info().rss / 2**20,
         "replicas_mib": rss / 2**20,
