@@ -155,6 +155,7 @@ def test_fig10_queueing_model_runs_and_reproduces_the_short_run_shortfall(tmp_pa
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.reliability
 def test_a_plan_change_on_a_full_cluster_under_load_fails_no_request():
     # The running 8-GPU cell is drained and removed while requests arrive; two 4-GPU cells replace it.
     paper = ROOT / "benchmarks" / "paper"
@@ -412,6 +413,7 @@ def test_the_dataplane_bench_moves_payloads_between_two_nodes_over_the_wire_and_
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.reliability
 def test_the_soak_short_form_loses_no_request_and_leaks_nothing(tmp_path):
     """The reliability suite's soak, 3 minutes (docs/reliability.md has the longer runs' figures):
     no request lost, no slab or file descriptor leaked, the gateway's memory flat. The replicas'

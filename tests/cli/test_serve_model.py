@@ -496,6 +496,7 @@ def _serving(
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "ctrl-c"])
+@pytest.mark.reliability
 def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
     """After SIGTERM or Ctrl-C to its process group, no process the server started (Ray's, the replicas', vLLM's engine
     core and worker) is alive and no shared-memory segment they mapped is left in /dev/shm. vLLM's

@@ -71,6 +71,7 @@ def test_a_state_file_that_cannot_be_read_stops_the_start(tmp_path):
         prepare_server(ServeOptions(str(APP_PATH), state=str(path), port=0))
 
 
+@pytest.mark.reliability
 def test_a_restarted_server_serves_the_kept_apps_and_loses_no_request_it_took(tmp_path, monkeypatch):
     """Load runs through a restart of the server (same port, same state file): every request either
     completed or was refused at connect while no server listened — none that a server took failed —

@@ -17,6 +17,7 @@ from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
 
 
+@pytest.mark.reliability
 def test_an_executor_failure_mid_stream_ends_the_stream_with_an_error_event(gateway):
     with gateway.stream("POST", "/v1/apps/omni/invoke", json=chat_body("fail midway please")) as response:
         assert response.status_code == 200  # the first chunks were already on their way
@@ -42,6 +43,7 @@ def test_openai_client_sees_a_mid_stream_failure_as_an_api_error(chat):
     assert "".join(received) == "[0 media, 0.000] user:"
 
 
+@pytest.mark.reliability
 def test_a_crashing_request_loses_no_concurrent_request(gateway):
     def ask(i: int) -> tuple[int, int, str]:
         text = "please crash" if i % 4 == 0 else f"question {i}"
@@ -57,6 +59,7 @@ def test_a_crashing_request_loses_no_concurrent_request(gateway):
             assert status == 200 and json.loads(body)["text"].endswith(f"user: question {i}")
 
 
+@pytest.mark.reliability
 def test_a_slow_consumer_holds_up_no_other_request_and_gets_its_whole_stream(gateway):
     """A client that stops reading its stream for a while: other requests are answered meanwhile
     as quickly as without it, and its own stream then arrives whole."""
@@ -115,6 +118,7 @@ def test_unknown_routes_and_methods_are_errors_as_data(gateway):
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == 405
 
 
+@pytest.mark.reliability
 def test_a_client_that_leaves_mid_stream_cancels_its_request(serve_gateway):
     async def stalling_llm(task, request):
         yield "first"

@@ -17,6 +17,8 @@ from toy.executors import EXECUTORS
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
 
+pytestmark = pytest.mark.reliability
+
 EXAMPLES = int(os.environ.get("PRISMSERVE_SCHEMATHESIS_EXAMPLES", "15"))
 """Examples per route: CI-sized; set the variable for a longer hunt."""
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import positive_data_acceptance
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.reliability]
 
 NAME = "tiny/qwen2.5-vl"
 EXAMPLES = int(os.environ.get("PRISMSERVE_FUZZ_EXAMPLES", "40"))

@@ -129,6 +129,7 @@ def test_prefill_on_one_engine_and_decode_on_another_equal_one_engine(cars_jpg, 
     assert results["left"] == []  # the sweeps deleted what was taken, and the stale hand-off
 
 
+@pytest.mark.reliability
 def test_a_decode_engine_killed_mid_reply_fails_its_request_only_and_its_handoff_is_swept(
     vllm_probes, tmp_path
 ):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
 from toy.tasks import EncoderTask
 
 from prismserve.emulate import INTERNVL3
@@ -222,6 +223,7 @@ def test_with_new_replicas_expected_a_request_begun_before_the_switch_goes_on_at
     assert asyncio.run(scenario()) == (True, True)
 
 
+@pytest.mark.reliability
 def test_a_cell_drains_as_long_as_its_requests_keep_finishing_past_the_drain_timeout(caplog):
     """Under sustained overload a dropped cell's queue outlasts the drain timeout: it is removed
     once its last request finished, not at the timeout (those requests failed), since one of them

@@ -206,6 +206,7 @@ def test_plan_larger_than_the_cluster_is_refused_clearly(ray_cluster):
 
 
 @pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+@pytest.mark.reliability
 def test_killed_replica_is_restarted_and_no_other_request_is_lost(ray_cluster, kill):
     """Killed through Ray, or its worker process killed under Ray (an OOM killer, a crash)."""
 
@@ -318,6 +319,7 @@ def test_the_images_of_one_request_spread_over_the_encoder_replicas(ray_cluster)
     assert busy_after == idle_after == 0
 
 
+@pytest.mark.reliability
 def test_a_killed_encoder_restarts_alone_its_slab_is_reclaimed_and_the_request_is_served(ray_cluster):
     async def scenario(runtime):
         import glob
@@ -347,6 +349,7 @@ def test_a_killed_encoder_restarts_alone_its_slab_is_reclaimed_and_the_request_i
     assert left == []  # the dead replica's 64 MiB slab is gone from /dev/shm
 
 
+@pytest.mark.reliability
 def test_requests_wait_for_the_only_replica_while_it_restarts(ray_cluster):
     async def scenario(runtime):
         import ray
@@ -414,6 +417,7 @@ def ref_node(status, path):
 
 
 @pytest.mark.slow
+@pytest.mark.reliability
 def test_losing_a_node_fails_at_most_its_requests_in_flight_and_its_cell_is_placed_again(ray_cluster):
     """A third node (`doomed`) holds the encoders' cell; it leaves the cluster while requests run.
     Requests that met it may fail, naming the replica; every other request is served; its cell is
@@ -464,6 +468,7 @@ def test_losing_a_node_fails_at_most_its_requests_in_flight_and_its_cell_is_plac
     assert lost_node not in placed and len(status["cells"]) == 2
 
 
+@pytest.mark.reliability
 def test_a_payload_larger_than_the_slab_goes_to_rays_object_store_and_the_request_is_served(ray_cluster):
     """Shared memory full: an encoder whose slab cannot hold its output puts it in Ray's object
     store instead, and the request is served as with room."""
