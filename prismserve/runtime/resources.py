@@ -497,11 +497,12 @@ def _reshape(old: PlacedCell, new: CellPlan, managers: dict[str, TaskManager]) -
     going = []
     for key, n in old.replicas.items():
         extra = n - new.replicas.get(key, 0)
+        if extra <= 0:
+            continue
         members = sorted([(m, r) for m, r in old.members if m.key == key], key=lambda mr: _load([mr[1]]))
-        if extra > 0:
-            if len(members) < extra:  # one failed to start: the cell is replaced whole
-                return None
-            going += members[:extra]
+        if len(members) < extra:  # one failed to start: the cell is replaced whole
+            return None
+        going += members[:extra]
     freed = [(replica.placement.gpus, replica.placement.bundle_index) for _, replica in going]
     coming = []
     for key, n in new.replicas.items():
