@@ -1,5 +1,7 @@
 """Soak: the tiny Qwen2.5-Omni served as `prismserve serve MODEL --fake-gpus 8 --gpus all` plans it,
-under open-loop load at 70 % of the plan's predicted capacity for `--minutes`.
+under open-loop load at 70 % of the plan's predicted capacity for `--minutes`; with `--emulated
+NAME`, a paper-scale model on `sim` executors instead (`prismserve.emulate`, e.g. qwen25-omni),
+planned the same way (the server profiles its sim replicas), its costs sped up `--speedup` times.
 
 The workload is the any-to-any mix of `bench_plan_loop.py` (images, audio in half the requests,
 speech out in a fifth), Poisson arrivals, in rounds of `--round-s` seconds sent back to back; after
@@ -8,7 +10,8 @@ answered 200), memory of the gateway (the serve process) and of the replicas (ea
 process and those under it: its engine), after warm-up (the first fifth of the rounds, at least
 one: the engines' memory grows for their first minutes) and at the end, growth below 10 %; prismserve's shared-memory slabs in /dev/shm and the gateway's open file descriptors
 no more at the end than after warm-up.
-Run: python benchmarks/soak.py [--minutes 30] [--load 0.7] [--round-s 60] [--out result.json]
+Run: python benchmarks/soak.py [--minutes 30] [--load 0.7] [--round-s 60] [--emulated qwen25-omni]
+     [--speedup 1] [--out result.json]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import glob
 import json
+import os
 import random
 import sys
 import tempfile
@@ -31,6 +35,7 @@ from bench_plan_loop import serve, stop, workload
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.bench.loadgen import run_load
 from prismserve.bench.workloads import RequestSpec, poisson_times, write_requests
+from prismserve.emulate.app import app_source
 from prismserve.models import tiny
 from prismserve.runtime.dataplane import SHM_DIR, SLAB_PREFIX
 
@@ -60,7 +65,13 @@ def soak(args: argparse.Namespace) -> dict:
     rounds = max(2, round(args.minutes * 60 / args.round_s))
     with tempfile.TemporaryDirectory(prefix="prismserve-soak-") as folder:
         files = Path(folder)
-        target = tiny.build("qwen2.5-omni")
+        if args.emulated:  # an app file on sim executors, served under its file's stem
+            os.environ["PRISMSERVE_SIM_SPEEDUP"] = str(args.speedup)
+            target, name = files / f"{args.emulated}.py", args.emulated
+            target.write_text(app_source(args.emulated))
+        else:
+            target = tiny.build("qwen2.5-omni")
+            name = target.name
         write_requests(workload(200, args.seed + 1), files / "workload.jsonl")
         process, url, predicted = serve(target, 8, files / "workload.jsonl", files / "profiles")
         rate = args.load * predicted
@@ -76,7 +87,7 @@ def soak(args: argparse.Namespace) -> dict:
                     for s, t in zip(specs, times, strict=True)
                 ]
                 started = time.perf_counter()
-                done = asyncio.run(run_load(url, target.name, timed, progress=False))
+                done = asyncio.run(run_load(url, name, timed, progress=False))
                 results += done
                 samples.append(
                     {"round": index, "seconds": time.perf_counter() - started, **sample(process.pid)}
@@ -91,7 +102,7 @@ def soak(args: argparse.Namespace) -> dict:
     warm, end = samples[max(1, rounds // 5) - 1], samples[-1]
     lost = [r.error or f"HTTP {r.status}" for r in results if not r.ok]
     report = {
-        "model": "tiny qwen2.5-omni",
+        "model": f"emulated {args.emulated} (x{args.speedup:g})" if args.emulated else "tiny qwen2.5-omni",
         "predicted_rps": predicted,
         "offered_rps": rate,
         "minutes": sum(s["seconds"] for s in samples) / 60,
@@ -123,6 +134,8 @@ def main() -> None:
         "--load", type=float, default=0.7, help="arrival rate / the plan's predicted capacity"
     )
     parser.add_argument("--round-s", type=float, default=60.0, help="seconds of load between samples")
+    parser.add_argument("--emulated", help="a paper-scale model on sim executors (prismserve.emulate)")
+    parser.add_argument("--speedup", type=float, default=1.0, help="with --emulated: its costs sped up")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

@@ -427,3 +427,20 @@ def test_the_soak_short_form_loses_no_request_and_leaks_nothing(tmp_path):
     assert report["requests"] > 0 and report["lost"] == 0, report["errors"]
     assert report["slabs"][1] <= report["slabs"][0] and report["gateway_fds"][1] <= report["gateway_fds"][0]
     assert report["gateway_growth"] < 0.10 and "replicas_growth" in report
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.reliability
+def test_the_soak_short_form_on_sim_executors_loses_no_request_and_leaks_nothing(tmp_path):
+    """The soak of an emulated Qwen2.5-Omni (paper-scale costs on `sim` executors, planned from the
+    server's own profile of them), 3 minutes: nothing lost or leaked, and here the replicas' memory
+    is judged too (a sim replica has no engine cache to fill)."""
+    out = tmp_path / "soak.json"
+    args = ["--emulated", "qwen25-omni", "--minutes", "3", "--round-s", "60", "--out", str(out)]
+    result = run_script([str(ROOT / "benchmarks" / "soak.py"), *args], ROOT, 840)
+    assert out.exists(), (result.stdout + result.stderr)[-3000:]
+    report = json.loads(out.read_text())
+    assert report["model"] == "emulated qwen25-omni (x1)"
+    assert report["requests"] > 0 and report["lost"] == 0, report["errors"]
+    assert report["slabs"][1] <= report["slabs"][0] and report["gateway_fds"][1] <= report["gateway_fds"][0]
+    assert report["gateway_growth"] < 0.10 and report["replicas_growth"] < 0.10

@@ -73,6 +73,27 @@ def test_a_component_only_inside_colocated_options_is_rejected_by_name():
         parse_spec(data)
 
 
+def test_a_component_no_request_needs_may_sit_only_inside_a_colocated_option():
+    """A mix without video plans a model whose monolith holds a video encoder: the encoder's solo
+    option profiled nothing (no request reached it), and the monolith still plans."""
+    from prismserve.planner import plan_for_budget
+
+    data = {
+        "components": ["E", "V", "L"],
+        "options": [
+            MLLM["options"][0],
+            MLLM["options"][1],
+            {"name": "EVL", "components": ["E", "V", "L"], "gpus": 1, "throughput": 4.0},
+        ],
+        "request_types": MLLM["request_types"],
+    }
+    model = build_model(parse_spec(data))
+    assert "V" not in model.tau
+    assert model.alpha["EVL"] == pytest.approx(build_model(parse_spec(MLLM)).alpha["EL"])
+    plan = plan_for_budget(parse_spec(data), 2, max_exponent=1)
+    assert plan.throughput > 0
+
+
 def test_a_second_singleton_keeps_its_own_speed_and_tau_comes_from_the_smallest():
     data = {
         **MLLM,
