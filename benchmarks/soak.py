@@ -11,7 +11,7 @@ process and those under it: its engine), after warm-up (the first fifth of the r
 one: the engines' memory grows for their first minutes) and at the end, growth below 10 %; prismserve's shared-memory slabs in /dev/shm and the gateway's open file descriptors
 no more at the end than after warm-up.
 Run: python benchmarks/soak.py [--minutes 30] [--load 0.7] [--round-s 60] [--emulated qwen25-omni]
-     [--speedup 1] [--out result.json]
+     [--speedup 1] [--profile-cache DIR] [--out result.json]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import glob
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,19 +62,37 @@ def sample(pid: int) -> dict[str, float]:
     }
 
 
+def start(args: argparse.Namespace, files: Path) -> tuple[subprocess.Popen[str], str, float, str]:
+    """Serve the tiny Omni, or `args.emulated` on sim executors, as `--gpus all` plans it for the
+    any-to-any mix: the server, its URL, the plan's predicted req/s and the served model's name."""
+    if args.emulated:  # an app file on sim executors, served under its file's stem
+        os.environ["PRISMSERVE_SIM_SPEEDUP"] = str(args.speedup)
+        target, name = files / f"{args.emulated}.py", args.emulated
+        target.write_text(app_source(args.emulated))
+    else:
+        target = tiny.build("qwen2.5-omni")
+        name = target.name
+    write_requests(workload(200, 1), files / "workload.jsonl")
+    cache = args.profile_cache or files / "profiles"
+    return (*serve(target, 8, files / "workload.jsonl", cache), name)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `start`'s server."""
+    parser.add_argument("--emulated", help="a paper-scale model on sim executors (prismserve.emulate)")
+    parser.add_argument("--speedup", type=float, default=1.0, help="with --emulated: its costs sped up")
+    parser.add_argument(
+        "--profile-cache",
+        type=Path,
+        help="the server's profile cache: a run finds the profile an earlier one measured there "
+        "(default: a new folder, so every run profiles and plans anew)",
+    )
+
+
 def soak(args: argparse.Namespace) -> dict:
     rounds = max(2, round(args.minutes * 60 / args.round_s))
     with tempfile.TemporaryDirectory(prefix="prismserve-soak-") as folder:
-        files = Path(folder)
-        if args.emulated:  # an app file on sim executors, served under its file's stem
-            os.environ["PRISMSERVE_SIM_SPEEDUP"] = str(args.speedup)
-            target, name = files / f"{args.emulated}.py", args.emulated
-            target.write_text(app_source(args.emulated))
-        else:
-            target = tiny.build("qwen2.5-omni")
-            name = target.name
-        write_requests(workload(200, args.seed + 1), files / "workload.jsonl")
-        process, url, predicted = serve(target, 8, files / "workload.jsonl", files / "profiles")
+        process, url, predicted, name = start(args, Path(folder))
         rate = args.load * predicted
         rng = np.random.default_rng(args.seed)
         samples, results = [], []
@@ -134,8 +153,7 @@ def main() -> None:
         "--load", type=float, default=0.7, help="arrival rate / the plan's predicted capacity"
     )
     parser.add_argument("--round-s", type=float, default=60.0, help="seconds of load between samples")
-    parser.add_argument("--emulated", help="a paper-scale model on sim executors (prismserve.emulate)")
-    parser.add_argument("--speedup", type=float, default=1.0, help="with --emulated: its costs sped up")
+    add_server_arguments(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

@@ -103,8 +103,12 @@ async def run_load(
     timeout_s: float = 900.0,
     progress: bool = True,
     media_root: Path | None = None,
+    start: float | None = None,
 ) -> list[RequestResult]:
-    """Send every request of `specs` at its arrival time (open loop); one result per request, in order."""
+    """Send every request of `specs` at its arrival time (open loop); one result per request, in order.
+
+    Times count from `start` (a `time.perf_counter()` reading: a caller timing its own events
+    against the results), by default from when the request bodies are built."""
     media_root = media_root or workloads_dir()  # found once, not per request
     bodies = [
         encoded_body(spec, model, stream, media_root) for spec in specs
@@ -116,14 +120,14 @@ async def run_load(
     bar = Progress(len(specs), progress)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s, limits=limits) as client:
-        start = time.perf_counter()
+        zero = time.perf_counter() if start is None else start
 
         async def one(index: int) -> None:
             result = results[index]
-            delay = start + result.arrival_s - time.perf_counter()
+            delay = zero + result.arrival_s - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            result.sent_s = time.perf_counter() - start
+            result.sent_s = time.perf_counter() - zero
             bar.sent += 1
             try:
                 async with client.stream("POST", "/v1/chat/completions", content=bodies[index]) as response:
@@ -131,14 +135,14 @@ async def run_load(
                     if response.status_code != 200:
                         result.error = (await response.aread()).decode(errors="replace")[:300]
                     elif stream:
-                        await _read_events(response, result, start)
+                        await _read_events(response, result, zero)
                     else:
                         await response.aread()
-                        result.token_s.append(time.perf_counter() - start)
+                        result.token_s.append(time.perf_counter() - zero)
                     result.ok = response.status_code == 200 and not result.error
             except httpx.HTTPError as exc:
                 result.error = f"{type(exc).__name__}: {exc}"[:300]
-            result.done_s = time.perf_counter() - start
+            result.done_s = time.perf_counter() - zero
             if result.ok:
                 bar.done += 1
             else:

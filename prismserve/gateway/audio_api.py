@@ -4,16 +4,25 @@ Neither needs an app of its own kind: speech is a chat request to an app that sp
 `Config.output_modalities` has "audio") asking it to say the input word for word, in `voice`;
 a transcription is a chat request to an app that takes audio (`input_modalities` has "audio") with
 the clip and an instruction to transcribe it. A parameter the gateway cannot honour (`speed` other
-than 1, timestamps, streaming) is a 400 naming it, never silently ignored.
+than 1, timestamps, a streamed transcript) is a 400 naming it, never silently ignored.
+
+Speech streams as the app speaks: the file in `response_format` goes out chunk by chunk as its
+audio arrives (`stream_format: "audio"`), or as OpenAI's `speech.audio.delta` / `speech.audio.done`
+server-sent events (`"sse"`). An error before the first audio gets its status code; a later one
+ends the SSE stream with an `error` event, or cuts the audio stream short (no status is left to
+send).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import base64
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
@@ -22,18 +31,12 @@ from prismserve.app import App
 from prismserve.errors import AppResponseError, InvalidRequestError, UnsupportedMediaTypeError
 from prismserve.gateway.chat import chat_request, speaks_chat
 from prismserve.gateway.errors import invalid
-from prismserve.gateway.http import read_bytes, read_model, state
-from prismserve.gateway.media import (
-    AUDIO_CONTENT_TYPES,
-    decode_audio,
-    encode_audio,
-    resample_pcm16,
-    wav_bytes,
-)
-from prismserve.gateway.openai_api import collect_chat
+from prismserve.gateway.http import error_event, read_bytes, read_model, sse_event, state
+from prismserve.gateway.media import AUDIO_CONTENT_TYPES, AudioStreamEncoder, decode_audio, wav_bytes
+from prismserve.gateway.openai_api import Tally, chat_chunks, collect_chat
 from prismserve.gateway.openapi import errors, form_body, json_body
-from prismserve.gateway.serving import find_app, serving
-from prismserve.protocol.chat import AudioPart, ChatMessage, TextPart
+from prismserve.gateway.serving import Served, find_app, serving
+from prismserve.protocol.chat import AudioPart, ChatChunk, ChatMessage, TextPart
 from prismserve.protocol.openai import OpenAISpeechRequest, OpenAITranscriptionForm, TranscriptionAnswer
 
 router = APIRouter()
@@ -80,22 +83,69 @@ async def speech(request: Request) -> Response:
         )
     if body.speed != 1.0:
         raise InvalidRequestError(f"speed {body.speed:g} is not supported: the app speaks at speed 1.0 only")
-    if body.stream_format != "audio":
-        raise InvalidRequestError("stream_format 'sse' is not supported: leave it out (or send 'audio')")
     system = SPEAK + (f" {body.instructions}" if body.instructions else "")
     messages = [ChatMessage(role="system", content=[TextPart(text=system)])]
     messages.append(ChatMessage(role="user", content=[TextPart(text=body.input)]))
     chat = chat_request(app, {"messages": messages, "modalities": ["text", "audio"], "voice": body.voice})
-    answer = await collect_chat(serving(request, app, chat))
-    pcm, sample_rate = answer.audio, answer.sample_rate
-    if not pcm:
-        raise AppResponseError(f"app {app.name!r} answered a speech request without audio")
+    served = serving(request, app, chat)
+    chunks, tally = chat_chunks(served), Tally()
+    first = await _first_audio(app, chunks, tally)  # errors before any audio get their status code
     fmt = body.response_format
-    if fmt == "pcm":
-        pcm, sample_rate = resample_pcm16(pcm, sample_rate, PCM_RATE), PCM_RATE
-    # Encoding and decoding run off the event loop: a long clip takes a while.
-    audio = await asyncio.to_thread(encode_audio, pcm, sample_rate, fmt)
-    return Response(audio, media_type=AUDIO_CONTENT_TYPES[fmt])
+    encoder = AudioStreamEncoder(fmt, PCM_RATE if fmt == "pcm" else None)
+    pieces = _encoded(first, chunks, encoder, tally)
+    if body.stream_format == "sse":
+        return StreamingResponse(_speech_events(pieces, tally, served), media_type="text/event-stream")
+    return StreamingResponse(pieces, media_type=AUDIO_CONTENT_TYPES[fmt])
+
+
+async def _first_audio(app: App, chunks: AsyncIterator[ChatChunk], tally: Tally) -> ChatChunk:
+    """The answer's first chunk with audio (the text before it counted in `tally`); a 502 if none."""
+    async for chunk in chunks:
+        tally.add(chunk)
+        if chunk.audio:
+            return chunk
+    raise AppResponseError(f"app {app.name!r} answered a speech request without audio")
+
+
+async def _encoded(
+    first: ChatChunk, rest: AsyncIterator[ChatChunk], encoder: AudioStreamEncoder, tally: Tally
+) -> AsyncIterator[bytes]:
+    """The speech file's bytes as each chunk's audio is encoded (off the event loop: a whole answer
+    in one chunk may be a long clip), counting the chunks in `tally`."""
+    async with contextlib.aclosing(rest):  # a client that leaves cancels the app's work
+        chunk: ChatChunk | None = first
+        while chunk is not None:
+            if chunk.audio:
+                piece = await asyncio.to_thread(encoder.feed, chunk.audio, chunk.sample_rate)
+                if piece:
+                    yield piece
+            chunk = await anext(rest, None)
+            if chunk is not None:
+                tally.add(chunk)
+    yield await asyncio.to_thread(encoder.finish)
+
+
+async def _speech_events(pieces: AsyncIterator[bytes], tally: Tally, served: Served) -> AsyncIterator[bytes]:
+    """OpenAI's speech events: `speech.audio.delta` per piece (base64), `speech.audio.done` with the
+    usage; an error on the way ends the stream with an `error` event."""
+    try:
+        async for piece in pieces:
+            if piece:
+                delta = {"type": "speech.audio.delta", "audio": base64.b64encode(piece).decode()}
+                yield sse_event(json.dumps(delta))
+    except Exception as exc:  # noqa: BLE001 - the client hears of it as an error event
+        yield error_event(served.failure(exc), served.request_id)
+        return
+    usage = tally.usage()
+    done = {
+        "type": "speech.audio.done",
+        "usage": {
+            "input_tokens": usage["prompt_tokens"],
+            "output_tokens": usage["completion_tokens"],
+            "total_tokens": usage["total_tokens"],
+        },
+    }
+    yield sse_event(json.dumps(done))
 
 
 @router.post(

@@ -13,9 +13,11 @@ import ipaddress
 import re
 import socket
 import ssl
+import struct
 import wave
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -360,24 +362,142 @@ def encode_audio(pcm16: bytes, sample_rate: int, fmt: str) -> bytes:
         return pcm16
     if fmt == "wav":
         return wav_bytes(pcm16, sample_rate)
+    buffer = io.BytesIO()
+    output, stream = _open_encoder(buffer, fmt, sample_rate)
+    with output:
+        if pcm16:
+            output.mux(stream.encode(_pcm_frame(pcm16, sample_rate)))
+        output.mux(stream.encode(None))
+    return buffer.getvalue()
+
+
+class _Sink:
+    """A write-only file for PyAV: what the muxer wrote since the last `take` (not seekable, so
+    the muxer writes as it goes, as to a socket)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def take(self) -> bytes:
+        data, self.data = bytes(self.data), bytearray()
+        return data
+
+
+STREAM_IO_BYTES = 4096
+"""The muxer's write buffer in a streamed answer (FFmpeg also writes out after each packet to an
+output it cannot seek)."""
+
+
+class AudioStreamEncoder:
+    """Mono 16-bit PCM arriving in chunks, written out as one `fmt` file (a key of
+    AUDIO_CONTENT_TYPES) piece by piece: what each chunk adds, as soon as the format lets it go.
+
+    `rate` resamples the output (statefully: no seam between chunks); None keeps the input's. A
+    streamed WAV's header cannot know the length: its sizes are 0xFFFFFFFF, which players read as
+    "to the end of the stream", as streaming TTS servers send it.
+    """
+
+    def __init__(self, fmt: str, rate: int | None = None) -> None:
+        if fmt not in AUDIO_CONTENT_TYPES:
+            raise ValueError(f"no audio format {fmt!r}; there are {sorted(AUDIO_CONTENT_TYPES)}")
+        self.fmt, self.rate = fmt, rate
+        self._resampler: Any = None
+        self._output: Any = None
+        self._stream: Any = None
+        self._sink = _Sink()
+        self._started = False
+
+    def _start(self, sample_rate: int) -> bytes:
+        import av
+
+        self._started = True
+        rate = self.rate or sample_rate
+        if self.fmt not in _ENCODERS:
+            if rate != sample_rate:
+                self._resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+            return _streamed_wav_header(rate) if self.fmt == "wav" else b""
+        self._output, self._stream = _open_encoder(self._sink, self.fmt, rate, streamed=True)
+        return b""
+
+    def feed(self, pcm16: bytes, sample_rate: int) -> bytes:
+        """The bytes of the file that `pcm16` (at `sample_rate`) adds."""
+        head = b"" if self._started else self._start(sample_rate)
+        pcm16 = pcm16[: len(pcm16) - len(pcm16) % 2]
+        if not pcm16:
+            return head
+        if self._output is None and self._resampler is None:
+            return head + pcm16
+        frame = _pcm_frame(pcm16, sample_rate)
+        if self._output is None:
+            return head + b"".join(f.to_ndarray().tobytes() for f in self._resampler.resample(frame))
+        self._output.mux(self._stream.encode(frame))
+        return head + self._sink.take()
+
+    def finish(self) -> bytes:
+        """The file's last bytes (the encoder's flush, the container's trailer)."""
+        head = b"" if self._started else self._start(self.rate or 24000)
+        if self._resampler is not None:
+            return head + b"".join(f.to_ndarray().tobytes() for f in self._resampler.resample(None))
+        if self._output is None:
+            return head
+        self._output.mux(self._stream.encode(None))
+        self._output.close()
+        return head + self._sink.take()
+
+
+STREAM_OGG_PAGE_US = "100000"
+"""A streamed Ogg's page length (µs): Ogg holds packets back until a page is full, a second by
+default, which would delay streamed Opus by as much."""
+
+
+def _open_encoder(file: Any, fmt: str, rate: int, streamed: bool = False) -> tuple[Any, Any]:
+    """A PyAV output container of compressed `fmt` writing to `file`, and its mono audio stream at
+    `rate`, or the nearest higher rate the encoder takes (Opus: 8, 12, 16, 24 or 48 kHz).
+    `streamed`: written out as each packet is muxed, with short Ogg pages."""
     import av
-    import numpy as np
 
     container, encoder, _ = _ENCODERS[fmt]
     rates = av.Codec(encoder, "w").audio_rates
-    rate = sample_rate if not rates or sample_rate in rates else _rate_for(sample_rate, rates)
-    buffer = io.BytesIO()
-    with av.open(buffer, "w", format=container) as output:
-        stream = output.add_stream(encoder, rate=rate, layout="mono")
-        assert isinstance(stream, av.AudioStream)
-        if pcm16:
-            frame = av.AudioFrame.from_ndarray(
-                np.frombuffer(pcm16, dtype="<i2").reshape(1, -1), format="s16", layout="mono"
-            )
-            frame.sample_rate = sample_rate
-            output.mux(stream.encode(frame))
-        output.mux(stream.encode(None))
-    return buffer.getvalue()
+    rate = rate if not rates or rate in rates else _rate_for(rate, rates)
+    options = {"page_duration": STREAM_OGG_PAGE_US} if streamed and container == "ogg" else {}
+    output = av.open(
+        file,
+        "w",
+        format=container,
+        container_options=options,
+        buffer_size=STREAM_IO_BYTES if streamed else 32768,
+    )
+    return output, output.add_stream(encoder, rate=rate, layout="mono")
+
+
+def _pcm_frame(pcm16: bytes, sample_rate: int) -> Any:
+    """A PyAV frame of mono 16-bit PCM."""
+    import av
+    import numpy as np
+
+    frame = av.AudioFrame.from_ndarray(
+        np.frombuffer(pcm16, dtype="<i2").reshape(1, -1), format="s16", layout="mono"
+    )
+    frame.sample_rate = sample_rate
+    return frame
+
+
+def _streamed_wav_header(rate: int) -> bytes:
+    """A mono 16-bit WAV header whose RIFF and data sizes say "unknown" (0xFFFFFFFF)."""
+    unknown = 0xFFFFFFFF
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)
+    return (
+        b"RIFF"
+        + struct.pack("<I", unknown)
+        + b"WAVEfmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + (b"data" + struct.pack("<I", unknown))
+    )
 
 
 def _rate_for(sample_rate: int, rates: Iterable[int]) -> int:
@@ -412,19 +532,3 @@ def decode_audio(data: bytes, what: str) -> tuple[bytes, int]:
     if not pcm or not rate:
         raise InvalidRequestError(f"{what} holds no audio samples")
     return bytes(pcm), rate
-
-
-def resample_pcm16(pcm16: bytes, sample_rate: int, rate: int) -> bytes:
-    """Mono 16-bit PCM at `sample_rate` resampled to `rate` (as it is when the rates agree)."""
-    pcm16 = pcm16[: len(pcm16) - len(pcm16) % 2]
-    if sample_rate == rate or not pcm16:
-        return pcm16
-    import av
-    import numpy as np
-
-    samples = np.frombuffer(pcm16, dtype="<i2").reshape(1, -1)
-    frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
-    frame.sample_rate = sample_rate
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
-    frames = resampler.resample(frame) + resampler.resample(None)
-    return b"".join(out.to_ndarray().tobytes() for out in frames)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 import uuid
@@ -285,12 +286,18 @@ class Answer:
     tally: Tally
 
 
+async def chat_chunks(served: Served) -> AsyncIterator[ChatChunk]:
+    """A chat app's answer as chunks, whether it streams or answers whole (one chunk)."""
+    results = _as_stream(await served.response()) if not served.app.streaming else served.chunks()
+    async with contextlib.aclosing(results):  # closed with this one: a client that left cancels serve()
+        async for result in results:
+            yield _as_chat_chunk(served.app.name, result)
+
+
 async def collect_chat(served: Served) -> Answer:
     """The whole answer of a chat app, streamed or not."""
     text, audio, sample_rate, tally = [], bytearray(), 24000, Tally()
-    results = _as_stream(await served.response()) if not served.app.streaming else served.chunks()
-    async for result in results:
-        chunk = _as_chat_chunk(served.app.name, result)
+    async for chunk in chat_chunks(served):
         tally.add(chunk)
         if chunk.text:
             text.append(chunk.text)

@@ -240,7 +240,9 @@ class PlanSpec(BaseModel):
         # request type needs costs nothing on any path, so it needs no τ_c (an encoder of video in
         # a colocated option, planned for a mix without video).
         needed = {c for t in self.request_types for c in t.components}
-        for component in sorted({c for o in self.options for c in o.components} & needed, key=self.components.index):
+        for component in sorted(
+            {c for o in self.options for c in o.components} & needed, key=self.components.index
+        ):
             if not any(o.components == [component] for o in self.options):
                 raise ValueError(
                     f"component {component!r} has no option that runs it alone: add one with its profiled "

@@ -431,12 +431,12 @@ def test_the_soak_short_form_loses_no_request_and_leaks_nothing(tmp_path):
 
 @pytest.mark.timeout(900)
 @pytest.mark.reliability
-def test_the_soak_short_form_on_sim_executors_loses_no_request_and_leaks_nothing(tmp_path):
+def test_the_soak_short_form_on_sim_executors_loses_no_request_and_leaks_nothing(tmp_path, emulated_profiles):
     """The soak of an emulated Qwen2.5-Omni (paper-scale costs on `sim` executors, planned from the
     server's own profile of them), 3 minutes: nothing lost or leaked, and here the replicas' memory
     is judged too (a sim replica has no engine cache to fill)."""
     out = tmp_path / "soak.json"
-    args = ["--emulated", "qwen25-omni", "--minutes", "3", "--round-s", "60", "--out", str(out)]
+    args = [*emulated_profiles, "--minutes", "3", "--round-s", "60", "--out", str(out)]
     result = run_script([str(ROOT / "benchmarks" / "soak.py"), *args], ROOT, 840)
     assert out.exists(), (result.stdout + result.stderr)[-3000:]
     report = json.loads(out.read_text())
@@ -444,3 +444,25 @@ def test_the_soak_short_form_on_sim_executors_loses_no_request_and_leaks_nothing
     assert report["requests"] > 0 and report["lost"] == 0, report["errors"]
     assert report["slabs"][1] <= report["slabs"][0] and report["gateway_fds"][1] <= report["gateway_fds"][0]
     assert report["gateway_growth"] < 0.10 and report["replicas_growth"] < 0.10
+
+
+@pytest.fixture(scope="module")
+def emulated_profiles(tmp_path_factory):
+    """The emulated Omni's server options, with one profile cache for this module's runs: the first
+    run profiles its sim replicas (minutes at their real speed), later ones read the profile."""
+    return ["--emulated", "qwen25-omni", "--profile-cache", str(tmp_path_factory.mktemp("profiles"))]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.reliability
+def test_a_replica_killed_under_load_fails_only_requests_it_held_and_runs_again(tmp_path, emulated_profiles):
+    """faults.py on the emulated Omni: the busiest replica's process killed (SIGKILL) under load."""
+    out = tmp_path / "faults.json"
+    args = [*emulated_profiles, "--fault", "replica", "--seconds", "30", "--out", str(out)]
+    result = run_script([str(ROOT / "benchmarks" / "faults.py"), *args], ROOT, 840)
+    assert out.exists(), (result.stdout + result.stderr)[-3000:]
+    report = json.loads(out.read_text())
+    assert report["passed"] and result.returncode == 0, report
+    assert report["held_at_kill"] >= 1  # the kill met requests: its outcome says something
+    assert all(f["in_flight_at_kill"] and f["status"] for f in report["failed"])
+    assert report["recovery_s"] is not None and report["latency_p50_after_s"] is not None

@@ -195,6 +195,35 @@ echoes text otherwise, and speaks 2400 samples (0.1 s at 24 kHz) of a tone per w
 
 VOICE_SAMPLES_PER_WORD = 2400
 
+SPEAKER = """
+import asyncio
+import math
+import os
+import struct
+from collections.abc import AsyncIterator
+
+from prismserve.app import AppConfig
+from prismserve.protocol.chat import ChatChunk, ChatRequest
+from toy.tasks import MLLMTask
+
+class Config(AppConfig):
+    tasks = {"mllm": MLLMTask(model_id="m")}  # declared (an app needs one), never called
+    output_modalities = frozenset({"text", "audio"})
+
+async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
+    for word in request.messages[-1].text.split():
+        if word.startswith("/"):  # a gate: go on once the file it names exists
+            while not os.path.exists(word):
+                await asyncio.sleep(0.01)
+        elif word == "fail":
+            raise RuntimeError("the vocoder broke")
+        else:
+            audio = b"".join(struct.pack("<h", int(8000 * math.sin(i / 10))) for i in range(2400))
+            yield ChatChunk(text=word + " ", audio=audio, tokens=1, prompt_tokens=5)
+"""
+"""A fake speaking app that streams: per word a chunk of its text and 2400 samples (0.1 s at 24 kHz)
+of a tone; a word that is a path waits for that file to exist, `fail` fails the answer there."""
+
 
 def wait_for_health(url: str, timeout: float = 30) -> None:
     """Wait until `url`/health answers 200 (TimeoutError after `timeout` seconds)."""

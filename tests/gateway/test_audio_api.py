@@ -11,7 +11,7 @@ import av
 import httpx
 import openai
 import pytest
-from gateway_apps import ADMIN, APPS, TOKEN, VOICE, VOICE_SAMPLES_PER_WORD, sse_events, wav
+from gateway_apps import ADMIN, APPS, SPEAKER, TOKEN, VOICE, VOICE_SAMPLES_PER_WORD, sse_events, wav
 from toy.executors import EXECUTORS
 
 from prismserve.gateway import create_gateway
@@ -20,9 +20,9 @@ from prismserve.runtime import LocalRuntime
 KEY = "sk-test-key"
 
 # What a decoded clip may hold beyond the samples sent: codec frames of priming and padding (AAC's
-# ADTS and Opus's pre-skip are not trimmed by every decoder); the lossless formats and MP3 (LAME's
-# gapless header) come back exact.
-SLACK_S = {"wav": 0.0, "flac": 0.0, "mp3": 0.0, "opus": 0.07, "aac": 0.13}
+# ADTS and Opus's pre-skip are not trimmed by every decoder, and a streamed MP3 has no gapless
+# header: LAME writes it at the end of a file it can seek); the lossless formats come back exact.
+SLACK_S = {"wav": 0.0, "flac": 0.0, "mp3": 0.07, "opus": 0.07, "aac": 0.13}
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def served(serve_gateway):
     """(httpx client, openai client) of a gateway serving the toy apps and `voice`, without an API key."""
     app = create_gateway(LocalRuntime(EXECUTORS), admin_token=TOKEN, max_request_bytes=1 << 20)
     with serve_gateway(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        for name, source in {**APPS, "voice": VOICE}.items():
+        for name, source in {**APPS, "voice": VOICE, "speaker": SPEAKER}.items():
             assert client.post("/admin/apps", json={"name": name, "source": source}, headers=ADMIN).is_success
         yield client, openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
 
@@ -86,7 +86,6 @@ def test_speech_as_raw_pcm_is_24_khz_16_bit_samples(served):
         ({"model": "embed"}, "app 'embed' does not take chat requests"),
         ({"model": "nope"}, "nope"),
         ({"speed": 1.5}, "speed 1.5 is not supported"),
-        ({"stream_format": "sse"}, "stream_format 'sse' is not supported"),
         ({"voice": "nobody"}, "unknown voice 'nobody'"),
         ({"response_format": "ogg"}, "response_format"),
         ({"input": ""}, "input"),
@@ -99,6 +98,84 @@ def test_speech_refuses_what_it_cannot_honour_with_a_4xx_naming_it(served, field
     assert 400 <= refused.status_code < 500 and message in refused.json()["error"]["message"], refused.text
     assert refused.json()["error"]["code"] == refused.status_code
     assert gateway.get("/health").status_code == 200
+
+
+# --- streamed speech ----------------------------------------------------------------------------------
+
+HEADER = {"pcm": 0, "wav": 44}  # bytes before the samples
+AUDIO_TYPES = {
+    "pcm": "audio/pcm",
+    "wav": "audio/wav",
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+    "flac": "audio/flac",
+}
+
+
+@pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3", "opus", "aac", "flac"])
+def test_speech_streams_as_the_app_speaks_and_the_whole_stream_decodes(served, tmp_path, fmt):
+    """The first word's audio reaches the client while the app still waits to say the rest: the
+    response goes out as it is encoded, not once the answer is whole."""
+    gateway, _ = served
+    gate = tmp_path / "gate"
+    body = {"model": "speaker", "input": f"one {gate} two three", "voice": "alloy", "response_format": fmt}
+    with gateway.stream("POST", "/v1/audio/speech", json=body, timeout=10) as response:
+        assert response.status_code == 200
+        chunks, first = response.iter_raw(), b""
+        # Raw PCM and WAV give each sample as it comes; a compressed format, its first bytes.
+        while len(first) < (HEADER[fmt] + 2 * VOICE_SAMPLES_PER_WORD if fmt in HEADER else 1):
+            first += next(chunks)  # a read timeout here: the server held the speech back
+        gate.touch()
+        data = first + b"".join(chunks)
+    assert response.headers["content-type"] == AUDIO_TYPES[fmt]
+    if fmt == "pcm":
+        assert len(first) == 2 * VOICE_SAMPLES_PER_WORD and len(data) == 3 * 2 * VOICE_SAMPLES_PER_WORD
+        return
+    if fmt == "wav":
+        assert data[:4] == b"RIFF" and data[40:44] == b"\xff\xff\xff\xff"  # its length unknown at the start
+        assert len(data) == 44 + 3 * 2 * VOICE_SAMPLES_PER_WORD
+    assert_duration(data, fmt, 3 * VOICE_SAMPLES_PER_WORD / 24000)
+
+
+def test_speech_as_server_sent_events_through_the_openai_client(served):
+    """OpenAI's `speech.audio.delta` events carry the file in `response_format`, base64; the last
+    event, `speech.audio.done`, the usage."""
+    _, client = served
+    with client.audio.speech.with_streaming_response.create(
+        model="speaker", input="one two three", voice="alloy", response_format="wav", stream_format="sse"
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(data) for _, data in sse_events(response.iter_lines())]
+    deltas, done = events[:-1], events[-1]
+    assert deltas and all(e["type"] == "speech.audio.delta" for e in deltas)
+    audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    assert len(audio) == 44 + 3 * 2 * VOICE_SAMPLES_PER_WORD
+    assert done == {
+        "type": "speech.audio.done",
+        "usage": {"input_tokens": 5, "output_tokens": 3, "total_tokens": 8},
+    }
+
+
+def test_a_failure_after_the_first_audio_ends_the_speech_stream_saying_so_and_the_server_goes_on(served):
+    gateway, _ = served
+    body = {"model": "speaker", "input": "one fail", "voice": "alloy", "response_format": "pcm"}
+    with gateway.stream("POST", "/v1/audio/speech", json={**body, "stream_format": "sse"}) as response:
+        events = sse_events(response.iter_lines())
+    assert [event for event, _ in events] == [None, "error"]
+    error = json.loads(events[1][1])["error"]
+    assert error["type"] == "app_error" and "vocoder" not in error["message"]  # no internals
+    # An audio stream has no status left to send: it is cut short, not ended as if whole.
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        gateway.stream("POST", "/v1/audio/speech", json=body) as response,
+    ):
+        response.read()
+    # Before any audio, the failure gets its status code; the server still serves.
+    failed = gateway.post("/v1/audio/speech", json={**body, "input": "fail"})
+    assert failed.status_code == 500 and "error" in failed.json()
+    again = gateway.post("/v1/audio/speech", json={**body, "input": "again"})
+    assert again.status_code == 200 and len(again.content) == 2 * VOICE_SAMPLES_PER_WORD
 
 
 # --- transcription ------------------------------------------------------------------------------------
@@ -283,10 +360,12 @@ def test_an_empty_api_key_is_refused_at_start():
 
 
 def test_encode_audio_takes_a_rate_the_encoder_does_not_and_resampling_keeps_the_duration():
-    from prismserve.gateway.media import encode_audio, resample_pcm16
+    from prismserve.gateway.media import AudioStreamEncoder, encode_audio
 
     pcm = b"\x10\x00" * 22050  # one second at 22.05 kHz, which Opus does not take
     samples, rate = decoded(encode_audio(pcm, 22050, "opus"))
     assert rate in (24000, 48000) and 1.0 <= samples / rate <= 1.0 + SLACK_S["opus"]
-    assert abs(len(resample_pcm16(pcm, 22050, 24000)) // 2 - 24000) <= 32
+    resampler = AudioStreamEncoder("pcm", 24000)  # in ten pieces, as a stream arrives
+    resampled = b"".join(resampler.feed(pcm[i : i + 4410], 22050) for i in range(0, len(pcm), 4410))
+    assert abs(len(resampled + resampler.finish()) // 2 - 24000) <= 32
     assert encode_audio(pcm + b"\x01", 22050, "pcm16") == pcm  # a trailing odd byte is no sample
