@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -118,3 +118,7 @@ class AppConfig:
     replica_routing: ClassVar[dict[str, str]] = {}
     # Per-stage autoscaling while the app is served (an `Autoscale` or a dict of its fields; None: off).
     autoscale: ClassVar[Any] = None
+    # The names a speaking app's `voice` may take, its default first (`GET /v1/audio/voices`): a
+    # plain function, called when asked (the built-in Omni apps read their checkpoint's speakers).
+    # None: the app does not say.
+    voices: ClassVar[Callable[[], Sequence[str]] | None] = None

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 from prismserve.app import AppConfig
 from prismserve.apps.settings import OmniAppSettings
+from prismserve.models import voices as checkpoint_voices
 from prismserve.protocol.chat import ChatChunk, ChatRequest
 from prismserve.tasklib import OmniTask, chat_chunks
 
@@ -31,10 +32,16 @@ model = OmniTask(
 )
 
 
+def voices() -> tuple[str, ...]:
+    """The checkpoint's speakers, its default first (`GET /v1/audio/voices`)."""
+    return checkpoint_voices(MODEL)
+
+
 class Config(AppConfig):
     tasks = {"model": model}
     input_modalities = frozenset({"text", "image", "audio"})
     output_modalities = frozenset({"text", "audio"})
+    voices = voices  # a plain function: read on the class, it is not bound to it
 
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:

@@ -1,4 +1,5 @@
-"""OpenAI-compatible POST /v1/audio/speech and POST /v1/audio/transcriptions, served by chat apps.
+"""OpenAI-compatible POST /v1/audio/speech and POST /v1/audio/transcriptions, served by chat apps, and
+GET /v1/audio/voices, the voices of an app that speaks.
 
 Neither needs an app of its own kind: speech is a chat request to an app that speaks (its
 `Config.output_modalities` has "audio") asking it to say the input word for word, in `voice`;
@@ -37,7 +38,12 @@ from prismserve.gateway.openai_api import Tally, chat_chunks, collect_chat
 from prismserve.gateway.openapi import errors, form_body, json_body
 from prismserve.gateway.serving import Served, find_app, serving
 from prismserve.protocol.chat import AudioPart, ChatChunk, ChatMessage, TextPart
-from prismserve.protocol.openai import OpenAISpeechRequest, OpenAITranscriptionForm, TranscriptionAnswer
+from prismserve.protocol.openai import (
+    OpenAISpeechRequest,
+    OpenAITranscriptionForm,
+    TranscriptionAnswer,
+    VoicesAnswer,
+)
 
 router = APIRouter()
 
@@ -75,12 +81,7 @@ async def speech(request: Request) -> Response:
     """OpenAI text to speech, spoken by the app named in `model`."""
     body = await read_model(request, OpenAISpeechRequest)
     app = find_app(state(request).runtime, body.model)
-    _check_chat_app(app, "/v1/audio/speech")
-    if "audio" not in app.config.output_modalities:
-        raise InvalidRequestError(
-            f"app {app.name!r} cannot speak: /v1/audio/speech needs an app whose Config.output_modalities "
-            f"contains 'audio' (it produces {', '.join(sorted(app.config.output_modalities))})"
-        )
+    _check_speaks(app, "/v1/audio/speech")
     if body.speed != 1.0:
         raise InvalidRequestError(f"speed {body.speed:g} is not supported: the app speaks at speed 1.0 only")
     system = SPEAK + (f" {body.instructions}" if body.instructions else "")
@@ -108,7 +109,7 @@ async def _first_audio(app: App, chunks: AsyncIterator[ChatChunk], tally: Tally)
 
 
 async def _encoded(
-    first: ChatChunk, rest: AsyncIterator[ChatChunk], encoder: AudioStreamEncoder, tally: Tally
+    first: ChatChunk, rest: AsyncGenerator[ChatChunk, None], encoder: AudioStreamEncoder, tally: Tally
 ) -> AsyncIterator[bytes]:
     """The speech file's bytes as each chunk's audio is encoded (off the event loop: a whole answer
     in one chunk may be a long clip), counting the chunks in `tally`."""
@@ -146,6 +147,25 @@ async def _speech_events(pieces: AsyncIterator[bytes], tally: Tally, served: Ser
         },
     }
     yield sse_event(json.dumps(done))
+
+
+@router.get("/v1/audio/voices", response_model=VoicesAnswer, responses=errors(400, 404, 500))
+async def voices(request: Request, model: str | None = None) -> VoicesAnswer:
+    """The voices of the speaking app `model` (left out: the one app served that speaks)."""
+    runtime = state(request).runtime
+    if model is None:
+        speaking = sorted(a.name for a in runtime.registry.apps.values() if _speaks(a))
+        if len(speaking) != 1:
+            raise InvalidRequestError(
+                "name the app with ?model=NAME: "
+                + (f"the apps that speak are {', '.join(speaking)}" if speaking else "no app served speaks")
+            )
+        model = speaking[0]
+    app = find_app(runtime, model)
+    _check_speaks(app, "/v1/audio/voices")
+    listing = app.config.voices
+    names = await asyncio.to_thread(listing) if listing is not None else ()  # it may read a checkpoint
+    return VoicesAnswer(model=app.name, voices=list(names))
 
 
 @router.post(
@@ -199,6 +219,19 @@ async def transcriptions(request: Request) -> Response:
     if body.response_format == "text":
         return PlainTextResponse(text)
     return JSONResponse(TranscriptionAnswer(text=text).model_dump())
+
+
+def _speaks(app: App) -> bool:
+    return speaks_chat(app) and "audio" in app.config.output_modalities
+
+
+def _check_speaks(app: App, route: str) -> None:
+    _check_chat_app(app, route)
+    if "audio" not in app.config.output_modalities:
+        raise InvalidRequestError(
+            f"app {app.name!r} cannot speak: {route} needs an app whose Config.output_modalities "
+            f"contains 'audio' (it produces {', '.join(sorted(app.config.output_modalities))})"
+        )
 
 
 def _check_chat_app(app: App, route: str) -> None:

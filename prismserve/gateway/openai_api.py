@@ -14,7 +14,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,7 +286,7 @@ class Answer:
     tally: Tally
 
 
-async def chat_chunks(served: Served) -> AsyncIterator[ChatChunk]:
+async def chat_chunks(served: Served) -> AsyncGenerator[ChatChunk, None]:
     """A chat app's answer as chunks, whether it streams or answers whole (one chunk)."""
     results = _as_stream(await served.response()) if not served.app.streaming else served.chunks()
     async with contextlib.aclosing(results):  # closed with this one: a client that left cancels serve()
@@ -307,7 +307,7 @@ async def collect_chat(served: Served) -> Answer:
     return Answer("".join(text), bytes(audio), sample_rate, tally)
 
 
-async def _as_stream(result: BaseModel) -> AsyncIterator[BaseModel]:
+async def _as_stream(result: BaseModel) -> AsyncGenerator[BaseModel, None]:
     yield result
 
 

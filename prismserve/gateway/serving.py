@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import Request
@@ -110,7 +110,7 @@ class Served:
         self._done("ok")
         return result  # type: ignore[return-value]
 
-    async def chunks(self) -> AsyncIterator[BaseModel]:
+    async def chunks(self) -> AsyncGenerator[BaseModel, None]:
         """The streamed chunks; an error before the first chunk raises HTTPError, a later one too.
 
         serve() runs in a task of its own (its context variables must not hop between the tasks

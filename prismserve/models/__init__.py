@@ -67,6 +67,15 @@ def family_for(path: str) -> ModelFamily:
     return family_of(model_type(path))
 
 
+def voices(model: str) -> tuple[str, ...]:
+    """The speakers of checkpoint `model` (a local directory, or a hub id in the cache: a served
+    model is there), its default first; () for a family that does not speak."""
+    from prismserve.models.hub import resolve_checkpoint
+
+    path = resolve_checkpoint(model, offline=True)
+    return tuple(family_for(str(path)).adapter_class().voices(path))
+
+
 def adapter_for(path: str, device: str | None = None) -> Any:
     """The adapter of the checkpoint at `path` (an `Adapter` for multimodal LLM families, `QwenImage`
     for the image pipeline)."""
@@ -91,4 +100,5 @@ __all__ = [
     "family_for",
     "family_of",
     "model_type",
+    "voices",
 ]

@@ -17,6 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -121,6 +122,12 @@ class Adapter(ABC):
         self.model: Any = None
         # transformers models are not safe to run from several threads at once.
         self.lock = threading.Lock()
+
+    @classmethod
+    def voices(cls, path: Path) -> tuple[str, ...]:
+        """The speakers of the checkpoint at `path` (a local directory), its default first, read
+        from its files without loading the model; () for a family that does not speak."""
+        return ()
 
     # --- encoders -------------------------------------------------------------------------------
     @abstractmethod

@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,13 @@ class Qwen25Omni(Adapter):
 
     model_class = "Qwen2_5OmniForConditionalGeneration"
     processor_class = "Qwen2_5OmniProcessor"
+
+    @classmethod
+    def voices(cls, path: Path) -> tuple[str, ...]:
+        """The speakers of the checkpoint's `spk_dict.pt` (Chelsie, Ethan), in its order."""
+        import torch
+
+        return tuple(torch.load(path / "spk_dict.pt", weights_only=True))
 
     @cached_property
     def processor(self) -> Any:

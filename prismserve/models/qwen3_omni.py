@@ -15,7 +15,9 @@ requests' talkers decode together in `HFEngine` (`Qwen3TalkerModel`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -104,6 +106,11 @@ class Qwen3Omni(Qwen25Omni):
     family = "qwen3-omni"
     model_class = "Qwen3OmniMoeForConditionalGeneration"
     processor_class = "Qwen3OmniMoeProcessor"
+
+    @classmethod
+    def voices(cls, path: Path) -> tuple[str, ...]:
+        """The speakers of the checkpoint's config (`talker_config.speaker_id`), in its order."""
+        return tuple(json.loads((path / "config.json").read_text())["talker_config"]["speaker_id"])
 
     def encode(self, modality: str, items: list[bytes]) -> list[Encoded]:
         if modality != "image":

@@ -203,6 +203,14 @@ class OpenAISpeechRequest(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
 
 
+class VoicesAnswer(BaseModel):
+    """GET /v1/audio/voices: the names a speaking app's `voice` takes, its default first (empty:
+    the app does not list them)."""
+
+    model: str
+    voices: list[str]
+
+
 class OpenAITranscriptionForm(BaseModel):
     """OpenAI's transcription request (POST /v1/audio/transcriptions), a multipart form; `model`
     names an app that takes audio. `file` is the audio file (WAV, MP3, FLAC, Ogg/Opus, M4A, WebM)."""

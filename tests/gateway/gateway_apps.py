@@ -168,10 +168,14 @@ from toy.tasks import MLLMTask
 SAMPLES_PER_WORD = 2400  # 0.1 s at 24 kHz
 VOICES = ("alloy", "verse")
 
+def voices():
+    return VOICES
+
 class Config(AppConfig):
     tasks = {"mllm": MLLMTask(model_id="m")}  # declared (an app needs one), never called
     input_modalities = frozenset({"text", "audio"})
     output_modalities = frozenset({"text", "audio"})
+    voices = voices
 
 async def serve(request: ChatRequest) -> ChatCompletion:
     if request.voice is not None and request.voice not in VOICES:

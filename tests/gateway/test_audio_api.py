@@ -178,6 +178,27 @@ def test_a_failure_after_the_first_audio_ends_the_speech_stream_saying_so_and_th
     assert again.status_code == 200 and len(again.content) == 2 * VOICE_SAMPLES_PER_WORD
 
 
+# --- voices ---------------------------------------------------------------------------------------------
+
+
+def test_the_voices_of_a_speaking_app_and_the_refusals_of_the_route(served):
+    gateway, _ = served
+    assert gateway.get("/v1/audio/voices", params={"model": "voice"}).json() == {
+        "model": "voice",
+        "voices": ["alloy", "verse"],
+    }
+    # An app that speaks but does not list its voices says so with an empty list.
+    assert gateway.get("/v1/audio/voices", params={"model": "speaker"}).json()["voices"] == []
+    for params, status, message in [
+        ({}, 400, "the apps that speak are omni, speaker, voice"),
+        ({"model": "answer"}, 400, "app 'answer' cannot speak"),
+        ({"model": "embed"}, 400, "does not take chat requests"),
+        ({"model": "nope"}, 404, "nope"),
+    ]:
+        refused = gateway.get("/v1/audio/voices", params=params)
+        assert refused.status_code == status and message in refused.json()["error"]["message"], refused.text
+
+
 # --- transcription ------------------------------------------------------------------------------------
 
 
