@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -123,6 +125,7 @@ def parse_json(body: bytes) -> Any:
 
 
 Body = TypeVar("Body", bound=BaseModel)
+Item = TypeVar("Item")
 
 
 async def read_model(request: Request, model: type[Body], what: str = "") -> Body:
@@ -151,6 +154,42 @@ def sse_event(data: str, event: str | None = None) -> bytes:
 def error_event(error: HTTPError, request_id: str) -> bytes:
     """The `error` event that ends a stream whose status code was already sent."""
     return sse_event(json.dumps(error.body(request_id)), "error")
+
+
+async def merged(streams: list[AsyncGenerator[Item, None]]) -> AsyncGenerator[Item, None]:
+    """The items of every stream as they come (one stream: itself, with no task between); the first
+    error ends it, and leaving it (or an error) closes every stream."""
+    if len(streams) == 1:
+        async with contextlib.aclosing(streams[0]) as only:
+            async for item in only:
+                yield item
+        return
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=64)
+
+    async def pump(stream: AsyncGenerator[Item, None]) -> None:
+        try:
+            async with contextlib.aclosing(stream):
+                async for item in stream:
+                    await queue.put(("item", item))
+            await queue.put(("end", None))
+        except Exception as exc:  # noqa: BLE001 - handed to the reader
+            await queue.put(("error", exc))
+
+    pumps = [asyncio.ensure_future(pump(stream)) for stream in streams]
+    try:
+        ended = 0
+        while ended < len(streams):
+            kind, value = await queue.get()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                ended += 1
+    finally:
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
 
 
 async def sse_chunks(

@@ -14,7 +14,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from prismserve.app import App
 from prismserve.errors import AppResponseError, InvalidRequestError
 from prismserve.gateway.chat import chat_request, speaks_chat
-from prismserve.gateway.http import error_event, read_model, sse_event, state
+from prismserve.gateway.http import error_event, merged, read_model, sse_event, state
 from prismserve.gateway.media import (
     MediaPolicy,
     audio_from_url,
@@ -111,53 +111,85 @@ async def chat_completions(request: Request) -> Response:
     if body.stream and speaks:
         _check_streamed_audio(body)
     chat = await to_chat_request(body, app, gateway.media)
-    served = serving(request, app, chat)
     recorded = _recorder(gateway.trace, arrival, chat)
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    served = [serving(request, app, one) for one in _choice_requests(chat, body.n)]
     if body.stream:
-        chunks = served.chunks()
-        first = await anext(chunks, None)  # errors before the first chunk get a proper status code
+        choices = [_Choice(index, one, one.chunks()) for index, one in enumerate(served)]
+        await _first_chunks(choices)  # errors before the first chunk get a proper status code
         usage = body.stream_options is not None and body.stream_options.include_usage
         events = _stream(
-            served,
+            choices,
             completion_id,
-            first,
-            chunks,
             include_usage=usage,
             speaks=speaks,
             with_logprobs=body.logprobs,
             recorded=recorded,
         )
         return StreamingResponse(events, media_type="text/event-stream")
-    answer = await collect_chat(served)
-    recorded(answer.tally)
-    message: dict[str, Any] = {"role": "assistant", "content": answer.text}
-    if speaks:
-        fmt = body.audio.format if body.audio else "wav"
-        data = encode_audio(answer.audio, answer.sample_rate, fmt)
-        message["audio"] = {
-            "id": f"audio-{completion_id}",
-            "data": base64.b64encode(data).decode(),
-            "expires_at": int(time.time()) + 3600,
-            "transcript": answer.text,
-        }
-    tally = answer.tally
-    choice = {
-        "index": 0,
-        "message": message,
-        "finish_reason": tally.finish_reason,
-        "logprobs": {"content": tally.logprobs} if body.logprobs else None,
-    }
+    answers = await _all([collect_chat(one) for one in served])
+    fmt = body.audio.format if body.audio else "wav"
+    choices_json = []
+    for index, answer in enumerate(answers):
+        recorded(answer.tally)
+        message: dict[str, Any] = {"role": "assistant", "content": answer.text}
+        if speaks:
+            data = encode_audio(answer.audio, answer.sample_rate, fmt)
+            message["audio"] = {
+                "id": _audio_id(completion_id, index),
+                "data": base64.b64encode(data).decode(),
+                "expires_at": int(time.time()) + 3600,
+                "transcript": answer.text,
+            }
+        choices_json.append(
+            {
+                "index": index,
+                "message": message,
+                "finish_reason": answer.tally.finish_reason,
+                "logprobs": {"content": answer.tally.logprobs} if body.logprobs else None,
+            }
+        )
     return JSONResponse(
         {
             "id": completion_id,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.model,
-            "choices": [choice],
-            "usage": tally.usage(),
+            "choices": choices_json,
+            "usage": _usage([answer.tally for answer in answers]),
         }
     )
+
+
+def _choice_requests(chat: ChatRequest, n: int) -> list[ChatRequest]:
+    """The request of each of `n` choices: the same, but with a `seed`, seed + index (each choice
+    its own sample, the whole answer reproducible)."""
+    if n == 1 or chat.seed is None:
+        return [chat] * n
+    return [chat.model_copy(update={"seed": chat.seed + index}) for index in range(n)]
+
+
+async def _all(answers: list[Awaitable[Answer]]) -> list[Answer]:
+    """Every answer, concurrently; the first failure cancels the others and is raised."""
+    tasks = [asyncio.ensure_future(answer) for answer in answers]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _usage(tallies: list[Tally]) -> dict[str, int]:
+    """OpenAI's `usage` of an answer of several choices: the prompt once, every choice's tokens."""
+    prompt = max(tally.prompt_tokens for tally in tallies)
+    completion = sum(tally.completion_tokens for tally in tallies)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _audio_id(completion_id: str, index: int) -> str:
+    return f"audio-{completion_id}" + (f"-{index}" if index else "")
 
 
 def _recorder(trace: TraceRecorder | None, arrival: float, chat: ChatRequest) -> Callable[[Tally], None]:
@@ -311,43 +343,94 @@ async def _as_stream(result: BaseModel) -> AsyncGenerator[BaseModel, None]:
     yield result
 
 
+@dataclass
+class _Choice:
+    """One of a streamed request's `n` answers: its serving, its chunks, what they added up to."""
+
+    index: int
+    served: Served
+    chunks: AsyncGenerator[BaseModel, None]
+    first: BaseModel | None = None
+    tally: Tally = field(default_factory=Tally)
+
+
+async def _first_chunks(choices: list[_Choice]) -> None:
+    """Each choice's first chunk, concurrently; the first failure closes every choice and is raised."""
+    firsts = [asyncio.ensure_future(anext(choice.chunks, None)) for choice in choices]
+    try:
+        for choice, first in zip(choices, await asyncio.gather(*firsts), strict=True):
+            choice.first = first
+    except BaseException:
+        for task in firsts:
+            task.cancel()
+        await asyncio.gather(*firsts, return_exceptions=True)
+        for choice in choices:
+            await choice.chunks.aclose()
+        raise
+
+
 async def _stream(
-    served: Served,
+    choices: list[_Choice],
     completion_id: str,
-    first: BaseModel | None,
-    rest: AsyncIterator[BaseModel],
     *,
     include_usage: bool,
     speaks: bool = False,
     with_logprobs: bool = False,
     recorded: Callable[[Tally], None] | None = None,
 ) -> AsyncIterator[bytes]:
-    """`chat.completion.chunk` events: role, a delta per text or audio chunk, stop, [usage], [DONE];
-    any error on the way ends the stream with an `error` event.
+    """`chat.completion.chunk` events: each choice's role, a delta per text or audio chunk (the
+    choices' interleaved as they come), its stop; [usage], [DONE]. Any error on the way ends the
+    stream with an `error` event.
 
     When speech was asked for (`speaks`), the text goes as `delta.audio.transcript`, as OpenAI sends
     it, and a last audio delta gives `expires_at`; `delta.audio.data` is base64 PCM16 at the app's rate.
     """
+    served = choices[0].served  # the choices share the app and the request id
     created, model = int(time.time()), served.app.name
 
-    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+    def event(entries: list[dict[str, Any]], **extra: Any) -> bytes:
         chunk = {
             "id": completion_id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": model,
-            "choices": choices,
+            "choices": entries,
             **extra,
         }
         return sse_event(json.dumps(chunk))
 
-    def delta(fields: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
-        return event([{"index": 0, "delta": fields, "finish_reason": finish, "logprobs": logprobs}])
-
-    yield delta({"role": "assistant", "content": ""})
-    tally, audio_id = Tally(), f"audio-{completion_id}"
+    for choice in choices:
+        yield event([_delta(choice.index, {"role": "assistant", "content": ""})])
+    deltas = [_deltas(choice, model, completion_id, speaks, with_logprobs, recorded) for choice in choices]
     try:
-        result = first
+        async for entry in merged(deltas):
+            yield event([entry])
+    except Exception as exc:  # noqa: BLE001 - the client hears of it as an error event
+        yield error_event(served.failure(exc), served.request_id)
+        return
+    if include_usage:
+        yield event([], usage=_usage([choice.tally for choice in choices]))
+    yield sse_event("[DONE]")
+
+
+def _delta(
+    index: int, fields: dict[str, Any], finish: str | None = None, logprobs: Any = None
+) -> dict[str, Any]:
+    return {"index": index, "delta": fields, "finish_reason": finish, "logprobs": logprobs}
+
+
+async def _deltas(
+    choice: _Choice,
+    model: str,
+    completion_id: str,
+    speaks: bool,
+    with_logprobs: bool,
+    recorded: Callable[[Tally], None] | None,
+) -> AsyncGenerator[dict[str, Any], None]:
+    """One choice's entries of `choices`: a delta per text or audio chunk, then its stop."""
+    tally, audio_id, index = choice.tally, _audio_id(completion_id, choice.index), choice.index
+    async with contextlib.aclosing(choice.chunks):  # closed with the stream: a client that left cancels
+        result = choice.first
         while result is not None:
             chunk = _as_chat_chunk(model, result)
             logprobs = tally.add(chunk)
@@ -355,18 +438,14 @@ async def _stream(
                 # With speech asked for, OpenAI sends the text as the audio's transcript.
                 said = {"audio": {"id": audio_id, "transcript": chunk.text}}
                 content = said if speaks else {"content": chunk.text}
-                yield delta(content, logprobs={"content": logprobs} if with_logprobs else None)
+                yield _delta(index, content, logprobs={"content": logprobs} if with_logprobs else None)
             if chunk.audio:
-                yield delta({"audio": {"id": audio_id, "data": base64.b64encode(chunk.audio).decode()}})
-            result = await anext(rest, None)
-    except Exception as exc:  # noqa: BLE001 - the client hears of it as an error event
-        yield error_event(served.failure(exc), served.request_id)
-        return
+                yield _delta(
+                    index, {"audio": {"id": audio_id, "data": base64.b64encode(chunk.audio).decode()}}
+                )
+            result = await anext(choice.chunks, None)
     if recorded is not None:
         recorded(tally)
     if speaks:
-        yield delta({"audio": {"id": audio_id, "expires_at": int(time.time()) + 3600}})
-    yield delta({}, tally.finish_reason)
-    if include_usage:
-        yield event([], usage=tally.usage())
-    yield sse_event("[DONE]")
+        yield _delta(index, {"audio": {"id": audio_id, "expires_at": int(time.time()) + 3600}})
+    yield _delta(index, {}, tally.finish_reason)

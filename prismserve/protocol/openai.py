@@ -153,7 +153,7 @@ class OpenAIChatRequest(BaseModel):
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    n: int = Field(default=1, ge=1, le=1)
+    n: int = Field(default=1, ge=1, le=128)
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None  # the caller's end user, for their own records: nothing to do with it

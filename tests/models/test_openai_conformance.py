@@ -118,6 +118,32 @@ def test_temperature_seed_and_top_p(client):
         assert hot.choices[0].message.content == greedy, extra
 
 
+def test_n_choices_are_samples_of_their_own_and_a_seed_fixes_them_all(client):
+    """`n` choices: with a seed, choice i is the answer of seed + i (so they differ, and the
+    whole answer is reproducible); the usage counts the prompt once and every choice's tokens."""
+    answer = ask(client, max_tokens=6, temperature=1.5, seed=3, n=3)
+    texts = [choice.message.content for choice in answer.choices]
+    assert [choice.index for choice in answer.choices] == [0, 1, 2]
+    assert texts == [
+        ask(client, max_tokens=6, temperature=1.5, seed=seed).choices[0].message.content for seed in (3, 4, 5)
+    ]
+    assert len(set(texts)) > 1
+    one = ask(client, max_tokens=6, temperature=1.5, seed=3).usage
+    assert answer.usage.prompt_tokens == one.prompt_tokens
+    assert answer.usage.completion_tokens == sum(
+        ask(client, max_tokens=6, temperature=1.5, seed=seed).usage.completion_tokens for seed in (3, 4, 5)
+    )
+    # Streamed: each choice's deltas under its index, the same texts.
+    chunks = list(ask(client, max_tokens=6, temperature=1.5, seed=3, n=3, stream=True))
+    streamed_texts = [
+        "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+        for i in range(3)
+    ]
+    assert streamed_texts == texts
+    finishes = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert sorted(f.index for f in finishes) == [0, 1, 2]
+
+
 def test_penalties_are_honoured(client):
     greedy = ask(client, max_tokens=24, temperature=0).choices[0].message.content
     assert ask(client, max_tokens=24, temperature=0, frequency_penalty=2).choices[0].message.content != greedy
@@ -150,7 +176,7 @@ def test_logprobs(client):
         ({"extra_body": {"tools": [{"type": "function", "function": {"name": "f"}}]}}, "tools"),
         ({"extra_body": {"logit_bias": {"1": 5}}}, "logit_bias"),
         ({"extra_body": {"response_format": {"type": "json_object"}}}, "response_format"),
-        ({"n": 2}, "n"),
+        ({"n": 129}, "n"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"top_p": 0}, "top_p"),
         ({"presence_penalty": 3}, "presence_penalty"),
