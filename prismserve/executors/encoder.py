@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prismserve.executors.base import AsyncBatcher, Executor, media_rejected
@@ -12,8 +15,62 @@ from prismserve.task import DataHandle, InvalidInputError
 from prismserve.task.components import EncoderOutput, EncoderSettings, MediaItem
 
 
+class EncodedCache:
+    """Encoder outputs by their item's content hash, at most `limit` bytes of embeddings; the least
+    recently used go first. Items being encoded are shared too: a second call for the same item
+    waits for the first's output instead of encoding it again."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.size = limit, 0
+        self.hits = self.misses = 0
+        self._entries: OrderedDict[bytes, Encoded] = OrderedDict()
+        self._pending: dict[bytes, asyncio.Future[Encoded | Exception]] = {}
+
+    async def get(
+        self, data: bytes, encode: Callable[[], Awaitable[Encoded | Exception]]
+    ) -> Encoded | Exception:
+        """The output for `data`: kept, being encoded, or encoded now by `encode` (and kept)."""
+        key = hashlib.sha256(data).digest()
+        if key in self._entries:
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        if key in self._pending:
+            self.hits += 1
+            return await asyncio.shield(self._pending[key])
+        self.misses += 1
+        future: asyncio.Future[Encoded | Exception] = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        try:
+            result = await encode()
+            future.set_result(result)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: an error no waiter reads is not logged as lost
+            raise
+        finally:
+            del self._pending[key]
+        if not isinstance(result, Exception):
+            self._keep(key, result)
+        return result
+
+    def _keep(self, key: bytes, encoded: Encoded) -> None:
+        size = encoded.embeddings.nbytes
+        if size > self.limit:
+            return
+        self._entries[key] = encoded
+        self.size += size
+        while self.size > self.limit:
+            _, dropped = self._entries.popitem(last=False)
+            self.size -= dropped.embeddings.nbytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class EncoderExecutor(Executor[EncoderSettings, MediaItem, EncoderOutput]):
-    """Encodes media items of one modality; concurrent calls share one encoder forward pass."""
+    """Encodes media items of one modality; concurrent calls share one encoder forward pass, and
+    recent items' outputs are kept (`EncoderSettings.cache_mib`)."""
 
     async def load(self) -> None:
         self.adapter = model_adapter(self.task)
@@ -21,6 +78,7 @@ class EncoderExecutor(Executor[EncoderSettings, MediaItem, EncoderOutput]):
         self.batcher: AsyncBatcher[MediaItem, Encoded | Exception] = AsyncBatcher(
             self._encode, self.task.max_batch
         )
+        self.cache = EncodedCache(self.task.cache_mib << 20)
 
     async def _encode(self, items: list[MediaItem]) -> list[Encoded | Exception]:
         try:
@@ -44,7 +102,10 @@ class EncoderExecutor(Executor[EncoderSettings, MediaItem, EncoderOutput]):
                 f"the {self.task.modality} encoder of {self.task.model} got a {item.modality} item"
             )
         with media_rejected():
-            result = await self.batcher.submit(item)
+            if self.task.cache_mib:
+                result = await self.cache.get(item.data, lambda: self.batcher.submit(item))
+            else:
+                result = await self.batcher.submit(item)
             if isinstance(result, Exception):
                 raise result
         return EncoderOutput(embeddings=DataHandle.wrap(result.embeddings), meta=DataHandle.wrap(result.meta))

@@ -52,6 +52,9 @@ def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
         "max_model_len": task.max_model_len,
         "enable_mm_embeds": not task.with_encoders,
         "enforce_eager": not cuda,
+        # A conversation's next turn repeats the earlier ones: their KV cache is found, not
+        # recomputed (vLLM's default for generative models, stated so that it stays on).
+        "enable_prefix_caching": True,
     }
     if cuda and task.gpus >= 1:
         settings["tensor_parallel_size"] = int(task.gpus)

@@ -189,10 +189,13 @@ class ModelSettings(ExecutorSettings):
 
 
 class EncoderSettings(ModelSettings):
-    """A multimodal encoder of one modality, batching at most `max_batch` concurrent items."""
+    """A multimodal encoder of one modality, batching at most `max_batch` concurrent items and
+    keeping the outputs of recent items, up to `cache_mib` per replica (0: none), by their content:
+    a conversation's earlier images and clips are not encoded again on its next turns."""
 
     modality: MediaModality
     max_batch: int = Field(default=8, ge=1)
+    cache_mib: int = Field(default=256, ge=0)
 
 
 class LLMSettings(ModelSettings):

@@ -6,7 +6,13 @@ from __future__ import annotations
 from prismserve.executors.vllm_llm import VLLMExecutor, engine_settings
 from prismserve.tasklib.units import VLLMTask, VLLMThinkerTask
 
-BASE = {"model": "m", "dtype": "auto", "max_model_len": 4096, "enable_mm_embeds": True}
+BASE = {
+    "model": "m",
+    "dtype": "auto",
+    "max_model_len": 4096,
+    "enable_mm_embeds": True,
+    "enable_prefix_caching": True,
+}
 
 
 def test_whole_gpus_on_cuda_are_tensor_parallelism_in_vllms_own_worker_processes():

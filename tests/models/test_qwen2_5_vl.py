@@ -92,7 +92,7 @@ def test_mllm_task_fissioned_and_monolithic_stream_the_same_text(tiny_vl, cars_j
 
 def test_concurrent_encoder_calls_share_a_batch(tiny_vl, cars_jpg, small_png):
     executors = InProcessExecutors()
-    task = EncoderTask(model=tiny_vl, modality="image")
+    task = EncoderTask(model=tiny_vl, modality="image", cache_mib=0)  # every item encoded
 
     async def go():
         executor = await executors.get(task)
@@ -108,6 +108,37 @@ def test_concurrent_encoder_calls_share_a_batch(tiny_vl, cars_jpg, small_png):
     calls, outputs = asyncio.run(go())
     assert sum(calls) == 3 and len(calls) < 3  # at least two items shared a forward pass
     assert np.array_equal(outputs[0].embeddings, outputs[2].embeddings)
+
+
+def test_an_item_seen_before_is_not_encoded_again_and_the_cache_keeps_to_its_bound(
+    tiny_vl, cars_jpg, small_png
+):
+    """A conversation's second turn sends its first turn's image again: its output comes from the
+    cache, equal to the encoder's, while the same item in flight twice is encoded once."""
+    executors = InProcessExecutors()
+    task = EncoderTask(model=tiny_vl, modality="image")
+
+    async def go():
+        executor = await executors.get(task)
+        calls = []
+        original = executor.adapter.encode
+        executor.adapter.encode = lambda modality, items: calls.extend(items) or original(modality, items)
+        first = await executor.run({"modality": "image", "data": cars_jpg})
+        again, other = await asyncio.gather(
+            executor.run({"modality": "image", "data": cars_jpg}),
+            executor.run({"modality": "image", "data": small_png}),
+        )
+        broken = {"modality": "image", "data": b"not an image"}
+        twice = await asyncio.gather(executor.run(broken), executor.run(broken), return_exceptions=True)
+        return calls, first, again, other, twice, executor.cache
+
+    calls, first, again, other, twice, cache = asyncio.run(go())
+    assert calls.count(cars_jpg) == 1 and calls.count(small_png) == 1
+    assert np.array_equal(again.embeddings, first.embeddings) and again.meta.value == first.meta.value
+    assert not np.array_equal(other.embeddings, first.embeddings)
+    # A broken item in flight twice: tried once, both calls refused as the request's fault, not kept.
+    assert calls.count(b"not an image") == 1 and all(isinstance(t, InvalidInputError) for t in twice)
+    assert (cache.hits, cache.misses, len(cache)) == (2, 3, 2)
 
 
 def test_bad_image_is_rejected_and_the_deployment_keeps_serving(tiny_vl, small_png):
