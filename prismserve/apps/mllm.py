@@ -28,6 +28,7 @@ model = MLLMTask(
     vllm=SETTINGS.vllm,
     gpus=SETTINGS.gpus,
     media_tokens=MediaTokens(image=SETTINGS.image_tokens),
+    encoder_cache_mib=SETTINGS.encoder_cache_mib,
 )
 
 

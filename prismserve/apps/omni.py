@@ -29,6 +29,7 @@ model = OmniTask(
     prefill_decode=SETTINGS.prefill_decode,
     vllm=SETTINGS.vllm,
     gpus=SETTINGS.gpus,
+    encoder_cache_mib=SETTINGS.encoder_cache_mib,
 )
 
 

@@ -15,13 +15,16 @@ class ChatAppSettings(AppSettings):
     """What every built-in chat app takes: the checkpoint `model` (a local path or hub id, which
     `GET /v1/models` reports), the engine of its LLM stage with its `vllm` settings, and `gpus` per
     replica by component (`{"llm": 0.5}`; on vLLM `{"llm": 2}` is tensor parallelism); with
-    `prefill_decode` (vLLM) the LLM stage is a prefill and a decode deployment (`MLLMTask`, `OmniTask`)."""
+    `prefill_decode` (vLLM) the LLM stage is a prefill and a decode deployment (`MLLMTask`, `OmniTask`);
+    each encoder replica keeps `encoder_cache_mib` of recent media outputs (a conversation's earlier
+    images and clips are not encoded again; 0: none)."""
 
     model: str = Field(min_length=1)
     engine: Literal["transformers", "vllm"] = "transformers"
     vllm: dict[str, Any] = Field(default_factory=dict)
     gpus: dict[str, float] = Field(default_factory=dict)
     prefill_decode: bool = False
+    encoder_cache_mib: int = Field(default=256, ge=0)
 
 
 class MLLMAppSettings(ChatAppSettings):

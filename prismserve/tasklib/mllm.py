@@ -120,6 +120,8 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     gpus: dict[str, float] = Field(default_factory=dict)
     # How the model's processor counts media tokens (token-aware routing; default: Qwen-VL's rules).
     media_tokens: MediaTokens = Field(default_factory=MediaTokens)
+    # MiB of recent media outputs each encoder replica keeps (`EncoderSettings.cache_mib`; 0: none).
+    encoder_cache_mib: int = Field(default=256, ge=0)
 
     def post_init(self) -> None:
         if self.prefill_decode and self.engine != "vllm":
@@ -136,7 +138,10 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
         shares = component_gpus(owner, self.gpus, {**dict.fromkeys(encoders, EncoderTask), **llm})
         if self.encoder_fission:
             source = self.encoder_model or self.model
-            self.encoders = {m: EncoderTask(model=source, modality=m, gpus=shares[m]) for m in encoders}
+            self.encoders = {
+                m: EncoderTask(model=source, modality=m, gpus=shares[m], cache_mib=self.encoder_cache_mib)
+                for m in encoders
+            }
         self.llm: VLLMTask | LLMTask
         whole = not self.encoder_fission
         if self.prefill_decode:

@@ -65,6 +65,8 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     # GPUs per replica by component: encoders by modality, "thinker" (or "prefill" and "decode"),
     # "talker", "vocoder"; "whole" (monolith).
     gpus: dict[str, float] = Field(default_factory=dict)
+    # MiB of recent media outputs each encoder replica keeps (`EncoderSettings.cache_mib`; 0: none).
+    encoder_cache_mib: int = Field(default=256, ge=0)
 
     def post_init(self) -> None:
         if self.prefill_decode and (self.engine != "vllm" or self.monolith):
@@ -98,7 +100,10 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         components |= {**thinker, "talker": TalkerTask}
         shares = component_gpus(owner, self.gpus, {**components, "vocoder": VocoderTask})
         if self.encoder_fission:
-            self.encoders = {m: EncoderTask(model=self.model, modality=m, gpus=shares[m]) for m in fissioned}
+            self.encoders = {
+                m: EncoderTask(model=self.model, modality=m, gpus=shares[m], cache_mib=self.encoder_cache_mib)
+                for m in fissioned
+            }
         self.thinker: ThinkerTask | VLLMThinkerTask
         whole = not self.encoder_fission
         if self.prefill_decode:
