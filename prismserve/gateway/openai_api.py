@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -61,6 +61,8 @@ from prismserve.protocol.openai import (
 )
 
 router = APIRouter()
+
+T = TypeVar("T")
 
 
 async def to_chat_request(body: OpenAIChatRequest, app: App, media: MediaPolicy | None = None) -> ChatRequest:
@@ -169,9 +171,9 @@ def _choice_requests(chat: ChatRequest, n: int) -> list[ChatRequest]:
     return [chat.model_copy(update={"seed": chat.seed + index}) for index in range(n)]
 
 
-async def _all(answers: list[Awaitable[Answer]]) -> list[Answer]:
-    """Every answer, concurrently; the first failure cancels the others and is raised."""
-    tasks = [asyncio.ensure_future(answer) for answer in answers]
+async def _all(awaitables: list[Awaitable[T]]) -> list[T]:
+    """Every result, concurrently; the first failure cancels the others and is raised."""
+    tasks = [asyncio.ensure_future(awaitable) for awaitable in awaitables]
     try:
         return await asyncio.gather(*tasks)
     except BaseException:
@@ -285,12 +287,7 @@ class Tally:
 
     def usage(self) -> dict[str, int]:
         """OpenAI's `usage`."""
-        total = self.prompt_tokens + self.completion_tokens
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": total,
-        }
+        return _usage([self])
 
 
 def _logprob(entry: TokenLogprob) -> dict[str, Any]:
@@ -356,17 +353,14 @@ class _Choice:
 
 async def _first_chunks(choices: list[_Choice]) -> None:
     """Each choice's first chunk, concurrently; the first failure closes every choice and is raised."""
-    firsts = [asyncio.ensure_future(anext(choice.chunks, None)) for choice in choices]
     try:
-        for choice, first in zip(choices, await asyncio.gather(*firsts), strict=True):
-            choice.first = first
+        firsts = await _all([anext(choice.chunks, None) for choice in choices])
     except BaseException:
-        for task in firsts:
-            task.cancel()
-        await asyncio.gather(*firsts, return_exceptions=True)
         for choice in choices:
             await choice.chunks.aclose()
         raise
+    for choice, first in zip(choices, firsts, strict=True):
+        choice.first = first
 
 
 async def _stream(
