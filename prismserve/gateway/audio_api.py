@@ -35,7 +35,7 @@ from prismserve.gateway.errors import invalid
 from prismserve.gateway.http import error_event, read_bytes, read_model, sse_event, state
 from prismserve.gateway.media import AUDIO_CONTENT_TYPES, AudioStreamEncoder, decode_audio, wav_bytes
 from prismserve.gateway.openai_api import Tally, chat_chunks, collect_chat
-from prismserve.gateway.openapi import errors, form_body, json_body
+from prismserve.gateway.openapi import SSE_EVENTS, errors, form_body, json_body
 from prismserve.gateway.serving import Served, find_app, serving
 from prismserve.protocol.chat import AudioPart, ChatChunk, ChatMessage, TextPart
 from prismserve.protocol.openai import (
@@ -61,6 +61,15 @@ _UNSUPPORTED_FORM_FIELDS = (
 )
 
 _AUDIO_BODY = {"schema": {"type": "string", "format": "binary"}}
+SPEECH_EVENTS = {
+    "text/event-stream": {
+        "schema": {
+            **SSE_EVENTS["text/event-stream"]["schema"],
+            "description": "One server-sent event: a `speech.audio.delta`, or the last, `speech.audio.done`, as "
+            "JSON; a failure after the status was sent ends the stream with an `error` event",
+        }
+    }
+}
 
 
 @router.post(
@@ -68,9 +77,15 @@ _AUDIO_BODY = {"schema": {"type": "string", "format": "binary"}}
     openapi_extra=json_body(OpenAISpeechRequest),
     responses={
         200: {
-            "description": "The speech as an audio file in `response_format` (`pcm`: raw 16-bit mono at 24 kHz)",
+            "description": "The speech as an audio file in `response_format` (`pcm`: raw 16-bit mono at 24 kHz), "
+            "streamed as it is spoken; with `stream_format: sse`, `speech.audio.delta` events (base64 pieces of "
+            "that file) and a last `speech.audio.done` with the usage (or an `error` event)",
             "content": {
-                AUDIO_CONTENT_TYPES[fmt]: _AUDIO_BODY for fmt in ("mp3", "opus", "aac", "flac", "wav", "pcm")
+                **{
+                    AUDIO_CONTENT_TYPES[fmt]: _AUDIO_BODY
+                    for fmt in ("mp3", "opus", "aac", "flac", "wav", "pcm")
+                },
+                **SPEECH_EVENTS,
             },
         },
         **errors(400, 404, 413, 415, 500, 502),
