@@ -15,6 +15,7 @@ import pydantic_core
 from fastapi import Request
 from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
+from starlette.requests import HTTPConnection
 
 from prismserve.control import Controls
 from prismserve.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
@@ -45,7 +46,7 @@ class GatewayState:
 _CLIENT_REQUEST_ID = re.compile(r"^[\w.:-]{1,128}$")
 
 
-def state(request: Request) -> GatewayState:
+def state(request: HTTPConnection) -> GatewayState:
     """The gateway state of the app serving `request`."""
     return request.app.state.gateway
 
@@ -55,7 +56,7 @@ def new_request_id(given: str) -> str:
     return given if _CLIENT_REQUEST_ID.match(given) else uuid.uuid4().hex
 
 
-def request_id(request: Request) -> str:
+def request_id(request: HTTPConnection) -> str:
     """The id RequestIds gave `request`: in its response's `X-Request-Id`, its error body, its log lines."""
     return request.state.request_id
 

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from prismserve import __version__
 from prismserve.control import Controls
 from prismserve.errors import NotFoundError, PrismserveError
-from prismserve.gateway import admin, audio_api, images_api, inference, models_api, openai_api
+from prismserve.gateway import admin, audio_api, images_api, inference, models_api, openai_api, realtime
 from prismserve.gateway.api_key import UNAUTHORIZED, require_api_key
 from prismserve.gateway.durable import DurableState
 from prismserve.gateway.errors import HTTPError, as_http_error, invalid
@@ -84,6 +84,7 @@ def create_gateway(
         models_api.router,
     ):
         app.include_router(router, **keyed)
+    app.include_router(realtime.router)  # a WebSocket: it checks the API key itself
     app.add_middleware(RequestIds)  # request ids, and every other exception as a 500 (no Exception handler)
 
     @app.exception_handler(HTTPError)

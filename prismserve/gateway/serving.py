@@ -8,11 +8,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from fastapi import Request
 from opentelemetry import propagate
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ValidationError
+from starlette.requests import HTTPConnection
 
 from prismserve.app import App
 from prismserve.errors import AppResponseError
@@ -54,8 +54,9 @@ def request_type(request: BaseModel) -> str:
     return kind if isinstance(kind, str) else "default"
 
 
-def serving(request: Request, app: App, body: BaseModel) -> Served:
-    """Start serving `body` through `app` for the HTTP `request` (its gateway, its request id)."""
+def serving(request: HTTPConnection, app: App, body: BaseModel) -> Served:
+    """Start serving `body` through `app` for the HTTP `request` or WebSocket session (its gateway,
+    its request id)."""
     gateway = state(request)
     served = Served(gateway.runtime, gateway.metrics, gateway.tracer, app, body, request_id(request))
     served.parent = propagate.extract(request.headers)  # a caller's `traceparent`: its trace goes on
