@@ -27,10 +27,12 @@ import base64
 import binascii
 import contextlib
 import hmac
+import importlib.util
 import json
 import uuid
 from typing import Any, Literal
 
+import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -54,6 +56,61 @@ MAX_ITEMS = 256
 """The most items a conversation keeps."""
 
 
+class AudioFormat(BaseModel):
+    """The session's audio format: 16-bit PCM at 24 kHz is the one served."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["audio/pcm"] = "audio/pcm"
+    rate: Literal[24000] = 24000
+
+
+class TurnDetection(BaseModel):
+    """Server-side turn detection: silero-vad over the input audio. Speech that starts interrupts
+    the response in progress (`interrupt_response`); silence of `silence_duration_ms` after speech
+    commits the buffer (with `prefix_padding_ms` of the audio before the speech) and answers it
+    (`create_response`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["server_vad"] = "server_vad"
+    threshold: float = Field(default=0.5, gt=0, lt=1)
+    prefix_padding_ms: int = Field(default=300, ge=0, le=5000)
+    silence_duration_ms: int = Field(default=500, ge=0, le=10000)
+    create_response: bool = True
+    interrupt_response: bool = True
+    idle_timeout_ms: None = None
+
+
+def _default_turn_detection() -> TurnDetection | None:
+    """server_vad, as OpenAI's sessions start, where silero-vad is installed (prismserve[models])."""
+    return TurnDetection() if importlib.util.find_spec("silero_vad") is not None else None
+
+
+class AudioInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: AudioFormat = Field(default_factory=AudioFormat)
+    turn_detection: TurnDetection | None = Field(default_factory=_default_turn_detection)
+    transcription: None = None
+    noise_reduction: None = None
+
+
+class AudioOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: AudioFormat = Field(default_factory=AudioFormat)
+    voice: str | None = Field(default=None, max_length=64)
+    speed: float = Field(default=1.0, ge=1.0, le=1.0, description="1.0 only: the app speaks at its own pace")
+
+
+class AudioConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: AudioInput = Field(default_factory=AudioInput)
+    output: AudioOutput = Field(default_factory=AudioOutput)
+
+
 class SessionConfig(BaseModel):
     """What `session.update` sets (fields the gateway has nothing to do with are refused by name)."""
 
@@ -63,14 +120,8 @@ class SessionConfig(BaseModel):
     model: str | None = None
     instructions: str = Field(default="", max_length=16384)
     output_modalities: list[Literal["text", "audio"]] = Field(default=["audio"], min_length=1)
-    audio: dict[str, Any] = Field(default_factory=dict)  # {"output": {"voice": …}}: the voice is read
+    audio: AudioConfig = Field(default_factory=AudioConfig)
     max_output_tokens: int | Literal["inf"] = "inf"
-
-    @property
-    def voice(self) -> str | None:
-        """The voice `audio.output.voice` names, if any."""
-        voice = self.audio.get("output", {}).get("voice")
-        return voice if isinstance(voice, str) else None
 
 
 class SessionError(PrismserveError):
@@ -116,6 +167,10 @@ class Session:
         self.config = SessionConfig()
         self.items: list[tuple[str, ChatMessage]] = []
         self.buffer = bytearray()
+        self.heard = 0  # input samples appended in all
+        self.detector: TurnDetector | None = None
+        self.speaking = False  # turn detection heard speech begin and not yet end
+        self.turn_item: str | None = None  # the item the speech being heard will become
         self.response: asyncio.Task[None] | None = None
         self.send_lock = asyncio.Lock()
 
@@ -153,26 +208,72 @@ class Session:
     # --- client events --------------------------------------------------------------------------
 
     async def session_update(self, event: dict[str, Any]) -> None:
-        fields = {**self.config.model_dump(), **(event.get("session") or {})}
+        update = event.get("session") or {}
+        if not isinstance(update, dict):
+            raise SessionError("session.update: session must be an object")
         try:
-            self.config = SessionConfig.model_validate(fields)
+            self.config = SessionConfig.model_validate(_merged(self.config.model_dump(), update))
         except ValidationError as exc:
             raise SessionError(f"session.update: {_first_error(exc)}") from None
+        self.detector = None  # made anew for the new settings on the next audio
         await self.send("session.updated", session=self.described())
 
     async def buffer_append(self, event: dict[str, Any]) -> None:
         audio = _base64(event.get("audio"), "input_audio_buffer.append: audio")
+        audio = audio[: len(audio) - len(audio) % 2]
         if len(self.buffer) + len(audio) > MAX_BUFFER_BYTES:
             raise SessionError(
                 f"input_audio_buffer.append: the buffer would pass its {MAX_BUFFER_BYTES >> 20} MiB: commit or clear it"
             )
         self.buffer += audio
+        self.heard += len(audio) // 2
+        settings = self.config.audio.input.turn_detection
+        if settings is None:
+            return
+        if self.detector is None:
+            self.detector = await asyncio.to_thread(TurnDetector, settings)
+        for kind, sample in await asyncio.to_thread(self.detector.push, audio):
+            await (self.speech_started if kind == "start" else self.speech_stopped)(sample, settings)
+        if not self.speaking:  # silence: only the padding a next turn would start with is kept
+            keep = settings.prefix_padding_ms * RATE // 1000 * 2
+            del self.buffer[: max(0, len(self.buffer) - keep)]
+
+    async def speech_started(self, sample: int, settings: TurnDetection) -> None:
+        """Speech began at input sample `sample`: the turn starts `prefix_padding_ms` before it, and
+        a response in progress is interrupted (barge-in)."""
+        self.speaking = True
+        start = self.heard - len(self.buffer) // 2  # the input sample the buffer starts at
+        first = max(start, sample - settings.prefix_padding_ms * RATE // 1000)
+        del self.buffer[: (first - start) * 2]
+        self.turn_item = f"item_{uuid.uuid4().hex[:20]}"
+        await self.send(
+            "input_audio_buffer.speech_started", audio_start_ms=sample * 1000 // RATE, item_id=self.turn_item
+        )
+        if settings.interrupt_response and self.response is not None and not self.response.done():
+            self.response.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.response
+
+    async def speech_stopped(self, sample: int, settings: TurnDetection) -> None:
+        """Silence long enough after speech: the turn is committed, and answered."""
+        self.speaking = False
+        await self.send(
+            "input_audio_buffer.speech_stopped", audio_end_ms=sample * 1000 // RATE, item_id=self.turn_item
+        )
+        await self.commit(self.turn_item)
+        if settings.create_response and (self.response is None or self.response.done()):
+            self.response = asyncio.get_running_loop().create_task(self.respond(self.config))
 
     async def buffer_commit(self, event: dict[str, Any]) -> None:
         if len(self.buffer) < 2:
             raise SessionError("input_audio_buffer.commit: the buffer is empty")
+        await self.commit(None)
+
+    async def commit(self, item_id: str | None) -> None:
+        """The buffer becomes the user's audio item (`item_id`, or a new one)."""
         pcm, self.buffer = bytes(self.buffer), bytearray()
-        item_id = await self.add(ChatMessage(role="user", content=[AudioPart(data=wav_bytes(pcm, RATE))]))
+        message = ChatMessage(role="user", content=[AudioPart(data=wav_bytes(pcm, RATE))])
+        item_id = await self.add(message, item_id)
         await self.send("input_audio_buffer.committed", item_id=item_id, previous_item_id=None)
 
     async def buffer_clear(self, event: dict[str, Any]) -> None:
@@ -203,7 +304,7 @@ class Session:
         if options:
             fields = {k: v for k, v in options.items() if k in ("instructions", "output_modalities", "audio")}
             try:
-                config = SessionConfig.model_validate({**config.model_dump(), **fields})
+                config = SessionConfig.model_validate(_merged(config.model_dump(), fields))
             except ValidationError as exc:
                 raise SessionError(f"response.create: {_first_error(exc)}") from None
         self.response = asyncio.get_running_loop().create_task(self.respond(config))
@@ -281,19 +382,19 @@ class Session:
             "messages": messages,
             "modalities": ["text", "audio"] if speaks else ["text"],
         }
-        if speaks and config.voice is not None:
-            fields["voice"] = config.voice
+        if speaks and config.audio.output.voice is not None:
+            fields["voice"] = config.audio.output.voice
         if config.max_output_tokens != "inf":
             fields["max_tokens"] = config.max_output_tokens
         return chat_request(self.app, fields)
 
     # --- sending --------------------------------------------------------------------------------
 
-    async def add(self, message: ChatMessage) -> str:
-        """Add a message to the conversation; its item id."""
+    async def add(self, message: ChatMessage, item_id: str | None = None) -> str:
+        """Add a message to the conversation (as `item_id`, or a new id); its item id."""
         if len(self.items) >= MAX_ITEMS:
             raise SessionError(f"the conversation holds its {MAX_ITEMS} items: start a new session")
-        item_id = f"item_{uuid.uuid4().hex[:20]}"
+        item_id = item_id or f"item_{uuid.uuid4().hex[:20]}"
         self.items.append((item_id, message))
         item = {"id": item_id, "type": "message", "role": message.role, "status": "completed"}
         previous = self.items[-2][0] if len(self.items) > 1 else None
@@ -396,3 +497,47 @@ def _response(
         "output_modalities": config.output_modalities,
         "usage": usage,
     }
+
+
+class TurnDetector:
+    """silero-vad over the session's 24 kHz input, resampled to its 16 kHz in windows of 512
+    samples; `push` gives the speech starts and ends it heard, at input sample positions."""
+
+    WINDOW = 512  # silero-vad's window at 16 kHz
+
+    def __init__(self, settings: TurnDetection) -> None:
+        from silero_vad import VADIterator, load_silero_vad
+
+        self.vad = VADIterator(
+            load_silero_vad(),
+            threshold=settings.threshold,
+            sampling_rate=16000,
+            min_silence_duration_ms=settings.silence_duration_ms,
+            speech_pad_ms=0,
+        )
+        self.resampler = AudioStreamEncoder("pcm", 16000)
+        self.pending = np.zeros(0, np.float32)
+
+    def push(self, pcm: bytes) -> list[tuple[str, int]]:
+        import torch
+
+        samples = np.frombuffer(self.resampler.feed(pcm, RATE), "<i2").astype(np.float32) / 32768
+        self.pending = np.concatenate([self.pending, samples])
+        heard = []
+        while len(self.pending) >= self.WINDOW:
+            window, self.pending = self.pending[: self.WINDOW], self.pending[self.WINDOW :]
+            found = self.vad(torch.from_numpy(window.copy()))
+            for kind in ("start", "end"):
+                if found and kind in found:
+                    heard.append((kind, int(found[kind]) * RATE // 16000))
+        return heard
+
+
+def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `update`'s fields: objects merged field by field, anything else replaced."""
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = (
+            _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out

@@ -209,3 +209,70 @@ def test_a_client_that_leaves_mid_response_cancels_its_work(served, tmp_path):
         while counted not in httpx.get(f"{url}/metrics").text:
             assert time.monotonic() < deadline, "the response's request was not cancelled"
             time.sleep(0.05)
+
+
+def speech_24k() -> bytes:
+    """A spoken query (the workloads' clip) as the session's input: 16-bit mono PCM at 24 kHz."""
+    from prismserve.bench.workloads import workloads_dir
+    from prismserve.gateway.media import AudioStreamEncoder, decode_audio
+
+    pcm, rate = decode_audio((workloads_dir() / "media" / "query_to_cars.wav").read_bytes(), "clip")
+    encoder = AudioStreamEncoder("pcm", 24000)
+    return encoder.feed(pcm, rate) + encoder.finish()
+
+
+def speak(socket, pcm: bytes, silence_s: float = 0.0) -> None:
+    """Append `pcm` and then `silence_s` of silence, in 100 ms pieces as a microphone sends them."""
+    audio = pcm + b"\x00\x00" * int(24000 * silence_s)
+    for i in range(0, len(audio), 4800):
+        send(socket, "input_audio_buffer.append", audio=base64.b64encode(audio[i : i + 4800]).decode())
+
+
+def test_server_turn_detection_commits_a_spoken_turn_and_answers_it(served):
+    """silero-vad hears the clip start and, after the silence that follows, end: the turn (the
+    speech and the padding before it) is committed and answered without a commit or response.create."""
+    clip = speech_24k()
+    with served() as url:
+        register(url)
+        with connect(url.replace("http", "ws") + "/v1/realtime?model=voice") as socket:
+            created = until(socket, "session.created")[-1]["session"]
+            # The clip has a breath, then 1.25 s of pause, before the query: one turn with a longer silence.
+            detect = {"type": "server_vad", "silence_duration_ms": 1500}
+            update = {"output_modalities": ["text"], "audio": {"input": {"turn_detection": detect}}}
+            send(socket, "session.update", session=update)
+            until(socket, "session.updated")
+            speak(socket, b"\x00\x00" * 24000, 0)  # a second of silence first: not a turn, not kept
+            speak(socket, clip, silence_s=2.0)
+            events = until(socket, "response.done")
+    assert created["audio"]["input"]["turn_detection"]["type"] == "server_vad"  # as OpenAI's sessions start
+    kinds = [e["type"] for e in events]
+    assert kinds.index("input_audio_buffer.speech_started") < kinds.index("input_audio_buffer.speech_stopped")
+    assert kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed")
+    assert kinds.index("input_audio_buffer.committed") < kinds.index("response.created")
+    started = next(e for e in events if e["type"] == "input_audio_buffer.speech_started")
+    committed = next(e for e in events if e["type"] == "input_audio_buffer.committed")
+    assert started["item_id"] == committed["item_id"] and 900 <= started["audio_start_ms"] <= 1500
+    heard = next(e["text"] for e in events if e["type"] == "response.output_text.done")
+    samples = int(heard.split()[1])  # "heard N samples at 24000 Hz": the committed turn
+    # At least the speech (1.3 s to 5.6 s into the clip, as silero-vad hears it); at most what came
+    # after the leading second of silence, which was not kept.
+    assert (5.6 - 1.3) * 24000 < samples <= len(clip) // 2 + 2 * 24000
+
+
+def test_speech_while_the_app_answers_interrupts_the_answer(served, tmp_path):
+    """Barge-in: the user speaking cancels the response in progress at once."""
+    clip = speech_24k()
+    with served() as url:
+        register(url)
+        with connect(url.replace("http", "ws") + "/v1/realtime?model=speaker") as socket:
+            until(socket, "session.created")
+            say = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"one {tmp_path / 'never'} two"}]}  # fmt: skip
+            send(socket, "conversation.item.create", item=say)
+            send(socket, "response.create")
+            until(socket, "response.output_audio.delta")  # speaking, then held at its gate
+            speak(socket, clip)
+            events = until(socket, "response.done")
+    kinds = [e["type"] for e in events]
+    assert "input_audio_buffer.speech_started" in kinds
+    assert events[-1]["response"]["status"] == "cancelled"
+    assert "response.output_audio.delta" not in kinds[kinds.index("input_audio_buffer.speech_started") :]
