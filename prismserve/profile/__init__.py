@@ -150,10 +150,11 @@ async def app_budgets(runtime: Any, app: App) -> Budgets | None:
 
 
 def _workload_identity(name: str, requests: int) -> str:
-    """What names a workload in the cache key: its name and size, or a workload file's content."""
+    """What names a workload in the cache key: its name and size, or a workload file's name and
+    content (not its folder: the same file written elsewhere, a temporary copy, is the same workload)."""
     if name in TRACES or not Path(name).is_file():
         return f"{name} ({requests} requests)"
-    return f"{name} (sha256 {hashlib.sha256(Path(name).read_bytes()).hexdigest()[:16]})"
+    return f"{Path(name).name} (sha256 {hashlib.sha256(Path(name).read_bytes()).hexdigest()[:16]})"
 
 
 async def plan_at_start(

@@ -246,3 +246,14 @@ def test_a_workload_file_is_read_back_as_written(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text_tokens": 3}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:1: not a request"):
         read_requests(tmp_path / "bad.jsonl")
+
+
+def test_a_workload_file_is_known_by_its_name_and_content_not_its_folder(tmp_path):
+    """A temporary copy of the same workload file finds the profile measured on another copy."""
+    from prismserve.profile import _workload_identity
+
+    for folder in ("a", "b", "c"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "workload.jsonl").write_text('{"text_tokens": 8}\n' if folder != "c" else "{}\n")
+    a, b, c = (_workload_identity(str(tmp_path / f / "workload.jsonl"), 0) for f in ("a", "b", "c"))
+    assert a == b and a != c and str(tmp_path) not in a
