@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import secrets
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +33,7 @@ import httpx
 import numpy as np
 import psutil
 from bench_plan_loop import stop, workload
-from soak import add_server_arguments, start
+from soak import add_server_arguments, finish, start
 
 import prismserve  # noqa: F401  (telemetry off)
 from prismserve.bench.loadgen import RequestResult, run_load
@@ -154,17 +152,15 @@ def main() -> None:
     unexpected = [f for f in report["failed"] if not f["in_flight_at_kill"] or not f["status"]]
     report["passed"] = not unexpected and report["recovery_s"] is not None
     statuses = sorted({f["status"] for f in report["failed"]})
-    print(
+    finish(
+        report,
+        args.out,
         f"{args.fault} of {report['deployment']}#{report['replica']} killed at {report['killed_s']:.1f} s "
         f"({report['held_at_kill']} in flight on it): {len(report['failed'])} of {report['requests']} "
         f"requests failed (statuses {statuses}, {len(unexpected)} not in flight at the kill), running again "
         f"after {report['recovery_s'] if report['recovery_s'] is None else round(report['recovery_s'], 2)} s; "
-        f"median latency {report['latency_p50_before_s']} s before, {report['latency_p50_after_s']} s after: "
-        f"{'passed' if report['passed'] else 'FAILED'}"
+        f"median latency {report['latency_p50_before_s']} s before, {report['latency_p50_after_s']} s after",
     )
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
-    sys.exit(0 if report["passed"] else 1)
 
 
 if __name__ == "__main__":

@@ -159,14 +159,21 @@ def main() -> None:
     args = parser.parse_args()
     random.seed(args.seed)
     report = soak(args)
-    print(
+    finish(
+        report,
+        args.out,
         f"{report['requests']} requests over {report['minutes']:.1f} min at {report['offered_rps']:.2f} req/s "
         f"({args.load:g} x predicted {report['predicted_rps']:.2f}): lost {report['lost']}, gateway memory "
         f"{report['gateway_growth']:+.1%}, replicas {report['replicas_growth']:+.1%}, slabs {report['slabs']}, "
-        f"gateway fds {report['gateway_fds']}: {'passed' if report['passed'] else 'FAILED'}"
+        f"gateway fds {report['gateway_fds']}",
     )
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
+
+
+def finish(report: dict, out: Path | None, summary: str) -> None:
+    """Print `summary` and the verdict, write the report to `out`, exit 0 if it passed."""
+    print(f"{summary}: {'passed' if report['passed'] else 'FAILED'}")
+    if out:
+        out.write_text(json.dumps(report, indent=1))
     sys.exit(0 if report["passed"] else 1)
 
 

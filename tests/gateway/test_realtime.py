@@ -50,6 +50,14 @@ def send(socket, kind: str, **fields) -> None:
     socket.send(json.dumps({"type": kind, **fields}))
 
 
+def hold_a_response(socket, gate) -> None:
+    """A response in progress: the app has said its first word and waits for the file `gate`."""
+    say = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"one {gate} two"}]}
+    send(socket, "conversation.item.create", item=say)
+    send(socket, "response.create")
+    until(socket, "response.output_audio.delta")
+
+
 def test_the_openai_clients_realtime_connection_hears_the_app_speak(served):
     with served() as url:
         register(url)
@@ -116,24 +124,14 @@ def test_a_cancelled_response_ends_cancelled_and_the_session_goes_on(served, tmp
         register(url)
         with connect(url.replace("http", "ws") + "/v1/realtime?model=speaker") as socket:
             until(socket, "session.created")
-            say = {
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": f"one {gate} two"}],
-            }
-            send(socket, "conversation.item.create", item=say)
-            send(socket, "response.create")
-            until(socket, "response.output_audio.delta")  # the first word said, the app waits at the gate
+            hold_a_response(socket, gate)
             send(socket, "response.create")  # one response at a time
             refused = until(socket, "error")[-1]
             send(socket, "response.cancel")
             cancelled = until(socket, "response.done")[-1]
             gate.touch()
-            send(
-                socket,
-                "conversation.item.create",
-                item={**say, "content": [{"type": "input_text", "text": "four"}]},
-            )
+            four = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "four"}]}
+            send(socket, "conversation.item.create", item=four)
             send(socket, "response.create")
             again = until(socket, "response.done")[-1]
     assert "a response is in progress" in refused["error"]["message"]
@@ -200,10 +198,7 @@ def test_a_client_that_leaves_mid_response_cancels_its_work(served, tmp_path):
         register(url)
         with connect(url.replace("http", "ws") + "/v1/realtime?model=speaker") as socket:
             until(socket, "session.created")
-            say = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"one {tmp_path / 'never'} two"}]}  # fmt: skip
-            send(socket, "conversation.item.create", item=say)
-            send(socket, "response.create")
-            until(socket, "response.output_audio.delta")
+            hold_a_response(socket, tmp_path / "never")
         counted = 'prismserve_requests_total{app="speaker",request_type="text->audio",status="cancelled"} 1.0'
         deadline = time.monotonic() + 10
         while counted not in httpx.get(f"{url}/metrics").text:
@@ -266,10 +261,7 @@ def test_speech_while_the_app_answers_interrupts_the_answer(served, tmp_path):
         register(url)
         with connect(url.replace("http", "ws") + "/v1/realtime?model=speaker") as socket:
             until(socket, "session.created")
-            say = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"one {tmp_path / 'never'} two"}]}  # fmt: skip
-            send(socket, "conversation.item.create", item=say)
-            send(socket, "response.create")
-            until(socket, "response.output_audio.delta")  # speaking, then held at its gate
+            hold_a_response(socket, tmp_path / "never")
             speak(socket, clip)
             events = until(socket, "response.done")
     kinds = [e["type"] for e in events]
