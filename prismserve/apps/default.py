@@ -17,12 +17,20 @@ WRITTEN = (
 )
 
 
-def default_app_source(family: ModelFamily, model: str, settings: EngineSettings | None = None) -> str:
+def default_app_source(
+    family: ModelFamily,
+    model: str,
+    settings: EngineSettings | None = None,
+    gpus: dict[str, float] | None = None,
+) -> str:
     """The source of `family`'s default app for the checkpoint at `model` (a local path, written in
-    as the `model` setting); a `SettingError` for settings this family or engine does not take."""
+    as the `model` setting), its components given `gpus` (shares laid out by `serve.fit`); a
+    `SettingError` for settings this family or engine does not take."""
     engine = family.checked(settings or EngineSettings())
     app = family.app
     values = {**app.settings, "model": model, **engine_fields(engine, family.main)}
+    if gpus:
+        values["gpus"] = {**values.get("gpus", {}), **gpus}
     chosen = _settings(family, values)
     return app_module_source(app.module, chosen, doc=f"{app.doc}\n\n{WRITTEN.format(module=app.module)}")
 

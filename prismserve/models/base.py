@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import json
 import os
 import re
+import struct
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -108,6 +110,21 @@ def load_pretrained(model_class: Any, path: str, device: str, **config: Any) -> 
     return model.eval()
 
 
+def safetensors_sizes(path: Path) -> dict[str, int]:
+    """Each tensor's bytes in the safetensors files of the checkpoint at `path`, from their headers
+    (an 8-byte length, then JSON naming each tensor's byte range)."""
+    sizes: dict[str, int] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        with open(file, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                start, end = entry["data_offsets"]
+                sizes[name] = end - start
+    return sizes
+
+
 class Adapter(ABC):
     """One model family: which parts a checkpoint has, how to run each, what crosses between them."""
 
@@ -122,6 +139,24 @@ class Adapter(ABC):
         self.model: Any = None
         # transformers models are not safe to run from several threads at once.
         self.lock = threading.Lock()
+
+    # Tensor-name prefixes of each component's weights, by the component names the apps give GPUs to
+    # ("image", "audio", "talker" …); the tensors no prefix claims are the LLM's ("llm", "thinker").
+    component_prefixes: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    @classmethod
+    def component_bytes(cls, path: Path) -> dict[str, int]:
+        """Bytes of each component's weights in the checkpoint at `path` (a local directory), read
+        from its safetensors headers, no tensor loaded; "" holds what no prefix claims (the LLM's).
+        Components may share weights (Qwen2.5-VL's image and video encoders are one tower)."""
+        tensors = safetensors_sizes(path)
+        sizes = {
+            component: sum(size for name, size in tensors.items() if name.startswith(prefixes))
+            for component, prefixes in cls.component_prefixes.items()
+        }
+        claimed = tuple(p for prefixes in cls.component_prefixes.values() for p in prefixes)
+        sizes[""] = sum(size for name, size in tensors.items() if not (claimed and name.startswith(claimed)))
+        return sizes
 
     @classmethod
     def voices(cls, path: Path) -> tuple[str, ...]:

@@ -19,6 +19,14 @@ class Gemma3(VisionLLM):
     """Gemma 3 (`Gemma3ForConditionalGeneration`)."""
 
     family = "gemma3"
+    component_prefixes = {
+        "image": (
+            "vision_tower.",
+            "multi_modal_projector.",
+            "model.vision_tower.",
+            "model.multi_modal_projector.",
+        )
+    }
     model_class = "Gemma3ForConditionalGeneration"
     processor_class = "Gemma3Processor"
 

@@ -17,6 +17,14 @@ class InternVL(VisionLLM):
     """InternVL3 in transformers' format (`InternVLForConditionalGeneration`, the `-hf` checkpoints)."""
 
     family = "internvl3"
+    component_prefixes = {
+        "image": (
+            "vision_tower.",
+            "multi_modal_projector.",
+            "model.vision_tower.",
+            "model.multi_modal_projector.",
+        )
+    }
     model_class = "InternVLForConditionalGeneration"
     processor_class = "InternVLProcessor"
 

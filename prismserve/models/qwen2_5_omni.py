@@ -137,6 +137,12 @@ class Qwen25Omni(Adapter):
     """Qwen2.5-Omni (`Qwen2_5OmniForConditionalGeneration`)."""
 
     family = "qwen2.5-omni"
+    component_prefixes = {
+        "image": ("thinker.visual.",),
+        "audio": ("thinker.audio_tower.",),
+        "talker": ("talker.",),
+        "vocoder": ("token2wav.",),
+    }
     encoder_modalities = ("image", "audio")
 
     model_class = "Qwen2_5OmniForConditionalGeneration"

@@ -25,6 +25,7 @@ class Qwen25VL(VisionLLM):
     """Qwen2.5-VL (`Qwen2_5_VLForConditionalGeneration`)."""
 
     family = "qwen2.5-vl"
+    component_prefixes = {"image": ("visual.", "model.visual."), "video": ("visual.", "model.visual.")}
     model_class = "Qwen2_5_VLForConditionalGeneration"
     processor_class = "Qwen2_5_VLProcessor"
 

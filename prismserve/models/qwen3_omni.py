@@ -104,6 +104,12 @@ class Qwen3Omni(Qwen25Omni):
     """Qwen3-Omni (`Qwen3OmniMoeForConditionalGeneration`): encoders, thinker, talker, code2wav."""
 
     family = "qwen3-omni"
+    component_prefixes = {
+        "image": ("thinker.visual.",),
+        "audio": ("thinker.audio_tower.",),
+        "talker": ("talker.",),
+        "vocoder": ("code2wav.",),
+    }
     model_class = "Qwen3OmniMoeForConditionalGeneration"
     processor_class = "Qwen3OmniMoeProcessor"
 

@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -172,6 +172,7 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
             raise StartupError(f"--profile-workload: {exc}") from None
     plan = _load_plan(options.plan_path)
     budgets = _load_budgets(options.budgets_path, app)
+    refit = _refit(options, app, filename)
     runtime = runtime or _runtime(options)
     chosen = os.environ.get(TOKEN_VARIABLE, "")
     token = chosen or secrets.token_urlsafe(24)
@@ -204,6 +205,7 @@ def prepare_server(options: ServeOptions, *, runtime: Runtime | None = None) -> 
         plan_gpus=options.gpus,
         profile_workload=options.profile_workload,
         replan=options.replan,
+        refit=refit,
         token=token,
         token_generated=not chosen,
         server=uvicorn.Server(config),
@@ -231,6 +233,8 @@ class GatewayServer:
     budgets: Budgets | None = None  # batching budgets set on the app's deployments before they start
     profile_workload: str = "any2any"
     replan: bool = True  # watch the traffic of a plan made at start and re-plan as it drifts
+    # A model's default app laid onto the cluster's GPUs once they are known (`_refit`), if it may be.
+    refit: Callable[[Runtime], tuple[str, App, dict[str, float], int] | None] | None = None
 
     @property
     def url(self) -> str:
@@ -272,6 +276,14 @@ class GatewayServer:
     async def _register(self) -> None:
         from prismserve.profile.budgets import apply_budgets
 
+        fitted = self.refit(self.runtime) if self.refit is not None else None
+        if fitted is not None:
+            self.source, self.app, shares, gpus = fitted
+            layout = ", ".join(f"{component} {share:g}" for component, share in shares.items())
+            print(
+                f"prismserve: {self.app_name!r} shares {gpus} GPU{'s' if gpus > 1 else ''}: {layout}",
+                file=sys.stderr,
+            )
         budgets = self.budgets
         prepare = None if budgets is None else (lambda loaded: apply_budgets(loaded, budgets))
         app = await self.runtime.register_app(
@@ -390,6 +402,41 @@ def app_source(options: ServeOptions) -> tuple[str, str, str]:
         raise StartupError(str(exc)) from None
     name = options.name or (local.name if local is not None else options.target)
     return source, name, f"<{family.name} app for {options.target}>"
+
+
+def _refit(
+    options: ServeOptions, app: App, filename: str
+) -> Callable[[Runtime], tuple[str, App, dict[str, float], int] | None] | None:
+    """For a model's default app whose components each take a whole GPU (no app file, plan, --gpus
+    or GPU flag decides otherwise): what lays them onto fewer GPUs, once the runtime has started and
+    knows how many the cluster has (`serve.fit`): the new source, app, shares and GPU count, or None
+    when each component has a GPU."""
+    engine = options.engine
+    decided = options.gpus is not None or options.plan_path is not None or options.in_process
+    if options.is_app_file or decided or engine.gpu_memory_utilization or engine.tensor_parallel_size:
+        return None
+    components = {path.rsplit(".", 1)[-1]: task.gpus for path, task in app.named_unit_tasks().items()}
+    checkpoint = getattr(app.module, "MODEL", None)
+    if any(gpus != 1 for gpus in components.values()) or not isinstance(checkpoint, str):
+        return None
+
+    def refit(runtime: Runtime) -> tuple[str, App, dict[str, float], int] | None:
+        from prismserve.apps import default_app_source
+        from prismserve.models import family_for
+        from prismserve.serve.fit import fitted_shares, gpu_memory_gib
+
+        resources = getattr(runtime, "resources", None)
+        gpus = int(sum(resources.inventory().values())) if resources is not None else 0
+        if gpus < 1:
+            return None  # no GPU at all: the runtime says so as it places them
+        family = family_for(checkpoint)
+        shares = fitted_shares(family, checkpoint, list(components), gpus, gpu_memory_gib())
+        if not shares:
+            return None
+        source = default_app_source(family, checkpoint, engine, gpus=shares)
+        return source, load_app_source(source, app.name, filename=filename), shares, gpus
+
+    return refit
 
 
 def _engine_flags(settings: EngineSettings) -> list[tuple[str, object]]:

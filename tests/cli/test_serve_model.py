@@ -451,6 +451,34 @@ def test_serve_a_tiny_omni_checkpoint_with_no_app_file(tiny_omni_dir, ray_cluste
     assert out == "prismserve: stopped\n" and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("family", "gpus"), [("qwen2.5-omni", 1), ("qwen3-omni", 2)])
+def test_an_omni_model_fits_the_gpus_it_has_with_no_app_file(family, gpus):
+    """Five components on one declared GPU (or two): `prismserve serve DIR --fake-gpus N` lays them
+    onto it with shares from their weights, says so, and speaks (not: waits for GPUs and fails)."""
+    import openai
+
+    from prismserve.models import tiny
+
+    model = tiny.build(family)
+    with _serving(str(model), "--fake-gpus", str(gpus)) as (process, url):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=240)
+        answer = client.chat.completions.create(
+            model=model.name,
+            max_tokens=4,
+            modalities=["text", "audio"],
+            audio={"format": "wav"},  # type: ignore[typeddict-item]  # the model's default voice
+            messages=[{"role": "user", "content": "Say hello."}],
+        )
+        status = httpx.get(f"{url}/admin/status", headers={"Authorization": "Bearer t"}).json()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert base64.b64decode(answer.choices[0].message.audio.data)[:4] == b"RIFF"
+    assert f"shares {gpus} GPU" in err and "thinker 0." in err
+    replicas = [r for d in status["deployments"].values() for r in d["replicas"]]
+    assert len(replicas) == 5 and all(0 < r["gpus"] < 1 for r in replicas)
+    assert status["gpus"]["total"] == gpus
+
+
 @uses("serve")
 @contextlib.contextmanager
 def _serving(
