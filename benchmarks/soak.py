@@ -46,11 +46,12 @@ REPLICA = "ray::ExecutorReplica"  # a replica actor's process name
 
 def sample(pid: int) -> dict[str, float]:
     """Memory (MiB) of the gateway and of the replicas (their processes and every process under
-    them: engines), the gateway's open files, our slabs. Ray's own processes and idle workers,
+    them: engines), the gateway's open files, its slabs. Ray's own processes and idle workers,
     which come and go, are not counted."""
     gateway = psutil.Process(pid)
     rss = 0
-    for process in gateway.children(recursive=True):
+    under = gateway.children(recursive=True)
+    for process in under:
         with contextlib.suppress(psutil.Error):  # ended between the listing and the read
             if process.name().startswith(REPLICA):
                 rss += sum(p.memory_info().rss for p in (process, *process.children(recursive=True)))
@@ -58,8 +59,18 @@ def sample(pid: int) -> dict[str, float]:
         "gateway_mib": gateway.memory_info().rss / 2**20,
         "replicas_mib": rss / 2**20,
         "gateway_fds": gateway.num_fds(),
-        "slabs": len(glob.glob(f"{SHM_DIR}/{SLAB_PREFIX}*")),
+        "slabs": slabs({pid, *(p.pid for p in under)}),
     }
+
+
+def slabs(ours: set[int]) -> int:
+    """Slabs in /dev/shm of processes in `ours` or of none alive (a leak): another server's on the
+    machine are not counted. A slab's name holds its owner's pid (`dataplane.Slab`)."""
+    count = 0
+    for path in glob.glob(f"{SHM_DIR}/{SLAB_PREFIX}*"):
+        owner = Path(path).name[len(SLAB_PREFIX) :].split("-", 1)[0]
+        count += owner.isdigit() and (int(owner) in ours or not psutil.pid_exists(int(owner)))
+    return count
 
 
 def start(args: argparse.Namespace, files: Path) -> tuple[subprocess.Popen[str], str, float, str]:
