@@ -8,7 +8,7 @@ speech out in a fifth), Poisson arrivals, in rounds of `--round-s` seconds sent 
 each round the server's processes are sampled. Reported, and checked: no request lost (every one
 answered 200), memory of the gateway (the serve process) and of the replicas (each replica's
 process and those under it: its engine), after warm-up (the first fifth of the rounds, at least
-one: the engines' memory grows for their first minutes) and at the end, growth below 10 %; prismserve's shared-memory slabs in /dev/shm and the gateway's open file descriptors
+one: the engines' memory grows for their first minutes) and at the end, growth below 10 %; the server's shared-memory slabs in /dev/shm (or leaked ones) and the gateway's open file descriptors
 no more at the end than after warm-up.
 Run: python benchmarks/soak.py [--minutes 30] [--load 0.7] [--round-s 60] [--emulated qwen25-omni]
      [--speedup 1] [--profile-cache DIR] [--out result.json]
