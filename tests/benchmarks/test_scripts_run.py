@@ -49,6 +49,7 @@ SCRIPTS = {
     ],
     "bench_profile_emulated.py": ["--requests", "30", "--speedup", "50"],
     "bench_hf_batching.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
+    "bench_multiturn.py": ["--conversations", "1"],
     "bench_vllm.py": [
         "--clients",
         "2",
