@@ -178,9 +178,13 @@ class Session:
         """Take the client's events until it leaves; then cancel what is still running for it."""
         try:
             while True:
-                raw = await self.websocket.receive_text()
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
                 try:
-                    await self.handle(raw)
+                    if message.get("text") is None:
+                        raise SessionError("events are JSON in text frames, not binary ones")
+                    await self.handle(message["text"])
                 except Exception as exc:  # noqa: BLE001 - the client hears of it; the session goes on
                     await self.error(exc)
         except WebSocketDisconnect:

@@ -143,6 +143,7 @@ def test_a_cancelled_response_ends_cancelled_and_the_session_goes_on(served, tmp
     ("event", "message"),
     [
         ("not json", "the event is not JSON"),
+        (b"\x00binary", "not binary ones"),
         (json.dumps({"type": "session.fly"}), "unknown event type 'session.fly'"),
         (
             json.dumps({"type": "session.update", "session": {"temperature_of_mars": 1}}),
