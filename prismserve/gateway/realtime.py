@@ -216,9 +216,16 @@ class Session:
         if not isinstance(update, dict):
             raise SessionError("session.update: session must be an object")
         try:
-            self.config = SessionConfig.model_validate(_merged(self.config.model_dump(), update))
+            config = SessionConfig.model_validate(_merged(self.config.model_dump(), update))
         except ValidationError as exc:
             raise SessionError(f"session.update: {_first_error(exc)}") from None
+        assert self.app is not None
+        if config.model not in (None, self.app.name):
+            raise SessionError(
+                f"session.update: model {config.model!r} is not this session's app {self.app.name!r} "
+                "(the app is chosen in the URL, /v1/realtime?model=NAME)"
+            )
+        self.config = config
         self.detector = None  # made anew for the new settings on the next audio
         await self.send("session.updated", session=self.described())
 

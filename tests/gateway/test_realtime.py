@@ -150,6 +150,7 @@ def test_a_cancelled_response_ends_cancelled_and_the_session_goes_on(served, tmp
             "temperature_of_mars",
         ),
         (json.dumps({"type": "input_audio_buffer.append", "audio": "%%%"}), "not valid base64"),
+        (json.dumps({"type": "session.update", "session": {"model": "voice"}}), "is not this session's app"),
         (json.dumps({"type": "input_audio_buffer.commit"}), "the buffer is empty"),
         (json.dumps({"type": "response.cancel"}), "no response is in progress"),
         (
