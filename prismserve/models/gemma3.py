@@ -12,21 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from prismserve.models.base import Encoded, as_numpy
-from prismserve.models.vision_llm import VisionLLM
+from prismserve.models.vision_llm import VISION_TOWER, VisionLLM
 
 
 class Gemma3(VisionLLM):
     """Gemma 3 (`Gemma3ForConditionalGeneration`)."""
 
     family = "gemma3"
-    component_prefixes = {
-        "image": (
-            "vision_tower.",
-            "multi_modal_projector.",
-            "model.vision_tower.",
-            "model.multi_modal_projector.",
-        )
-    }
+    component_prefixes = {"image": VISION_TOWER}
     model_class = "Gemma3ForConditionalGeneration"
     processor_class = "Gemma3Processor"
 

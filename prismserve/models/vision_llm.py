@@ -12,6 +12,15 @@ import numpy as np
 from prismserve.models.base import Adapter, Encoded, MediaError, MediaInput, build_processor, load_pretrained
 from prismserve.models.media import load_image
 
+VISION_TOWER = (
+    "vision_tower.",
+    "multi_modal_projector.",
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+)
+"""Where transformers' LLaVA-style checkpoints (InternVL3-hf, Gemma 3) keep the vision tower and
+its projector: the image encoder's weights."""
+
 
 class VisionLLM(Adapter):
     """An image encoder and an LLM; the encoder's per-image output replaces the image's placeholder."""
