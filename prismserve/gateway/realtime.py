@@ -137,7 +137,7 @@ async def realtime(websocket: WebSocket, model: str | None = None) -> None:
         return
     await websocket.accept()
     websocket.state.request_id = new_request_id(websocket.headers.get("x-request-id", ""))
-    session = Session(websocket)
+    session = RealtimeSession(websocket)
     try:
         if model is None:
             raise SessionError("name the app in the URL: /v1/realtime?model=NAME")
@@ -157,7 +157,7 @@ def _authorized(websocket: WebSocket, key: str) -> bool:
     return bool(given) and hmac.compare_digest(given.encode(), key.encode())
 
 
-class Session:
+class RealtimeSession:
     """One connection's session: its settings, conversation, input audio and response in progress."""
 
     def __init__(self, websocket: WebSocket) -> None:
@@ -441,13 +441,13 @@ class Session:
 
 
 HANDLERS = {
-    "session.update": Session.session_update,
-    "input_audio_buffer.append": Session.buffer_append,
-    "input_audio_buffer.commit": Session.buffer_commit,
-    "input_audio_buffer.clear": Session.buffer_clear,
-    "conversation.item.create": Session.item_create,
-    "response.create": Session.response_create,
-    "response.cancel": Session.response_cancel,
+    "session.update": RealtimeSession.session_update,
+    "input_audio_buffer.append": RealtimeSession.buffer_append,
+    "input_audio_buffer.commit": RealtimeSession.buffer_commit,
+    "input_audio_buffer.clear": RealtimeSession.buffer_clear,
+    "conversation.item.create": RealtimeSession.item_create,
+    "response.create": RealtimeSession.response_create,
+    "response.cancel": RealtimeSession.response_cancel,
 }
 
 
