@@ -14,7 +14,8 @@ How a request runs here:
   The batch is rebuilt only when rows join or leave, not per step.
 - Each row keeps its own logits processors (the checkpoint's generation config under the request's
   `Sampling`: temperature, top_p, top_k, min_p, repetition penalty; OpenAI's presence and frequency
-  penalties) and its own random generator (its seed), so requests never share sampling state.
+  penalties) and its own random generator (its seed), so requests never share sampling state; a
+  reply held to a JSON Schema also has its grammar (`executors/grammar.py`), which masks the logits.
   Log-probabilities, when asked for, are of the raw logits (as vLLM reports them by default).
 - `max_tokens` None generates up to the model's context (and a larger one stops there: "length"); a
   prompt that fills the context fails as the request's fault.
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prismserve.executors.grammar import GrammarVocabulary, JsonGrammar
 from prismserve.models import EngineModel, Generated
 from prismserve.models.conditioning import ReplyFeed
 from prismserve.protocol.chat import Sampling
@@ -71,6 +73,7 @@ class Sequence:
     processors: Any = None
     generator: Any = None
     history: Any = None  # prompt + generated ids, for processors that look back (repetition penalty)
+    grammar: JsonGrammar | None = None  # the JSON Schema its reply follows (`Sampling.json_schema`)
     length: int = 0  # tokens in its KV cache
     prompt_tokens: int = 0
     finish_reason: str = "stop"  # "length" once cut by max_tokens or the context
@@ -128,6 +131,7 @@ class HFEngine:
         self.max_batch = max(1, max_batch)
         self.end_ids = self.model.end_ids
         self.peak_batch = 0  # the most rows decoded together so far (tests and benchmarks read it)
+        self._vocabulary: GrammarVocabulary | None = None  # llguidance's, once a JSON reply is asked for
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # requests, _WAKE, _CLOSE
         self._thread = threading.Thread(target=self._serve, name="hf-engine", daemon=True)
         self._thread.start()
@@ -244,6 +248,7 @@ class HFEngine:
             sequence.history = out.sequences[:, :-1]  # the ids `generate` saw: none if fed embeddings alone
             config = self.model.generation_config(sequence.sampling)
             sequence.processors = self._processors(sequence, config)
+            sequence.grammar = self._grammar(sequence, out.logits[0].shape[-1])
             sequence.generator = self._generator(sequence) if config.do_sample else None
             if sequence.with_hidden:
                 sequence.hidden.append(out.hidden_states[0])
@@ -291,6 +296,17 @@ class HFEngine:
                 0, Penalties(sampling.presence_penalty, sampling.frequency_penalty, sequence.history.shape[1])
             )
         return processors
+
+    def _grammar(self, sequence: Sequence, vocab_size: int) -> JsonGrammar | None:
+        """The grammar of a request whose reply must follow a JSON Schema (None: any reply)."""
+        schema = sequence.sampling.json_schema
+        if schema is None:
+            return None
+        if self.model.tokenizer is None:
+            raise InvalidInputError("this model writes no text: it takes no json_schema")
+        if self._vocabulary is None:
+            self._vocabulary = GrammarVocabulary(self.model.tokenizer, vocab_size, self.end_ids)
+        return self._vocabulary.json(schema)
 
     def _generator(self, sequence: Sequence) -> Any:
         """A random generator of the request's own, from its seed."""
@@ -363,12 +379,16 @@ class HFEngine:
         if sequence.with_logits:
             sequence.logits.append(logits.cpu())
         scores = sequence.processors(sequence.history, logits) if sequence.processors else logits
+        if sequence.grammar is not None:
+            scores = sequence.grammar.allowed(scores.clone() if scores is logits else scores)
         if sequence.generator is None:
             token = int(scores.argmax(-1))
         else:
             probs = torch.softmax(scores, dim=-1)
             token = int(torch.multinomial(probs, 1, generator=sequence.generator))
         sequence.tokens.append(token)
+        if sequence.grammar is not None:
+            sequence.grammar.take(token)
         if sequence.processors:
             sequence.history = torch.cat([sequence.history, sequence.history.new_tensor([[token]])], 1)
         if sequence.sampling.top_logprobs is not None:

@@ -58,7 +58,7 @@ class HFGeneration(Executor[GenerationSettingsT, LLMInput, GenerationOutputT]):
         media = [MediaInput(m.modality, m.data) for m in request.media]
         with media_rejected():
             return request, await asyncio.to_thread(
-                self.adapter.llm_inputs, request.conversation, encoded, media
+                self.adapter.llm_inputs, request.conversation, encoded, media, request.tools
             )
 
     async def texts(

@@ -55,6 +55,9 @@ def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
         # A conversation's next turn repeats the earlier ones: their KV cache is found, not
         # recomputed (vLLM's default for generative models, stated so that it stays on).
         "enable_prefix_caching": True,
+        # JSON replies (`json_schema`) under llguidance, as the transformers engine: JSON's optional
+        # whitespace left out, or an untrained model may emit whitespace until `max_tokens`.
+        "structured_outputs_config": {"backend": "guidance", "disable_any_whitespace": True},
     }
     if cuda and task.gpus >= 1:
         settings["tensor_parallel_size"] = int(task.gpus)
@@ -174,7 +177,7 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
                 "vLLM executors take no video yet: serve video with the transformers engine"
             )
         text = self.tokenizer.apply_chat_template(
-            request.conversation, tokenize=False, add_generation_prompt=True
+            request.conversation, tools=request.tools or None, tokenize=False, add_generation_prompt=True
         )
         data: dict[str, Any] = {}
         encoded = [Encoded(e.modality, np.asarray(e.embeddings.value), e.meta.value) for e in request.encoded]
@@ -231,9 +234,11 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
         """vLLM's sampling parameters for `request`: what it sets, the checkpoint's generation config
         for what it leaves unset; `logprobs` asks for the whole vocabulary's (tests)."""
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         chosen = {name: getattr(request, name) for name in _DEFAULTED if getattr(request, name) is not None}
+        if request.json_schema is not None:
+            chosen["structured_outputs"] = StructuredOutputsParams(json=request.json_schema)
         return SamplingParams(
             **{**self.defaults, **chosen},
             presence_penalty=request.presence_penalty,
@@ -371,6 +376,10 @@ class DecodeSide(HandoffSide[GenerationOutputT]):
         handoff = request.handoff
         tokens = self.tokenizer.encode(prompt["prompt"])
         rest = {key: value for key, value in prompt.items() if key != "prompt"}
+        if request.json_schema is not None:
+            # vLLM's grammar cannot be handed prefill's token: decode generates the whole reply
+            # (the prompt's KV cache still comes from prefill), its first token again.
+            return {"prompt_token_ids": tokens, **rest}, request
         if handoff.finish_reason is not None:
             return {"prompt_token_ids": tokens, **rest}, request.model_copy(update={"max_tokens": 1})
         limit = self.max_tokens(request)
@@ -400,10 +409,11 @@ class VLLMDecodeExecutor(DecodeSide[Stream[TextDelta]]):
     async def stream(self, task_input: Any) -> AsyncIterator[TextDelta]:
         request = DecodeInput.model_validate(task_input)
         reply = self.reply(request)
-        for delta in self.opening(request, reply):
-            yield delta
-        if reply.finished:
-            return
+        if request.json_schema is None:  # a JSON reply is generated whole here (`continuation`)
+            for delta in self.opening(request, reply):
+                yield delta
+            if reply.finished:
+                return
         prompt, rest = self.continuation(request, await self.prompt(request))
         async for out in self.outputs(rest, prompt=prompt):
             for delta in self.text_deltas(request, reply, out, prompt_tokens=request.handoff.prompt_tokens):

@@ -261,6 +261,11 @@ class VLLMThinkerDecodeExecutor(ThinkerEngine[ThinkerOutput], DecodeSide[Thinker
 
     async def run(self, task_input: Any) -> ThinkerOutput:
         request = DecodeInput.model_validate(task_input)
+        if request.json_schema is not None:
+            raise InvalidInputError(
+                "JSON replies (response_format, tools) are not served by a thinker split into prefill "
+                "and decode yet: serve the app without prefill_decode"
+            )
         reply = self.reply(request)
         deltas = self.opening(request, reply)
         with media_rejected():

@@ -36,6 +36,7 @@ from prismserve.gateway.media import (
 )
 from prismserve.gateway.openapi import SSE_EVENTS, errors, json_body
 from prismserve.gateway.serving import Served, find_app, serving
+from prismserve.gateway.tools import ReplyShape, reply_shape
 from prismserve.gateway.trace_recorder import TraceRecorder
 from prismserve.protocol.chat import (
     AudioPart,
@@ -47,6 +48,7 @@ from prismserve.protocol.chat import (
     Sampling,
     TextPart,
     TokenLogprob,
+    ToolCall,
     VideoPart,
 )
 from prismserve.protocol.openai import (
@@ -65,10 +67,14 @@ router = APIRouter()
 T = TypeVar("T")
 
 
-async def to_chat_request(body: OpenAIChatRequest, app: App, media: MediaPolicy | None = None) -> ChatRequest:
+async def to_chat_request(
+    body: OpenAIChatRequest, app: App, media: MediaPolicy | None = None, shape: ReplyShape | None = None
+) -> ChatRequest:
     """The app's ChatRequest for an OpenAI request, its media URLs fetched under `media` (default
-    policy if None); a 4xx for media that cannot be fetched, do not decode or that the app refuses."""
+    policy if None), its reply shaped as `shape` says (default: as the request asks); a 4xx for
+    media that cannot be fetched, do not decode or that the app refuses."""
     policy = media or MediaPolicy()
+    shape = shape or reply_shape(body)
     counts = {"image": 0, "video": 0, "audio": 0}
     numbered = [[(part, _number(part, counts)) for part in m.content] for m in body.messages]
     decoded = await asyncio.gather(*(_part(part, i, policy) for parts in numbered for part, i in parts))
@@ -77,9 +83,19 @@ async def to_chat_request(body: OpenAIChatRequest, app: App, media: MediaPolicy 
         parts = decoded[taken : taken + len(numbered_parts)]
         taken += len(numbered_parts)
         role = "system" if message.role == "developer" else message.role
-        messages.append(ChatMessage(role=role, content=parts))
+        calls = [
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+            for c in message.tool_calls or ()
+        ]
+        messages.append(
+            ChatMessage(role=role, content=parts, tool_calls=calls, tool_call_id=message.tool_call_id)
+        )
     modalities = body.modalities or ["text"]
     fields: dict[str, Any] = {"messages": messages, "modalities": modalities, **_sampling(body)}
+    if shape.schema is not None:
+        fields["json_schema"] = shape.schema
+    if shape.tools:
+        fields["tools"] = shape.tools
     if body.audio is not None and body.audio.voice is not None:
         fields["voice"] = body.audio.voice
     return chat_request(app, fields)
@@ -112,7 +128,8 @@ async def chat_completions(request: Request) -> Response:
     speaks = "audio" in (body.modalities or [])
     if body.stream and speaks:
         _check_streamed_audio(body)
-    chat = await to_chat_request(body, app, gateway.media)
+    shape = reply_shape(body)
+    chat = await to_chat_request(body, app, gateway.media, shape)
     recorded = _recorder(gateway.trace, arrival, chat)
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     served = [serving(request, app, one) for one in _choice_requests(chat, body.n)]
@@ -127,6 +144,7 @@ async def chat_completions(request: Request) -> Response:
             speaks=speaks,
             with_logprobs=body.logprobs,
             recorded=recorded,
+            shape=shape,
         )
         return StreamingResponse(events, media_type="text/event-stream")
     answers = await _all([collect_chat(one) for one in served])
@@ -134,7 +152,10 @@ async def chat_completions(request: Request) -> Response:
     choices_json = []
     for index, answer in enumerate(answers):
         recorded(answer.tally)
-        message: dict[str, Any] = {"role": "assistant", "content": answer.text}
+        content, calls, finish_reason = shape.read(answer.text, answer.tally.finish_reason)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
         if speaks:
             data = encode_audio(answer.audio, answer.sample_rate, fmt)
             message["audio"] = {
@@ -147,7 +168,7 @@ async def chat_completions(request: Request) -> Response:
             {
                 "index": index,
                 "message": message,
-                "finish_reason": answer.tally.finish_reason,
+                "finish_reason": finish_reason,
                 "logprobs": {"content": answer.tally.logprobs} if body.logprobs else None,
             }
         )
@@ -371,6 +392,7 @@ async def _stream(
     speaks: bool = False,
     with_logprobs: bool = False,
     recorded: Callable[[Tally], None] | None = None,
+    shape: ReplyShape | None = None,
 ) -> AsyncIterator[bytes]:
     """`chat.completion.chunk` events: each choice's role, a delta per text or audio chunk (the
     choices' interleaved as they come), its stop; [usage], [DONE]. Any error on the way ends the
@@ -378,6 +400,7 @@ async def _stream(
 
     When speech was asked for (`speaks`), the text goes as `delta.audio.transcript`, as OpenAI sends
     it, and a last audio delta gives `expires_at`; `delta.audio.data` is base64 PCM16 at the app's rate.
+    A reply that may hold tool calls (`shape`) goes in one delta once whole: its content and calls.
     """
     served = choices[0].served  # the choices share the app and the request id
     created, model = int(time.time()), served.app.name
@@ -395,7 +418,10 @@ async def _stream(
 
     for choice in choices:
         yield event([_delta(choice.index, {"role": "assistant", "content": ""})])
-    deltas = [_deltas(choice, model, completion_id, speaks, with_logprobs, recorded) for choice in choices]
+    shape = shape or ReplyShape()
+    deltas = [
+        _deltas(choice, model, completion_id, speaks, with_logprobs, recorded, shape) for choice in choices
+    ]
     try:
         async for entry in merged(deltas):
             yield event([entry])
@@ -420,19 +446,27 @@ async def _deltas(
     speaks: bool,
     with_logprobs: bool,
     recorded: Callable[[Tally], None] | None,
+    shape: ReplyShape,
 ) -> AsyncGenerator[dict[str, Any], None]:
-    """One choice's entries of `choices`: a delta per text or audio chunk, then its stop."""
+    """One choice's entries of `choices`: a delta per text or audio chunk (a reply that may hold
+    tool calls: one, once whole), then its stop."""
     tally, audio_id, index = choice.tally, _audio_id(completion_id, choice.index), choice.index
+    held: list[str] = []  # the text of a reply that may hold tool calls
     async with contextlib.aclosing(choice.chunks):  # closed with the stream: a client that left cancels
         result = choice.first
         while result is not None:
             chunk = _as_chat_chunk(model, result)
             logprobs = tally.add(chunk)
-            if chunk.text:
+            if chunk.text and shape.has_calls:
+                held.append(chunk.text)
+            elif chunk.text:
                 # With speech asked for, OpenAI sends the text as the audio's transcript.
                 said = {"audio": {"id": audio_id, "transcript": chunk.text}}
-                content = said if speaks else {"content": chunk.text}
-                yield _delta(index, content, logprobs={"content": logprobs} if with_logprobs else None)
+                yield _delta(
+                    index,
+                    said if speaks else {"content": chunk.text},
+                    logprobs={"content": logprobs} if with_logprobs else None,
+                )
             if chunk.audio:
                 yield _delta(
                     index, {"audio": {"id": audio_id, "data": base64.b64encode(chunk.audio).decode()}}
@@ -440,6 +474,12 @@ async def _deltas(
             result = await anext(choice.chunks, None)
     if recorded is not None:
         recorded(tally)
+    finish_reason = tally.finish_reason
+    if shape.has_calls:
+        text, calls, finish_reason = shape.read("".join(held), finish_reason)
+        numbered = [{"index": number, **call} for number, call in enumerate(calls)]
+        fields = {"content": text} | ({"tool_calls": numbered} if numbered else {})
+        yield _delta(index, fields, logprobs={"content": tally.logprobs} if with_logprobs else None)
     if speaks:
         yield _delta(index, {"audio": {"id": audio_id, "expires_at": int(time.time()) + 3600}})
-    yield _delta(index, {}, tally.finish_reason)
+    yield _delta(index, {}, finish_reason)

@@ -191,11 +191,12 @@ class Adapter(ABC):
         conversation: list[dict[str, Any]],
         encoded: list[Encoded] | None = None,
         media: list[MediaInput] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """Model inputs for a chat-template conversation whose media parts are `{"type": modality}`.
 
         Either `encoded` (precomputed embeddings, fissioned) or `media` (raw, monolith), in the
-        conversation's media order.
+        conversation's media order; `tools` are the functions the chat template shows the model.
         """
 
     def generate(
@@ -376,14 +377,15 @@ class EngineModel:
     its last position (`Sequence.last_hidden`): for models whose next step is built from it (Qwen3-Omni's
     code predictor)."""
 
-    def __init__(self, module: Any, end_ids: set[int]) -> None:
+    def __init__(self, module: Any, end_ids: set[int], tokenizer: Any = None) -> None:
         self.module = module
         self.end_ids = end_ids
+        self.tokenizer = tokenizer  # what its ids mean, for JSON replies (None: a model that writes no text)
 
     @classmethod
     def of(cls, adapter: Any) -> EngineModel:
         """A family adapter's LLM (its `llm()`, ending on its end-of-sequence ids)."""
-        return cls(adapter.llm(), adapter.eos_token_ids())
+        return cls(adapter.llm(), adapter.eos_token_ids(), adapter.tokenizer)
 
     def position_offset(self) -> int:
         """How far the decode positions of the prompt just prefilled are shifted from its length:

@@ -235,8 +235,11 @@ class Qwen25Omni(Adapter):
         conversation: list[dict[str, Any]],
         encoded: list[Encoded] | None = None,
         media: list[MediaInput] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        text = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+        text = self.processor.apply_chat_template(
+            conversation, tools=tools or None, add_generation_prompt=True, tokenize=False
+        )
         if media:
             return self._raw_inputs(text, media)
         if not encoded:

@@ -123,11 +123,14 @@ class VisionLLM(Adapter):
         conversation: list[dict[str, Any]],
         encoded: list[Encoded] | None = None,
         media: list[MediaInput] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         import torch
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-        text = self.processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+        text = self.processor.apply_chat_template(
+            conversation, tools=tools or None, add_generation_prompt=True, tokenize=False
+        )
         if media:
             unsupported = sorted({m.modality for m in media} - set(self.encoder_modalities))
             if unsupported:

@@ -63,11 +63,23 @@ class VideoPart(BaseModel):
 Part = Annotated[TextPart | ImagePart | AudioPart | VideoPart, Field(discriminator="type")]
 
 
-class ChatMessage(BaseModel):
-    """One message of a conversation."""
+class ToolCall(BaseModel):
+    """A function call in an assistant's message: its id, the function's name and its arguments
+    (JSON text, as the model wrote them)."""
 
-    role: Literal["system", "user", "assistant"]
+    id: str
+    name: str
+    arguments: str
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation: an assistant's may hold tool calls, a tool's answers one
+    (`tool_call_id`)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
     content: list[Part]
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
 
     @property
     def text(self) -> str:
@@ -93,6 +105,9 @@ class Sampling(BaseModel):
     seed: int | None = None
     # Log-probabilities of the chosen tokens, with this many alternatives each (None: none at all).
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    # The reply is JSON that follows this JSON Schema: a grammar (llguidance, on either engine)
+    # allows only the tokens that keep it so, JSON's optional whitespace left out.
+    json_schema: dict[str, Any] | None = None
 
     def sampling(self) -> dict[str, Any]:
         """These fields as keyword arguments (to pass them on to another `Sampling`)."""
@@ -109,6 +124,8 @@ class ChatRequest(Sampling):
     modalities: list[Modality] = Field(default_factory=_text_only, min_length=1)
     # The speaker of audio answers (a name the model knows); None: the app's or the model's default.
     voice: str | None = Field(default=None, min_length=1, max_length=64)
+    # Functions the model may call, as chat templates take them (`{"type": "function", "function": …}`).
+    tools: list[dict[str, Any]] = Field(default_factory=list)
 
     @classmethod
     def of(

@@ -88,15 +88,113 @@ def _text_as_a_part(content: Any) -> Any:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
-class Message(BaseModel):
-    """A chat message: a role and its content, a string or a list of parts."""
+class FunctionCall(BaseModel):
+    """A call of a function: its name and its arguments as JSON text."""
 
     model_config = _STRICT
-    role: Literal["system", "developer", "user", "assistant"]
+    name: str
+    arguments: str
+
+
+class MessageToolCall(BaseModel):
+    """A tool call of an earlier assistant turn, as the API answered it."""
+
+    model_config = _STRICT
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    """A chat message: a role and its content, a string or a list of parts; an assistant's may hold
+    the tool calls it made, a `tool` message answers one of them (`tool_call_id`)."""
+
+    model_config = _STRICT
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Annotated[
         list[ContentPart],
         BeforeValidator(_text_as_a_part, json_schema_input_type=str | list[ContentPart] | None),
     ] = []
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> Message:
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise ValueError("a tool message needs tool_call_id, and only a tool message takes one")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only an assistant message holds tool_calls")
+        return self
+
+
+class JSONSchemaFormat(BaseModel):
+    """A JSON Schema the reply follows (`strict` or not: the grammar always holds it to the schema)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class TextFormat(BaseModel):
+    """A reply in free text (the default)."""
+
+    model_config = _STRICT
+    type: Literal["text"]
+
+
+class JSONObjectFormat(BaseModel):
+    """A reply that is a JSON object."""
+
+    model_config = _STRICT
+    type: Literal["json_object"]
+
+
+class JSONSchemaResponseFormat(BaseModel):
+    """A reply that is JSON following `json_schema.schema`."""
+
+    model_config = _STRICT
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaFormat
+
+
+ResponseFormat = Annotated[
+    TextFormat | JSONObjectFormat | JSONSchemaResponseFormat, Field(discriminator="type")
+]
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call: its name, what it does, its parameters as a JSON Schema."""
+
+    model_config = _STRICT
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    """A tool: a function."""
+
+    model_config = _STRICT
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(BaseModel):
+    """The function a named tool choice calls."""
+
+    model_config = _STRICT
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """A tool choice that makes the model call this function."""
+
+    model_config = _STRICT
+    type: Literal["function"]
+    function: FunctionName
 
 
 class AudioOptions(BaseModel):
@@ -124,8 +222,9 @@ def _stop_list(stop: Any) -> Any:
 class OpenAIChatRequest(BaseModel):
     """OpenAI's chat completion request as prismserve serves it; `model` names the app.
 
-    Every field is honoured: a field prismserve does not know (tools, response_format, logit_bias …)
-    is a 400 naming it, never accepted and ignored. Sampling fields left out follow the checkpoint's
+    Every field is honoured: a field prismserve does not know (logit_bias, audio prediction …) is a
+    400 naming it, never accepted and ignored. `response_format` and forced tool calls hold the
+    reply to a JSON Schema with a grammar, on either engine. Sampling fields left out follow the checkpoint's
     generation config; `top_k`, `min_p` and `repetition_penalty` are vLLM's extensions.
     """
 
@@ -156,12 +255,29 @@ class OpenAIChatRequest(BaseModel):
     n: int = Field(default=1, ge=1, le=128)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     user: str | None = None  # the caller's end user, for their own records: nothing to do with it
 
     @model_validator(mode="after")
     def _logprobs_asked(self) -> OpenAIChatRequest:
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+    @model_validator(mode="after")
+    def _tools_named(self) -> OpenAIChatRequest:
+        names = [tool.function.name for tool in self.tools or ()]
+        if len(set(names)) < len(names):
+            raise ValueError("tools: each function needs a name of its own")
+        if self.tool_choice not in (None, "none") and not names:
+            raise ValueError("tool_choice needs tools")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
+            raise ValueError(
+                f"tool_choice names {self.tool_choice.function.name!r}, which is not among the tools"
+            )
         return self
 
 
@@ -238,12 +354,22 @@ class AudioAnswer(BaseModel):
     transcript: str
 
 
+class AnsweredToolCall(BaseModel):
+    """A function call the model made."""
+
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
-    """The answer's message: the joined text, and speech when it was asked for."""
+    """The answer's message: the joined text (null when it is tool calls alone), speech when it was
+    asked for, the tool calls the model made."""
 
     role: Literal["assistant"]
-    content: str
+    content: str | None
     audio: AudioAnswer | None = None
+    tool_calls: list[AnsweredToolCall] | None = None
 
 
 class TopLogprob(BaseModel):
@@ -267,11 +393,11 @@ class ChoiceLogprobs(BaseModel):
 
 
 class Choice(BaseModel):
-    """The one choice of an answer (prismserve takes n = 1 only)."""
+    """One of the answer's `n` choices."""
 
     index: int
     message: AssistantMessage
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
     logprobs: ChoiceLogprobs | None
 
 

@@ -73,6 +73,8 @@ class LLMInput(TaskInput, Sampling):
     # Speech asked for: a thinker also hands the talker its conditioning, a monolith also speaks.
     speech: bool = False
     speaker: str | None = None
+    # Functions the chat template shows the model (`ChatRequest.tools`).
+    tools: list[dict[str, Any]] = Field(default_factory=list)
 
     def pending_tokens(self, count: MediaCounter | None = None) -> int:
         """The prompt's tokens: its text (estimated from its length) and its media, encoded or raw

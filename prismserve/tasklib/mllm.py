@@ -10,7 +10,15 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from prismserve.protocol.chat import AudioPart, ChatRequest, ImagePart, TextDelta, TextPart, VideoPart
+from prismserve.protocol.chat import (
+    AudioPart,
+    ChatMessage,
+    ChatRequest,
+    ImagePart,
+    TextDelta,
+    TextPart,
+    VideoPart,
+)
 from prismserve.task import InvalidInputError, Stream, Task, TaskDefinitionError, TaskOutput
 from prismserve.tasklib.gpus import component_gpus
 from prismserve.tasklib.media_tokens import MediaTokens
@@ -58,8 +66,27 @@ def conversation(
                 content.append({"type": modality})
                 tokens = counting.count(modality, part.data)
                 media.append(MediaItem(modality=modality, data=part.data, tokens=tokens))
-        messages.append({"role": message.role, "content": content})
+        messages.append({"role": message.role, "content": content, **_tool_fields(message)})
     return messages, media
+
+
+def _tool_fields(message: ChatMessage) -> dict[str, Any]:
+    """A message's tool calls or the call it answers, as chat templates read them (arguments as
+    an object where they parse: templates write them with `tojson`)."""
+    if message.tool_call_id is not None:
+        return {"tool_call_id": message.tool_call_id}
+    if not message.tool_calls:
+        return {}
+    calls = []
+    for call in message.tool_calls:
+        try:
+            arguments = json.loads(call.arguments)
+        except ValueError:
+            arguments = call.arguments
+        calls.append(
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+        )
+    return {"tool_calls": calls}
 
 
 def llm_input(
@@ -78,7 +105,7 @@ def llm_input(
     unsupported = sorted({m.modality for m in media} - set(modalities))
     if unsupported:
         raise InvalidInputError(f"{model} takes {', '.join(modalities)} input, not {', '.join(unsupported)}")
-    sampling = {**request.sampling(), **extra}
+    sampling = {**request.sampling(), "tools": request.tools, **extra}
     if encoders is None:
         return LLMInput(conversation=messages, media=media, **sampling)
     encoded, raw = [], []

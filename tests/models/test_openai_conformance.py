@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 from default_gateway import default_app_gateway
-from openai_checks import check_sampling
+from openai_checks import check_sampling, check_structured
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
@@ -69,6 +69,10 @@ def test_models_lists_the_served_name(client):
 
 def test_the_sampling_contract_every_engine_keeps(client, tiny_vl):
     check_sampling(client, NAME, prompt_tokens(tiny_vl, PROMPT))
+
+
+def test_json_replies_and_tool_calls(client):
+    check_structured(client, NAME)
 
 
 def test_usage_counts_the_image_tokens(client, tiny_vl, small_png):
@@ -173,9 +177,25 @@ def test_logprobs(client):
 @pytest.mark.parametrize(
     ("options", "field"),
     [
-        ({"extra_body": {"tools": [{"type": "function", "function": {"name": "f"}}]}}, "tools"),
         ({"extra_body": {"logit_bias": {"1": 5}}}, "logit_bias"),
-        ({"extra_body": {"response_format": {"type": "json_object"}}}, "response_format"),
+        ({"extra_body": {"prediction": {"type": "content", "content": "x"}}}, "prediction"),
+        ({"tool_choice": "required"}, "tool_choice needs tools"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "'g', which is not among the tools",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "strin"}},
+                }
+            },
+            "response_format.json_schema.schema: the JSON Schema cannot be followed",
+        ),
         ({"n": 129}, "n"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"top_p": 0}, "top_p"),

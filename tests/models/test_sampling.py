@@ -4,6 +4,7 @@ at stop strings (`ReplyText`, shared with the vLLM executors)."""
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -198,3 +199,83 @@ def test_vllm_defaults_and_logprobs_follow_the_same_rules():
     }
     assert _logprobs(step, 5, 2) == (-3.0, [(1, -0.1), (9, -2.0)])
     assert _logprobs(step, 5, None) is None
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 10},
+        "age": {"type": "integer", "minimum": 0, "maximum": 99},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def test_a_json_schema_holds_every_sampled_reply_and_leaves_the_others_free(vl):
+    """Sampled at temperature 1.5 beside free rows of the same batch, every reply held to the schema
+    is compact JSON that validates and ends on an end token; the free rows are what they are alone."""
+    import jsonschema
+
+    adapter, inputs = vl
+    engine = HFEngine(adapter)
+    try:
+        alone = engine.submit(inputs, 12).result(timeout=60).token_ids
+        held = [Sampling(temperature=1.5, seed=seed, json_schema=SCHEMA) for seed in range(4)]
+        futures = [engine.submit(inputs, 60, sampling=sampling) for sampling in held]
+        free = engine.submit(inputs, 12)
+        for future in futures:
+            generated = future.result(timeout=120)
+            assert generated.finish_reason == "stop" and generated.token_ids[-1] in adapter.eos_token_ids()
+            text = adapter.tokenizer.decode(generated.token_ids[:-1])
+            jsonschema.validate(json.loads(text), SCHEMA)
+            assert " " not in text.replace(
+                json.loads(text)["name"], ""
+            )  # JSON's optional whitespace left out
+        assert free.result(timeout=60).token_ids == alone
+    finally:
+        engine.close()
+
+
+def test_a_schema_the_grammar_cannot_follow_fails_its_request_alone(vl):
+    adapter, inputs = vl
+    engine = HFEngine(adapter)
+    try:
+        with pytest.raises(InvalidInputError, match="json_schema cannot be followed"):
+            engine.submit(inputs, 8, sampling=Sampling(json_schema={"type": "strin"})).result(timeout=60)
+        assert len(engine.submit(inputs, 3).result(timeout=60).token_ids) == 3
+    finally:
+        engine.close()
+
+
+def test_tools_and_tool_calls_reach_the_chat_template(vl):
+    """The functions a request offers and the calls and results of earlier turns are what the chat
+    template renders (the tiny checkpoint's own template shows neither: a template that does)."""
+    from prismserve.protocol.chat import ChatMessage, TextPart, ToolCall
+
+    adapter, _ = vl
+    request = ChatRequest(
+        messages=[
+            ChatMessage(role="user", content=[TextPart(text="weather?")]),
+            ChatMessage(
+                role="assistant",
+                content=[],
+                tool_calls=[ToolCall(id="c1", name="weather", arguments='{"city": "Oslo"}')],
+            ),
+            ChatMessage(role="tool", content=[TextPart(text="sunny")], tool_call_id="c1"),
+        ],
+        tools=[{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
+    )
+    template = (
+        "{% for t in tools or [] %}[tool {{ t.function.name }}]{% endfor %}"
+        "{% for m in messages %}[{{ m.role }}{% for c in m.tool_calls or [] %} call {{ c.function.name }}"
+        "{{ c.function.arguments | tojson }}{% endfor %}{% if m.tool_call_id %} answers {{ m.tool_call_id }}"
+        "{% endif %}]{% endfor %}"
+    )
+    saved, adapter.processor.chat_template = adapter.processor.chat_template, template
+    try:
+        inputs = adapter.llm_inputs(conversation(request)[0], tools=request.tools)
+    finally:
+        adapter.processor.chat_template = saved
+    text = adapter.tokenizer.decode(inputs["input_ids"][0])
+    assert text == '[tool weather][user][assistant call weather{"city": "Oslo"}][tool answers c1]'
