@@ -21,6 +21,8 @@ class PrismserveError(Exception):
     status: ClassVar[int] = 500
     kind: ClassVar[str] = "internal_error"
     public: ClassVar[bool] = False
+    # OpenAI's `error.code` string for this error (`invalid_api_key` …); None: the body's code is null.
+    code: ClassVar[str | None] = None
 
 
 # --- the client's errors (4xx): the message says what to fix ------------------------------------------
@@ -50,6 +52,7 @@ class ApiKeyError(AuthError):
     """A /v1 route was called without the gateway's API key; typed as OpenAI types it."""
 
     kind = "invalid_request_error"
+    code = "invalid_api_key"
 
 
 class NotFoundError(UserError, LookupError):
@@ -130,6 +133,12 @@ class InvalidInputError(TaskError, InvalidRequestError):
 
     status = 400
     kind = "invalid_input"
+
+
+class ContextLengthError(InvalidInputError):
+    """A request whose prompt, or prompt and `max_tokens`, do not fit the model's context."""
+
+    code = "context_length_exceeded"
 
 
 class DispatchError(TaskError, RuntimeError):
@@ -234,6 +243,8 @@ class AppRegistryError(UserError, ValueError):
 
 class UnknownAppError(AppRegistryError, NotFoundError):
     """No app of that name is registered; the message lists those that are."""
+
+    code = "model_not_found"  # apps are what `model` names
 
 
 class AppExistsError(AppRegistryError, ConflictError):

@@ -9,6 +9,7 @@ from typing import Literal
 
 import openai
 import pydantic
+import pytest
 
 
 def check_sampling(client: openai.OpenAI, model: str, prompt_tokens: int) -> None:
@@ -129,3 +130,20 @@ def check_structured(client: openai.OpenAI, model: str) -> None:
     )
     assert after.choices[0].finish_reason in ("stop", "length", "tool_calls")
     assert after.usage.prompt_tokens > parsed.usage.prompt_tokens  # the call and its result were read
+
+
+def check_context(client: openai.OpenAI, model: str, context: int) -> None:
+    """What does not fit the model's `context` tokens is a 400 `context_length_exceeded`: a
+    `max_tokens` that leaves no room for a prompt (the gateway's check, before any work) and a
+    prompt longer than the context (the engine's, which alone counts its tokens)."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=context
+        )
+    assert refused.value.code == "context_length_exceeded"
+    long = [
+        {"role": "user", "content": "robot " * (context // 5)}
+    ]  # six tokens a word on the tiny tokenizers
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.chat.completions.create(model=model, messages=long, max_tokens=2)
+    assert too_long.value.code == "context_length_exceeded", too_long.value.message

@@ -41,6 +41,19 @@ class App:
         value = self.config.autoscale
         return None if value is None else Autoscale.model_validate(value)
 
+    @cached_property
+    def context_length(self) -> int | None:
+        """The most tokens a request's prompt and reply hold together: `Config.context_length`, else
+        the smallest context the app's LLM tasks state, else None (unknown: the engine checks)."""
+        if self.config.context_length is not None:
+            return self.config.context_length
+        lengths = [
+            length
+            for unit in self.unit_tasks().values()
+            if callable(stated := getattr(unit, "context_length", None)) and (length := stated()) is not None
+        ]
+        return min(lengths, default=None)
+
     def slo(self, request_type: str) -> SLO | None:
         """The SLO of requests of `request_type`: its own, else the app's `default`, else None."""
         slos = self.slos

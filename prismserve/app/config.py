@@ -122,3 +122,7 @@ class AppConfig:
     # plain function, called when asked (the built-in Omni apps read their checkpoint's speakers).
     # None: the app does not say.
     voices: ClassVar[Callable[[], Sequence[str]] | None] = None
+    # The most tokens a chat request's prompt and reply hold together: a `max_tokens` that cannot
+    # fit is a 400 `context_length_exceeded` at the gateway. None: the smallest context the app's
+    # LLM tasks state (`context_length()`: vLLM's `max_model_len`, a checkpoint's config), if any.
+    context_length: ClassVar[int | None] = None

@@ -40,6 +40,7 @@ class Config(AppConfig):
     tasks = {"model": model}
     input_modalities = SETTINGS.input_modalities
     output_modalities = SETTINGS.output_modalities
+    context_length = 32768  # the emulated checkpoints' (Qwen2.5's)
     # Plain functions: read on the class, they are not bound to it (AppConfig types them as callables).
     planner_spec = served_spec
     deployment_plan = served_deployment

@@ -44,7 +44,7 @@ from prismserve.executors.grammar import GrammarVocabulary, JsonGrammar
 from prismserve.models import EngineModel, Generated
 from prismserve.models.conditioning import ReplyFeed
 from prismserve.protocol.chat import Sampling
-from prismserve.task import InvalidInputError
+from prismserve.task import ContextLengthError, InvalidInputError
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ class HFEngine:
             return wanted
         room = context - sequence.length
         if room < 1:
-            raise InvalidInputError(
+            raise ContextLengthError(
                 f"this model's context is {context} tokens and the prompt has {sequence.length}: "
                 "send a shorter prompt"
             )

@@ -27,7 +27,7 @@ from prismserve.executors.text import ReplyText
 from prismserve.executors.vllm_plugin import EXTENSIONS  # out-of-tree pieces vLLM loads by name
 from prismserve.models import Encoded, adapter_for
 from prismserve.protocol.chat import FinishReason, TextDelta
-from prismserve.task import InvalidInputError, Stream
+from prismserve.task import ContextLengthError, InvalidInputError, Stream
 from prismserve.task.components import DecodeInput, Handoff, LLMInput, VLLMEngineSettings, VLLMHandoffSettings
 
 GenerationOutputT = TypeVar("GenerationOutputT")
@@ -221,12 +221,14 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
                 started = True
                 yield out
         except (VLLMClientError, EngineGenerateError) as exc:
-            # vLLM rejects what it cannot process (a prompt too long, media its processor cannot
-            # take) before the first output; later failures are the engine's.
+            # vLLM rejects what it cannot process (a prompt too long: its own VLLMValidationError;
+            # media its processor cannot take: a ValueError) before the first output; later
+            # failures are the engine's.
             cause = exc if isinstance(exc, VLLMClientError) else exc.__cause__
-            if started or not isinstance(cause, (ValueError, TypeError)):
+            if started or not isinstance(cause, (VLLMClientError, ValueError, TypeError)):
                 raise
-            raise InvalidInputError(f"{self.task.model} cannot take this input: {cause}") from exc
+            refused = ContextLengthError if "maximum model length" in str(cause) else InvalidInputError
+            raise refused(f"{self.task.model} cannot take this input: {cause}") from exc
 
     def sampling_params(
         self, request: LLMInput, *, logprobs: bool = False, extra_args: dict[str, Any] | None = None

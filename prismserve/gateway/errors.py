@@ -1,4 +1,5 @@
-"""Errors as data: every failure the gateway returns is `{"error": {"message", "type", "code", "request_id"}}`.
+"""Errors as data: every failure the gateway returns is `{"error": {"message", "type", "code", "request_id"}}`,
+`code` being OpenAI's string where one applies (`prismserve.errors`' `code`) and null elsewhere.
 
 `as_http_error` is the one place where an exception becomes what the client sees: the status and
 type come from the error's class (`prismserve.errors`). A user error keeps its message (the client
@@ -25,15 +26,16 @@ class HTTPError(Exception):
     """An error as the client gets it: status, message, type. Made by `as_http_error` only; code
     that fails raises a class of `prismserve.errors` instead."""
 
-    def __init__(self, status: int, message: str, kind: str) -> None:
+    def __init__(self, status: int, message: str, kind: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
+        self.code = code
 
     def body(self, request_id: str) -> dict[str, object]:
         """The OpenAI-style error body, with the request id the log has the details under."""
-        detail = ErrorDetail(message=self.message, type=self.kind, code=self.status, request_id=request_id)
+        detail = ErrorDetail(message=self.message, type=self.kind, code=self.code, request_id=request_id)
         return ErrorResponse(error=detail).model_dump()
 
     def response(self, request_id: str) -> JSONResponse:
@@ -65,7 +67,7 @@ def as_http_error(
         return error
     told = told_error(error)
     if told is not None:
-        return HTTPError(told.status, f"{where}: {told}" if where else str(told), told.kind)
+        return HTTPError(told.status, f"{where}: {told}" if where else str(told), told.kind, told.code)
     place = where or "the gateway"
     log.error("request %s: %s failed: %s: %s", request_id, place, type(error).__name__, error, exc_info=error)
     see_log = f"the gateway's log has the details under request id {request_id}"

@@ -15,14 +15,13 @@ router = APIRouter()
 
 def model_card(app: App) -> ModelCard:
     """The list entry of `app`: its checkpoint is the app module's `MODEL` (what `prismserve serve
-    MODEL` writes), its context length the `max_model_len` its unit tasks share, if any."""
+    MODEL` writes), its context length the app's (`App.context_length`), if known."""
     root = getattr(app.module, "MODEL", None)
-    lengths = {getattr(unit, "max_model_len", None) for unit in app.unit_tasks().values()} - {None}
     return ModelCard(
         id=app.name,
         created=int(app.created),
         root=root if isinstance(root, str) else None,
-        max_model_len=lengths.pop() if len(lengths) == 1 else None,
+        max_model_len=app.context_length,
         input_modalities=sorted(app.config.input_modalities),
         output_modalities=(
             ["image"] if issubclass(app.request_model, ImageRequest) else sorted(app.config.output_modalities)

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from prismserve.app import App
-from prismserve.errors import AppResponseError, InvalidRequestError
+from prismserve.errors import AppResponseError, ContextLengthError, InvalidRequestError
 from prismserve.gateway.chat import chat_request, speaks_chat
 from prismserve.gateway.http import error_event, merged, read_model, sse_event, state
 from prismserve.gateway.media import (
@@ -125,6 +125,7 @@ async def chat_completions(request: Request) -> Response:
             f"app {app.name!r} does not take chat requests (its serve() takes {app.request_model.__name__}); "
             f"use POST /v1/apps/{app.name}/invoke",
         )
+    _check_context(app, body)
     speaks = "audio" in (body.modalities or [])
     if body.stream and speaks:
         _check_streamed_audio(body)
@@ -182,6 +183,17 @@ async def chat_completions(request: Request) -> Response:
             "usage": _usage([answer.tally for answer in answers]),
         }
     )
+
+
+def _check_context(app: App, body: OpenAIChatRequest) -> None:
+    """A 400 `context_length_exceeded` for a `max_tokens` the app's context cannot hold beside any
+    prompt (a prompt too long for what is left is found where it is counted: the engine)."""
+    wanted, context = body.max_completion_tokens or body.max_tokens, app.context_length
+    if wanted is not None and context is not None and wanted >= context:
+        raise ContextLengthError(
+            f"max_tokens is {wanted}, but the context of app {app.name!r} is {context} tokens, prompt and "
+            f"reply together: ask for at most {context - 1}"
+        )
 
 
 def _choice_requests(chat: ChatRequest, n: int) -> list[ChatRequest]:

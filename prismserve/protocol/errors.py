@@ -12,7 +12,10 @@ class ErrorDetail(BaseModel):
     type: str = Field(
         description="The error's kind: invalid_request_error, not_found_error, executor_error …"
     )
-    code: int = Field(description="The HTTP status code of the response.")
+    code: str | None = Field(
+        description="OpenAI's error code where one applies (`invalid_api_key`, `model_not_found`, "
+        "`context_length_exceeded`), else null; the status is the response's."
+    )
     request_id: str = Field(description="The request's id, as in the X-Request-Id header and the log.")
 
 

@@ -333,8 +333,8 @@ class ReplicaDispatcher:
         if death == "input":
             return InputLost.at(index, manager.name, "failed: an input's replica died")
         cause = manager.pool.cause(error)
-        if isinstance(cause, InvalidInputError):  # the request's fault, not the replica's
-            return InvalidInputError(f"call #{index} ({manager.name}) rejected its input: {cause}")
+        if isinstance(cause, InvalidInputError):  # the request's fault, not the replica's (its class kept)
+            return type(cause)(f"call #{index} ({manager.name}) rejected its input: {cause}")
         if isinstance(cause, DispatchError):  # already names its call (a producer's, or a stream's)
             return cause
         return DispatchError.at(index, manager.name, f"failed: {type(cause).__name__}: {cause}")

@@ -6,6 +6,7 @@ from prismserve.task.data import DataHandle, Stream
 from prismserve.task.descriptor import ExecutorRef, ExecutorSettings
 from prismserve.task.dispatch import Dispatcher, current_dispatcher, use_dispatcher
 from prismserve.task.errors import (
+    ContextLengthError,
     DispatchError,
     InvalidInputError,
     RecordError,
@@ -18,6 +19,7 @@ from prismserve.task.graph import Edge, Invocation, TaskGraph
 from prismserve.task.session import replayable_choice
 
 __all__ = [
+    "ContextLengthError",
     "DataHandle",
     "DispatchError",
     "Dispatcher",

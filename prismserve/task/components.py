@@ -9,6 +9,7 @@ module, never each other, so the task library and the engines can change apart.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -205,6 +206,11 @@ class LLMSettings(ModelSettings):
 
     with_encoders: bool = False
 
+    def context_length(self) -> int | None:
+        """The tokens it attends to, prompt and reply together: its checkpoint's text config says
+        (`max_position_embeddings`; None when it does not, or cannot be read here)."""
+        return checkpoint_context_length(self.model)
+
 
 class VLLMEngineSettings(LLMSettings):
     """How a unit task's vLLM engine runs `model` (the fields every vLLM-run task shares).
@@ -220,6 +226,10 @@ class VLLMEngineSettings(LLMSettings):
     kv_cache_gib: int = Field(default=1, ge=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)
     token_budget: int | None = Field(default=None, ge=1)
+
+    def context_length(self) -> int | None:
+        """vLLM's `max_model_len` (the engine's own argument, when `engine_args` sets it)."""
+        return int(self.engine_args.get("max_model_len", self.max_model_len))
 
 
 class VLLMHandoffSettings(VLLMEngineSettings):
@@ -244,3 +254,18 @@ class ImageGeneratorSettings(ModelSettings):
     the prompt itself."""
 
     with_text_encoder: bool = False
+
+
+@functools.cache
+def checkpoint_context_length(model: str) -> int | None:
+    """`max_position_embeddings` of checkpoint `model`'s text config (None if it has none, or the
+    config cannot be read: not downloaded, or transformers missing)."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model)
+    except Exception:  # noqa: BLE001 - not knowing the context is an answer: the engine checks it
+        return None
+    text = config.get_text_config(decoder=True)
+    length = getattr(text, "max_position_embeddings", None)
+    return int(length) if isinstance(length, int) else None

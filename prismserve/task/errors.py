@@ -5,6 +5,7 @@ task layer's users.
 """
 
 from prismserve.errors import (
+    ContextLengthError,
     DispatchError,
     InvalidInputError,
     RecordError,
@@ -15,6 +16,7 @@ from prismserve.errors import (
 )
 
 __all__ = [
+    "ContextLengthError",
     "DispatchError",
     "InvalidInputError",
     "RecordError",

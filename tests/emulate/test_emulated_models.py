@@ -63,6 +63,7 @@ def test_plans_deploy_on_the_apps_unit_tasks_and_baselines_use_only_their_option
     workload = controlled(1.0, (1920, 1080), 1.0, 100, 100, count=500, seed=0)
     spec = INTERNVL3.planner_spec(workload)
     app = load_app_source(app_source(INTERNVL3.name), INTERNVL3.name)
+    assert app.context_length == 32768  # what the gateway holds max_tokens to (context_length_exceeded)
     names = set(app.named_unit_tasks())
     for options in INTERNVL3_BASELINES.values():
         plan = plan_for_budget(INTERNVL3.restricted(spec, options), 16, max_exponent=4)

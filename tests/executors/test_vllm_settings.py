@@ -12,6 +12,7 @@ BASE = {
     "max_model_len": 4096,
     "enable_mm_embeds": True,
     "enable_prefix_caching": True,
+    "structured_outputs_config": {"backend": "guidance", "disable_any_whitespace": True},
 }
 
 

@@ -26,7 +26,11 @@ def test_an_executor_failure_mid_stream_ends_the_stream_with_an_error_event(gate
     assert chunks == ["[0 media, 0.000]", " user:"]
     (event, data), *_ = [e for e in events if e[0] == "error"]
     error = json.loads(data)["error"]
-    assert error["code"] == 502 and "call #" in error["message"] and "(LLMTask) failed;" in error["message"]
+    assert (
+        error["type"] == "executor_error"
+        and "call #" in error["message"]
+        and "(LLMTask) failed;" in error["message"]
+    )
     assert "replica lost mid-stream" not in error["message"]  # the log has it, under error["request_id"]
     assert ("", "[DONE]") not in events and (None, "[DONE]") not in events
     assert gateway.post("/v1/apps/answer/invoke", json=chat_body("next one")).status_code == 200
@@ -115,7 +119,7 @@ def test_unknown_routes_and_methods_are_errors_as_data(gateway):
     missing = gateway.get("/v1/nothing-here")
     assert missing.status_code == 404 and missing.json()["error"]["message"] == "Not Found"
     wrong = gateway.get("/v1/apps/answer/invoke")
-    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == 405
+    assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.reliability

@@ -342,8 +342,19 @@ def test_openai_requests_the_app_cannot_take_are_400(chat, model, content, modal
 
 
 def test_openai_unknown_model_is_404(chat):
-    with pytest.raises(openai.NotFoundError, match="no app named 'gpt-4'"):
+    with pytest.raises(openai.NotFoundError, match="no app named 'gpt-4'") as missing:
         chat.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    assert missing.value.code == "model_not_found"
+
+
+def test_max_tokens_beyond_the_apps_context_is_a_400_context_length_exceeded(chat):
+    """The toy Omni app states a 2,048-token context: a reply that long cannot fit beside any prompt."""
+    messages = [{"role": "user", "content": "hi"}]
+    for field in ("max_tokens", "max_completion_tokens"):
+        with pytest.raises(openai.BadRequestError, match="ask for at most 2047") as refused:
+            chat.chat.completions.create(model="omni", messages=messages, **{field: 2048})
+        assert refused.value.code == "context_length_exceeded" and refused.value.status_code == 400
+    assert chat.chat.completions.create(model="omni", messages=messages, max_tokens=2047).choices
 
 
 # --- health and metrics -------------------------------------------------------------------------

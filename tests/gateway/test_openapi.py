@@ -64,7 +64,7 @@ def test_streaming_routes_document_server_sent_events_and_metrics_plain_text(doc
 
 def test_a_405_allows_every_method_of_the_path(gateway):
     refused = gateway.put("/admin/apps", headers=ADMIN)
-    assert refused.status_code == 405 and refused.json()["error"]["code"] == 405
+    assert refused.status_code == 405 and refused.json()["error"]["code"] is None
     assert {m.strip() for m in refused.headers["allow"].split(",")} >= {"GET", "POST"}
 
 

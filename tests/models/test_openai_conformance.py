@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 from default_gateway import default_app_gateway
-from openai_checks import check_sampling, check_structured
+from openai_checks import check_context, check_sampling, check_structured
 
 from prismserve.gateway import create_gateway
 from prismserve.runtime import LocalRuntime
@@ -73,6 +73,10 @@ def test_the_sampling_contract_every_engine_keeps(client, tiny_vl):
 
 def test_json_replies_and_tool_calls(client):
     check_structured(client, NAME)
+
+
+def test_what_does_not_fit_the_context_is_a_400_context_length_exceeded(client):
+    check_context(client, NAME, 4096)  # the tiny checkpoint's max_position_embeddings
 
 
 def test_usage_counts_the_image_tokens(client, tiny_vl, small_png):

@@ -21,7 +21,7 @@ import numpy as np
 import openai
 import psutil
 import pytest
-from openai_checks import check_sampling, check_structured
+from openai_checks import check_context, check_sampling, check_structured
 from PIL import Image
 from runtime_apps import started_with_gateway
 
@@ -345,6 +345,7 @@ class TestVLLM:
                 )
             check_sampling(client, "qwen2_5_vl", prompt_tokens(model, "Tell me a story about a robot."))
             check_structured(client, "qwen2_5_vl")
+            check_context(client, "qwen2_5_vl", 4096)  # vLLM's max_model_len here
             # vLLM's engine processes die: the health check restarts the replica, and serving goes on.
             for process in psutil.Process(llm["pid"]).children(recursive=True):
                 process.kill()

@@ -15,6 +15,7 @@ class Config(AppConfig):
     input_modalities = frozenset({"text", "image", "audio"})
     output_modalities = frozenset({"text", "audio"})
     sim_values = VALUES
+    context_length = 2048
 
 
 async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
