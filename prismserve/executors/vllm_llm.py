@@ -227,7 +227,10 @@ class VLLMGeneration(Executor[VLLMEngineSettings, LLMInput, GenerationOutputT]):
             cause = exc if isinstance(exc, VLLMClientError) else exc.__cause__
             if started or not isinstance(cause, (VLLMClientError, ValueError, TypeError)):
                 raise
-            refused = ContextLengthError if "maximum model length" in str(cause) else InvalidInputError
+            # vLLM words a prompt too long as "maximum model length" or "maximum context length",
+            # by where it counted the tokens.
+            too_long = any(f"maximum {what} length" in str(cause) for what in ("model", "context"))
+            refused = ContextLengthError if too_long else InvalidInputError
             raise refused(f"{self.task.model} cannot take this input: {cause}") from exc
 
     def sampling_params(
