@@ -52,6 +52,7 @@ class ReplyText:
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.pending = ""  # decoded text not given out yet
         self.tokens = 0  # tokens not yet reported in a delta
+        self.taken = 0  # tokens pushed in all: the reply's, up to the one that ended it at a stop string
         self.logprobs: list[TokenLogprob] = []
         self.stopped = False  # a stop string was found: the reply ends there
         self.finished = False  # the last delta was given out
@@ -62,6 +63,7 @@ class ReplyText:
         if self.stopped:
             return None
         self.tokens += 1
+        self.taken += 1
         if logprobs is not None:
             self.logprobs.append(self.token_logprob(token, *logprobs))
         self.pending += self.decoder.push(token)

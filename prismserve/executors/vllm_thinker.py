@@ -171,10 +171,13 @@ class ThinkerEngine(VLLMGeneration[GenerationOutputT]):
                 pending = [first] if first is not None else []
                 async for out in _chain(pending, outputs):
                     if replying:
+                        taken = reply.taken
                         for delta in self.text_deltas(request, reply, out, prompt_tokens):
                             text.put(delta)
-                        if speech is not None:
-                            speech.generated(out.outputs[0].token_ids)
+                        if speech is not None:  # the reply's tokens only: none past a stop string
+                            speech.generated(
+                                out.outputs[0].token_ids[: reply.taken - taken], ended=reply.stopped
+                            )
                     final = out
             except Exception as exc:  # noqa: BLE001 - both consumers get the thinker's error
                 text.fail(exc)
@@ -293,7 +296,9 @@ class _Speech:
     """One speech request's talker conditioning, built while vLLM generates: the rows of the captured
     layer the connector streams to this request's file are fed to the family's builder as they
     come (the prompt's first, once all there, then one per token fed), the rest at the end from the
-    file vLLM saved, which also checks every streamed row."""
+    file vLLM saved, which also checks every streamed row. A reply cut at a stop string is spoken up
+    to its last token, as the transformers thinker speaks it: vLLM generates on (its saved file comes
+    at the end of the request), but the positions past that token are not fed."""
 
     def __init__(
         self, readout: ThinkerReadout, builder: ConditioningBuilder, prompt_ids: list[int], path: str
@@ -309,12 +314,15 @@ class _Speech:
         self.read = 0  # rows read from the stream file
         self.fed = 0  # positions fed to the builder
         self.seen: list[np.ndarray] = []  # every streamed row, checked against the saved file
+        self.ended = False  # the reply ended at a stop string: its last token is never fed
 
-    def generated(self, tokens: list[int]) -> None:
-        """The thinker's next tokens: counted, then the rows vLLM streamed meanwhile fed."""
+    def generated(self, tokens: list[int], ended: bool = False) -> None:
+        """The thinker's next tokens (`ended`: the last of the reply, at a stop string): counted,
+        then the rows vLLM streamed meanwhile fed."""
         for token in tokens:
             self.builder.add_token(token)
         self.ids += tokens
+        self.ended = self.ended or ended
         self._feed(self._new_rows())
 
     def finish(self, file: dict[str, Any]) -> None:
@@ -322,7 +330,8 @@ class _Speech:
         streamed ones."""
         import torch
 
-        if file["token_ids"].tolist() != self.ids[:-1]:  # the last token was generated, never fed
+        fed = file["token_ids"].tolist()
+        if (fed[: len(self.ids) - 1] if self.ended else fed) != self.ids[:-1]:  # the last was never fed
             raise RuntimeError("the hidden states vLLM saved are of another sequence than this request's")
         saved = file["hidden_states"][:, 0].float()
         if self.seen and not torch.equal(torch.from_numpy(np.concatenate(self.seen)), saved[: self.read]):
@@ -350,7 +359,8 @@ class _Speech:
         import torch
 
         rows = np.concatenate([self.streamed, rows])
-        known = min(len(rows), len(self.ids) - self.fed)
+        positions = len(self.ids) - 1 if self.ended else len(self.ids)  # a stopped reply's last: never fed
+        known = min(len(rows), positions - self.fed)
         prompt = len(self.builder.prompt_ids)
         if self.fed + known < prompt or not known:
             self.streamed = rows

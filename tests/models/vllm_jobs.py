@@ -153,18 +153,38 @@ def assert_same_conditioning(
     assert talker.talk(vllm_conditioning, 40) == codes and codes
 
 
+def stopped_case(
+    path: str, case: ChatRequest, ids: list[int], tokenizer: Any, steps: int
+) -> tuple[str, Any, LLMInput]:
+    """A stop string that ends `case`'s greedy reply (`ids`) at one of its tokens, the transformers
+    thinker's reference for a reply of the tokens up to it, and the vLLM request that asks for
+    `steps` tokens with that stop string."""
+    cut = next(
+        k
+        for k in range(2, steps)
+        if (piece := tokenizer.decode([ids[k]])).strip() and piece not in tokenizer.decode(ids[:k])
+    )
+    stop = tokenizer.decode([ids[cut]])
+    _, _, [shorter], [request] = thinker_references(path, [case], cut + 1, stop=[stop])
+    return stop, shorter, request.model_copy(update={"max_tokens": steps})
+
+
 def check_vllm_thinker(path: str, cases: list[ChatRequest], probes: VLLMProbes, steps: int = 10) -> None:
     """An Omni thinker on vLLM (in its own environment), given the image encoder's embeddings and raw
     audio, against the fissioned transformers thinker, for `cases` batched in one engine: the same
     greedy tokens and text, every step's full log-probabilities within 1e-4, the talker's
     conditioning within 1e-5 and the talker's codes from it equal. The last case (two images) also
-    runs with its images swapped and without speech: other log-probabilities, no conditioning. Every
-    hidden-states file the engine saved was read and deleted; an aborted request saved none."""
+    runs with its images swapped and without speech: other log-probabilities, no conditioning. The
+    first case also runs with a stop string that ends its reply at a token: the talker's conditioning
+    ends there too, as the transformers thinker's for a reply of that many tokens (vLLM generates
+    on past the stop). Every hidden-states file the engine saved was read and deleted; an aborted
+    request saved none."""
     thinker, talker, expected, requests = thinker_references(path, cases, steps)
     swapped = requests[-1].model_copy(update={"encoded": requests[-1].encoded[::-1], "speech": False})
+    stop, shorter, stopped = stopped_case(path, cases[0], expected[0][0].token_ids, thinker.tokenizer, steps)
     job = {
         "task": VLLMThinkerTask(model=path, dtype="float32", engine_args={"max_logprobs": -1}),
-        "requests": [*requests, swapped],
+        "requests": [*requests, swapped, stopped],
     }
     out = probes.run("vllm_thinker_probe.py", job)
     streamed = 0
@@ -186,8 +206,11 @@ def check_vllm_thinker(path: str, cases: list[ChatRequest], probes: VLLMProbes, 
         streamed += ahead is not None
         assert_same_conditioning(items, conditioning, talker, codes)
     assert streamed >= 2
-    swapped_logprobs, (_, swapped_items, _) = out["logprobs"][-1][1], out["runs"][-1]
-    assert np.abs(swapped_logprobs[0] - out["logprobs"][-2][1][0]).max() > 1e-3 and swapped_items == []
+    swapped_logprobs, (_, swapped_items, _) = out["logprobs"][-2][1], out["runs"][-2]
+    assert np.abs(swapped_logprobs[0] - out["logprobs"][-3][1][0]).max() > 1e-3 and swapped_items == []
+    stopped_text, stopped_items, _ = out["runs"][-1]
+    assert stop not in stopped_text and len(shorter[0].token_ids) < steps
+    assert_same_conditioning(stopped_items, shorter[1], talker, shorter[2])
     assert out["left"] == []
 
 
