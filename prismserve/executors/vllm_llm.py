@@ -48,7 +48,7 @@ def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
     """
     settings: dict[str, Any] = {
         "model": task.model,
-        "dtype": task.dtype,
+        "dtype": checkpoint_dtype(task.model) if task.dtype == "auto" else task.dtype,
         "max_model_len": task.max_model_len,
         "enable_mm_embeds": not task.with_encoders,
         "enforce_eager": not cuda,
@@ -68,6 +68,22 @@ def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
     elif cuda and task.gpus > 0:
         settings["gpu_memory_utilization"] = task.gpus
     return {**settings, **budget_settings(task)}
+
+
+def checkpoint_dtype(model: str) -> str:
+    """The dtype checkpoint `model` was saved in (its config's `dtype`), what `auto` means here on
+    every engine and component; vLLM's own `auto` differs (vLLM-CPU runs a float32 checkpoint in
+    bfloat16, vLLM on CUDA in float16), so that its replies would differ from the transformers
+    engine's and from the float32 encoders and talker beside it. `auto` (vLLM's) when the config
+    does not say or cannot be read."""
+    try:
+        from transformers import PretrainedConfig
+
+        config, _ = PretrainedConfig.get_config_dict(model)
+    except (ImportError, OSError, ValueError):
+        return "auto"
+    found = config.get("dtype") or config.get("torch_dtype")
+    return found if isinstance(found, str) else "auto"
 
 
 # vLLM's default of sequences per step: a token budget below it would be refused, so it lowers them.

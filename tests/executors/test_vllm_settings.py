@@ -46,3 +46,16 @@ def test_the_tasks_engine_args_override_the_computed_settings():
     task = VLLMTask(model="m", gpus=0.5, engine_args={"enforce_eager": False, "max_model_len": 64})
     computed = engine_settings(task, cuda=torch.cuda.is_available())
     assert VLLMExecutor(task).engine_arguments() == {**computed, "enforce_eager": False, "max_model_len": 64}
+
+
+def test_auto_is_the_checkpoints_dtype_not_vllms(tmp_path):
+    """vLLM's own `auto` would run the float32 tiny checkpoints in bfloat16 on the CPU, unlike the
+    transformers engine and the encoders and talker beside it: `auto` is the checkpoint's dtype."""
+    from prismserve.models import tiny
+
+    for model in (tiny.build("qwen2.5-omni"), tiny.build("qwen2.5-vl")):
+        assert engine_settings(VLLMThinkerTask(model=str(model)), cuda=False)["dtype"] == "float32"
+        assert engine_settings(VLLMTask(model=str(model), dtype="bfloat16"), cuda=False)["dtype"] == "bfloat16"
+    (tmp_path / "config.json").write_text('{"model_type": "qwen2", "torch_dtype": "bfloat16"}')
+    assert engine_settings(VLLMTask(model=str(tmp_path)), cuda=False)["dtype"] == "bfloat16"
+    assert engine_settings(VLLMTask(model=str(tmp_path / "absent")), cuda=False)["dtype"] == "auto"
