@@ -37,11 +37,24 @@ class FitError(ValueError):
     """The components cannot share the GPUs there are."""
 
 
-def component_needs(weights: dict[str, int], components: list[str]) -> dict[str, float]:
+def component_needs(
+    weights: dict[str, int], components: list[str], stated: dict[str, float] | None = None
+) -> dict[str, float]:
     """GiB each of `components` needs: its weights (an LLM stage's are those no other component's
-    prefixes claim, `weights[""]`) with their activations, and an LLM stage's KV cache."""
+    prefixes claim, `weights[""]`) with their activations, and an LLM stage's KV cache; or what
+    `stated` gives it (`--component-gib`: a longer context's cache, a measured footprint)."""
+    stated = stated or {}
+    unknown = sorted(set(stated) - set(components))
+    if unknown:
+        raise FitError(
+            f"component_gib names {', '.join(unknown)}, which this model does not have; its components: "
+            f"{', '.join(components)}"
+        )
     needs = {}
     for component in components:
+        if component in stated:
+            needs[component] = stated[component]
+            continue
         llm = component in LLM_STAGES
         own = weights.get(component, weights.get("", 0) if llm else 0) / GIB
         needs[component] = own * (1 + ACTIVATIONS) + ACTIVATIONS_GIB + (LLM_CACHE_GIB if llm else 0.0)
@@ -95,10 +108,16 @@ def gpu_memory_gib() -> float:
 
 
 def fitted_shares(
-    family: Any, checkpoint: str, components: list[str], gpus: int, gpu_gib: float
+    family: Any,
+    checkpoint: str,
+    components: list[str],
+    gpus: int,
+    gpu_gib: float,
+    stated: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Shares of a GPU for the default app's `components` on `gpus` GPUs; {} when each has a GPU."""
+    """Shares of a GPU for the default app's `components` on `gpus` GPUs, with the GiB `stated` for
+    some of them; {} when each has a GPU."""
     if gpus >= len(components):
         return {}
     weights = family.adapter_class().component_bytes(Path(checkpoint))
-    return fit(component_needs(weights, components), gpus, gpu_gib)
+    return fit(component_needs(weights, components, stated), gpus, gpu_gib)

@@ -73,6 +73,9 @@ class ServeOptions:
     allowed_media_domains: tuple[str, ...] | None = None
     record_trace: str | None = None  # append one JSON line per answered chat request (trace replay)
     state: str | None = None  # the admin API's changes kept in this file and restored at start
+    component_gib: dict[str, float] = field(
+        default_factory=dict
+    )  # GiB a fitted component needs (`serve.fit`)
 
     @property
     def is_app_file(self) -> bool:
@@ -378,6 +381,7 @@ def app_source(options: ServeOptions) -> tuple[str, str, str]:
     app (`prismserve.apps`)."""
     if options.is_app_file:
         given = [flag for flag, value in _engine_flags(options.engine) if value is not None]
+        given += ["--component-gib"] if options.component_gib else []
         if given:
             raise StartupError(
                 f"{', '.join(given)} configure{'s' if len(given) == 1 else ''} the default app of a model "
@@ -430,7 +434,9 @@ def _refit(
         if gpus < 1:
             return None  # no GPU at all: the runtime says so as it places them
         family = family_for(checkpoint)
-        shares = fitted_shares(family, checkpoint, list(components), gpus, gpu_memory_gib())
+        shares = fitted_shares(
+            family, checkpoint, list(components), gpus, gpu_memory_gib(), options.component_gib
+        )
         if not shares:
             return None
         source = default_app_source(family, checkpoint, engine, gpus=shares)

@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "record_trace": None,
     "state": None,
     "write_app": None,
+    "component_gib": {},
 }
 """Every setting of `prismserve serve` (by its flag's dest) and its value when neither the command
 line nor the config file gives one."""
@@ -168,6 +169,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="vLLM: the LLM stage as two deployments, prefill and decode, the KV cache handed over by "
         "vLLM's KV connector (vision-language and Omni families)",
     )
+    engine.add_argument(
+        "--component-gib",
+        type=_component_gib,
+        help="GiB a component needs when the components share fewer GPUs than they are (`thinker=30,"
+        "talker=6`; in a config file a mapping): replaces the need computed from its weights and budget",
+    )
     gateway = parser.add_argument_group("gateway")
     gateway.add_argument(
         "--log-level",
@@ -247,6 +254,8 @@ def read_config(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: unknown setting {key!r}; settings: model, {', '.join(options)}")
         elif isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, dict):
+            argv.append(f"{flag}={','.join(f'{k}={v}' for k, v in value.items())}")
         elif isinstance(value, list):
             argv.append(f"{flag}={','.join(str(v) for v in value)}")
         elif value is not None:
@@ -282,6 +291,21 @@ def _gpus(text: str) -> int | str:
     if value < 1:
         raise argparse.ArgumentTypeError(f"plan for at least 1 GPU, got {value}")
     return value
+
+
+def _component_gib(text: str) -> dict[str, float]:
+    stated = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, gib = part.partition("=")
+        try:
+            stated[name.strip()] = float(gib)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected COMPONENT=GIB pairs (thinker=30), got {part!r}"
+            ) from None
+        if not stated[name.strip()] > 0 or not name.strip():
+            raise argparse.ArgumentTypeError(f"expected COMPONENT=GIB with GIB > 0, got {part!r}")
+    return stated
 
 
 def _domains(text: str) -> tuple[str, ...]:
@@ -338,6 +362,7 @@ def run_serve(args: argparse.Namespace) -> int:
             api_key=options["api_key"],
             allowed_media_domains=options["allowed_media_domains"],
             record_trace=options["record_trace"],
+            component_gib=options["component_gib"],
             state=options["state"],
         )
     )

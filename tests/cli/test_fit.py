@@ -58,3 +58,18 @@ def test_with_a_gpu_per_component_nothing_is_shared():
     assert fitted_shares(family_for(str(model)), str(model), OMNI, 5, 80) == {}
     shares = fitted_shares(family_for(str(model)), str(model), OMNI, 1, 80)
     assert set(shares) == set(OMNI) and on_gpus(shares) <= GPU_USABLE + 1e-9
+
+
+def test_a_stated_need_replaces_the_computed_one():
+    """`--component-gib` (a longer context's KV cache, a measured footprint) decides the layout: a
+    thinker stated at 60 GiB leaves no room for the others on its 80 GiB GPU."""
+    computed = component_needs(OMNI_7B, OMNI)
+    stated = component_needs(OMNI_7B, OMNI, {"thinker": 60.0, "talker": 2.0})
+    assert stated == {**computed, "thinker": 60.0, "talker": 2.0}
+    assert fit(computed, 2, 80) != fit(stated, 2, 80)
+    with pytest.raises(FitError, match=r"do not fit on 1 GPU of 80 GiB .* thinker 75\.0 GiB"):
+        fit(stated | {"thinker": 75.0}, 1, 80)
+    with pytest.raises(
+        FitError, match="component_gib names llm, which this model does not have; its components: image"
+    ):
+        component_needs(OMNI_7B, OMNI, {"llm": 10.0})

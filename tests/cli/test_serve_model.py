@@ -287,6 +287,7 @@ def test_a_config_file_holds_every_flag_and_the_command_line_wins(tmp_path, monk
             allowed-media-domains: [example.com, cdn.example.com]
             fake-gpus: 4
             write-app: app.py
+            component-gib: {thinker: 30, talker: 6.5}
         """)
     )
     merged = _serve_args("--config", str(config), "--port", "9001", "--access-log", "/ckpt/other")
@@ -299,6 +300,8 @@ def test_a_config_file_holds_every_flag_and_the_command_line_wins(tmp_path, monk
     )  # fmt: skip
     assert merged["api_key"] == "from-file" and merged["fake_gpus"] == 4 and merged["write_app"] == "app.py"
     assert merged["allowed_media_domains"] == ("example.com", "cdn.example.com")
+    assert merged["component_gib"] == {"thinker": 30.0, "talker": 6.5}
+    assert _serve_args("m", "--component-gib", "talker=4")["component_gib"] == {"talker": 4.0}
     defaults = _serve_args("Qwen/Qwen2.5-Omni-7B")
     assert (defaults["port"], defaults["host"], defaults["access_log"], defaults["api_key"]) == (
         8000, "127.0.0.1", True, None,
@@ -314,6 +317,8 @@ def test_config_file_mistakes_name_the_file(tmp_path):
         ("prot: 8000\n", "unknown setting 'prot'; settings: model, "),
         ("port: eighty\n", "setting port: invalid int value: 'eighty'"),
         ("gpu-memory-utilization: 2\n", "a share of one GPU is 0 < x <= 1, not 2"),
+        ("component-gib: {thinker: lots}\n", "expected COMPONENT=GIB pairs .thinker=30., got 'thinker=lots'"),
+        ("component-gib: {thinker: 0}\n", "expected COMPONENT=GIB with GIB > 0, got 'thinker=0'"),
         ("- port\n", "must be a mapping of settings, not list"),
     ):
         config.write_text(text)

@@ -55,7 +55,9 @@ def test_auto_is_the_checkpoints_dtype_not_vllms(tmp_path):
 
     for model in (tiny.build("qwen2.5-omni"), tiny.build("qwen2.5-vl")):
         assert engine_settings(VLLMThinkerTask(model=str(model)), cuda=False)["dtype"] == "float32"
-        assert engine_settings(VLLMTask(model=str(model), dtype="bfloat16"), cuda=False)["dtype"] == "bfloat16"
+        assert (
+            engine_settings(VLLMTask(model=str(model), dtype="bfloat16"), cuda=False)["dtype"] == "bfloat16"
+        )
     (tmp_path / "config.json").write_text('{"model_type": "qwen2", "torch_dtype": "bfloat16"}')
     assert engine_settings(VLLMTask(model=str(tmp_path)), cuda=False)["dtype"] == "bfloat16"
     assert engine_settings(VLLMTask(model=str(tmp_path / "absent")), cuda=False)["dtype"] == "auto"
