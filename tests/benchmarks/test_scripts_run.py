@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import signal
@@ -109,13 +110,30 @@ PAPER = {
 }
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("script", sorted(PAPER))
-def test_paper_reproduction_runs_and_writes_its_results(script, tmp_path):
-    # Each starts `prismserve serve` on declared GPUs, deploys planned and baseline plans, loads them.
+@pytest.fixture(scope="module")
+def paper_runs(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
+    """Every paper script's quick form, run up front three at a time: each starts `prismserve
+    serve` (and its own Ray) on declared GPUs, deploys planned and baseline plans and loads them;
+    fig6a and fig10 profile the emulated model on its replicas first. Most of a run is its `sim`
+    replicas' simulated time, so runs overlap well. Each script's results folder and process."""
     paper = ROOT / "benchmarks" / "paper"
-    # fig6a and fig10 start a server that profiles the emulated model on its replicas first.
-    result = run_script([str(paper / script), *PAPER[script], "--results", str(tmp_path)], paper, 540)
+    folders = {script: tmp_path_factory.mktemp(script.removesuffix(".py")) for script in PAPER}
+
+    def run(script: str) -> subprocess.CompletedProcess[str]:
+        return run_script(
+            [str(paper / script), *PAPER[script], "--results", str(folders[script])], paper, 840
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        done = {script: pool.submit(run, script) for script in sorted(PAPER)}
+    return {script: (folders[script], future.result()) for script, future in done.items()}
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("script", sorted(PAPER))
+def test_paper_reproduction_runs_and_writes_its_results(script, paper_runs):
+    paper = ROOT / "benchmarks" / "paper"
+    tmp_path, result = paper_runs[script]
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     (written,) = tmp_path.glob("*.json")
     data = json.loads(written.read_text())
@@ -416,12 +434,12 @@ def test_the_dataplane_bench_moves_payloads_between_two_nodes_over_the_wire_and_
 @pytest.mark.timeout(900)
 @pytest.mark.reliability
 def test_the_soak_short_form_loses_no_request_and_leaks_nothing(tmp_path):
-    """The reliability suite's soak, 3 minutes (docs/reliability.md has the longer runs' figures):
+    """The reliability suite's soak, 2 minutes (docs/reliability.md has the longer runs' figures):
     no request lost, no slab or file descriptor leaked, the gateway's memory flat. The replicas'
-    memory is reported, not judged: their engines' grows for their first minutes, which 3 minutes
+    memory is reported, not judged: their engines' grows for their first minutes, which 2 minutes
     cannot tell from a leak (the longer form judges it after its warm-up)."""
     out = tmp_path / "soak.json"
-    args = ["--minutes", "3", "--round-s", "60", "--out", str(out)]
+    args = ["--minutes", "2", "--round-s", "40", "--out", str(out)]
     result = run_script([str(ROOT / "benchmarks" / "soak.py"), *args], ROOT, 840)
     assert out.exists(), (result.stdout + result.stderr)[-3000:]
     report = json.loads(out.read_text())
@@ -434,10 +452,10 @@ def test_the_soak_short_form_loses_no_request_and_leaks_nothing(tmp_path):
 @pytest.mark.reliability
 def test_the_soak_short_form_on_sim_executors_loses_no_request_and_leaks_nothing(tmp_path, emulated_profiles):
     """The soak of an emulated Qwen2.5-Omni (paper-scale costs on `sim` executors, planned from the
-    server's own profile of them), 3 minutes: nothing lost or leaked, and here the replicas' memory
+    server's own profile of them), 2 minutes: nothing lost or leaked, and here the replicas' memory
     is judged too (a sim replica has no engine cache to fill)."""
     out = tmp_path / "soak.json"
-    args = [*emulated_profiles, "--minutes", "3", "--round-s", "60", "--out", str(out)]
+    args = [*emulated_profiles, "--minutes", "2", "--round-s", "40", "--out", str(out)]
     result = run_script([str(ROOT / "benchmarks" / "soak.py"), *args], ROOT, 840)
     assert out.exists(), (result.stdout + result.stderr)[-3000:]
     report = json.loads(out.read_text())
