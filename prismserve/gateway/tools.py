@@ -128,8 +128,14 @@ def _checked(schema: dict[str, Any], where: str) -> dict[str, Any]:
     """`schema` once llguidance compiles it (what the engines will run); else a 400 saying why."""
     import llguidance
 
-    grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
-    if error := llguidance.LLMatcher.validate_grammar(grammar):
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            schema, defaults={"whitespace_flexible": False}
+        )
+        error = llguidance.LLMatcher.validate_grammar(grammar)
+    except Exception as exc:  # noqa: BLE001 - whatever llguidance says of a schema is the client's to fix
+        error = str(exc)
+    if error:
         raise InvalidRequestError(f"{where}: the JSON Schema cannot be followed: {error}")
     return schema
 
