@@ -482,7 +482,9 @@ def _load_plan(path: str | None) -> Plan | None:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port, so that a busy port is reported before the runtime starts."""
+    """A socket bound to host:port, so that a busy port is reported before the runtime starts, and
+    listening: a client that connects once "serving app … at URL" is printed waits in the backlog
+    until uvicorn accepts, rather than being refused while uvicorn starts."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         listener = socket.socket(family, kind, proto)
@@ -491,6 +493,7 @@ def _listen(host: str, port: int) -> socket.socket:
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(address)
+        listener.listen(2048)  # uvicorn's backlog
     except OSError as exc:
         listener.close()
         raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
