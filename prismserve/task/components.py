@@ -10,7 +10,9 @@ module, never each other, so the task library and the engines can change apart.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -257,15 +259,39 @@ class ImageGeneratorSettings(ModelSettings):
 
 
 @functools.cache
-def checkpoint_context_length(model: str) -> int | None:
-    """`max_position_embeddings` of checkpoint `model`'s text config (None if it has none, or the
-    config cannot be read: not downloaded, or transformers missing)."""
-    try:
-        from transformers import AutoConfig
+def checkpoint_config(model: str) -> dict[str, Any]:
+    """Checkpoint `model`'s `config.json`: a local directory's, or the hub cache's (no download, no
+    transformers import: gateways read it too); {} when it is not there."""
+    local = Path(model) / "config.json"
+    if local.is_file():
+        path: Any = local
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
 
-        config = AutoConfig.from_pretrained(model)
-    except Exception:  # noqa: BLE001 - not knowing the context is an answer: the engine checks it
-        return None
-    text = config.get_text_config(decoder=True)
-    length = getattr(text, "max_position_embeddings", None)
-    return int(length) if isinstance(length, int) else None
+            path = try_to_load_from_cache(model, "config.json")
+        except (ImportError, ValueError):  # no hub client; not a hub id (HFValidationError)
+            return {}
+    if not isinstance(path, (str, Path)):
+        return {}
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def checkpoint_context_length(model: str) -> int | None:
+    """`max_position_embeddings` of checkpoint `model`'s text config; None if it has none or its
+    config is not there (the engine then checks the context alone)."""
+    config = checkpoint_config(model)
+    # Where the families keep their LLM's config: a VLM's `text_config`, an Omni thinker's, InternVL's
+    # `llm_config`, or the top level (older Qwen2.5-VL configs).
+    for keys in (("text_config",), ("thinker_config", "text_config"), ("llm_config",), ()):
+        node: Any = config
+        for key in keys:
+            node = node.get(key) if isinstance(node, dict) else None
+        length = node.get("max_position_embeddings") if isinstance(node, dict) else None
+        if isinstance(length, int):
+            return length
+    return None
