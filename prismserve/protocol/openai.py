@@ -128,11 +128,11 @@ class Message(BaseModel):
 
 
 class JSONSchemaFormat(BaseModel):
-    """A JSON Schema the reply follows (`strict` or not: the grammar always holds it to the schema)."""
+    """A JSON Schema the reply follows (`strict` or not: the grammar always holds it to the schema).
+    A `description` is refused: no chat template shows it to the model."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    description: str | None = None
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
 

@@ -638,3 +638,17 @@ def test_serve_plans_for_its_gpus_at_start_and_routes_without_a_router(tmp_path)
 
 
 _PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
+
+
+def test_the_gateways_socket_takes_connections_before_uvicorn_serves():
+    """`prismserve serve` prints its URL before uvicorn's serve() begins: a client that connects then
+    waits in the socket's backlog instead of being refused (the bound socket now listens)."""
+    import socket
+
+    from prismserve.serve.launch import _listen
+
+    listener = _listen("127.0.0.1", 0)
+    try:
+        socket.create_connection(listener.getsockname()[:2], timeout=2).close()
+    finally:
+        listener.close()

@@ -111,3 +111,14 @@ def test_tool_fields_that_do_not_fit_together_do_not_validate(fields, message):
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
     with pytest.raises(ValueError, match=message):
         OpenAIChatRequest.model_validate(body)
+
+
+def test_a_response_formats_description_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="description"):
+        OpenAIChatRequest.model_validate(
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "description": "d"}},
+            }
+        )
