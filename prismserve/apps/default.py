@@ -36,16 +36,16 @@ def default_app_source(
 
 
 def engine_fields(settings: EngineSettings, main: str) -> dict[str, Any]:
-    """The app settings the engine flags make for a family whose main component is `main`: `engine`
-    and `vllm` on vLLM, `prefill_decode` when asked, `gpus` when a GPU share or tensor parallelism is
-    given (tensor parallelism is whole GPUs; a memory share is a share of one, with tensor parallelism
-    vLLM's own setting)."""
+    """The app settings the engine flags make for a family whose main component is `main`: `dtype`
+    (every component's, on either engine), `engine` and `vllm` on vLLM, `prefill_decode` when asked,
+    `gpus` when a GPU share or tensor parallelism is given (tensor parallelism is whole GPUs; a memory
+    share is a share of one, with tensor parallelism vLLM's own setting)."""
     values: dict[str, Any] = {}
+    if settings.dtype is not None:
+        values["dtype"] = settings.dtype
     tp, share = settings.tensor_parallel_size, settings.gpu_memory_utilization
     if settings.engine == "vllm":
         vllm: dict[str, Any] = {}
-        if settings.dtype is not None:
-            vllm["dtype"] = settings.dtype
         if settings.max_model_len is not None:
             vllm["max_model_len"] = settings.max_model_len
         if tp is not None and tp > 1 and share is not None:

@@ -16,7 +16,7 @@ SETTINGS = ImageAppSettings(
 )
 
 MODEL = SETTINGS.model
-model = ImageGenTask(model=MODEL, text_encoder_fission=True, gpus=SETTINGS.gpus)
+model = ImageGenTask(model=MODEL, text_encoder_fission=True, gpus=SETTINGS.gpus, dtype=SETTINGS.dtype)
 
 
 class Config(AppConfig):

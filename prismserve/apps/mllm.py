@@ -26,6 +26,7 @@ model = MLLMTask(
     engine=SETTINGS.engine,
     prefill_decode=SETTINGS.prefill_decode,
     vllm=SETTINGS.vllm,
+    dtype=SETTINGS.dtype,
     gpus=SETTINGS.gpus,
     media_tokens=MediaTokens(image=SETTINGS.image_tokens),
     encoder_cache_mib=SETTINGS.encoder_cache_mib,

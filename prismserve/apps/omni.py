@@ -28,6 +28,7 @@ model = OmniTask(
     engine=SETTINGS.engine,
     prefill_decode=SETTINGS.prefill_decode,
     vllm=SETTINGS.vllm,
+    dtype=SETTINGS.dtype,
     gpus=SETTINGS.gpus,
     encoder_cache_mib=SETTINGS.encoder_cache_mib,
 )

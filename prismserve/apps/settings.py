@@ -8,13 +8,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from prismserve.app.settings import AppSettings
-from prismserve.tasklib.units import MediaModality
+from prismserve.tasklib.units import Dtype, MediaModality
 
 
 class ChatAppSettings(AppSettings):
     """What every built-in chat app takes: the checkpoint `model` (a local path or hub id, which
     `GET /v1/models` reports), the engine of its LLM stage with its `vllm` settings, and `gpus` per
-    replica by component (`{"llm": 0.5}`; on vLLM `{"llm": 2}` is tensor parallelism); with
+    replica by component (`{"llm": 0.5}`; on vLLM `{"llm": 2}` is tensor parallelism), `dtype`
+    every component's weights' dtype (`auto`: the checkpoint's, on either engine); with
     `prefill_decode` (vLLM) the LLM stage is a prefill and a decode deployment (`MLLMTask`, `OmniTask`);
     each encoder replica keeps `encoder_cache_mib` of recent media outputs (a conversation's earlier
     images and clips are not encoded again; 0: none)."""
@@ -22,6 +23,7 @@ class ChatAppSettings(AppSettings):
     model: str = Field(min_length=1)
     engine: Literal["transformers", "vllm"] = "transformers"
     vllm: dict[str, Any] = Field(default_factory=dict)
+    dtype: Dtype = "auto"
     gpus: dict[str, float] = Field(default_factory=dict)
     prefill_decode: bool = False
     encoder_cache_mib: int = Field(default=256, ge=0)
@@ -47,7 +49,9 @@ class OmniAppSettings(ChatAppSettings):
 
 class ImageAppSettings(AppSettings):
     """`prismserve.apps.image`: a diffusers text-to-image checkpoint `model`, its text encoder
-    fissioned from the generator, with `gpus` per replica by component (`{"generator": 0.7}`)."""
+    fissioned from the generator, with `gpus` per replica by component (`{"generator": 0.7}`) and
+    the weights in `dtype`."""
 
     model: str = Field(min_length=1)
+    dtype: Dtype = "auto"
     gpus: dict[str, float] = Field(default_factory=dict)

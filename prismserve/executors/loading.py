@@ -86,11 +86,11 @@ def memory_fraction(gpus: float, device: str) -> float | None:
 
 def model_adapter(task: Any) -> Any:
     """The family adapter of `task.model` (a transformers or diffusers task's), on the device models
-    load on; on CUDA a replica with a share of a GPU is held to that share of the GPU's memory
+    load on, in the task's dtype; on CUDA a replica with a share of a GPU is held to that share of the GPU's memory
     (torch's allocator refuses more), so the replicas sharing the GPU cannot starve each other."""
     from prismserve.models import adapter_for
 
-    adapter = adapter_for(task.model)
+    adapter = adapter_for(task.model, dtype=task.dtype)
     fraction = memory_fraction(task.gpus, adapter.device)
     if fraction is not None:
         import torch

@@ -34,7 +34,7 @@ from prismserve.task.components import (
     LLMInput,
     VLLMEngineSettings,
     VLLMHandoffSettings,
-    checkpoint_config,
+    checkpoint_dtype,
 )
 
 GenerationOutputT = TypeVar("GenerationOutputT")
@@ -75,17 +75,6 @@ def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
     elif cuda and task.gpus > 0:
         settings["gpu_memory_utilization"] = task.gpus
     return {**settings, **budget_settings(task)}
-
-
-def checkpoint_dtype(model: str) -> str:
-    """The dtype checkpoint `model` was saved in (its config's `dtype`), what `auto` means here on
-    every engine and component; vLLM's own `auto` differs (vLLM-CPU runs a float32 checkpoint in
-    bfloat16, vLLM on CUDA in float16), so that its replies would differ from the transformers
-    engine's and from the float32 encoders and talker beside it. `auto` (vLLM's) when the config
-    does not say or is not there."""
-    config = checkpoint_config(model)
-    found = config.get("dtype") or config.get("torch_dtype")
-    return found if isinstance(found, str) else "auto"
 
 
 # vLLM's default of sequences per step: a token budget below it would be refused, so it lowers them.

@@ -76,10 +76,10 @@ def voices(model: str) -> tuple[str, ...]:
     return tuple(family_for(str(path)).adapter_class().voices(path))
 
 
-def adapter_for(path: str, device: str | None = None) -> Any:
+def adapter_for(path: str, device: str | None = None, dtype: str = "auto") -> Any:
     """The adapter of the checkpoint at `path` (an `Adapter` for multimodal LLM families, `QwenImage`
-    for the image pipeline)."""
-    return family_for(path).adapter_class()(path, device)
+    for the image pipeline), loading its weights in `dtype` (`ModelSettings.dtype`)."""
+    return family_for(path).adapter_class()(path, device, dtype)
 
 
 __all__ = [

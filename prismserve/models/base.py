@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import json
+import logging
 import os
 import re
 import struct
@@ -26,6 +27,9 @@ import numpy as np
 
 from prismserve.errors import MediaError
 from prismserve.offline import DEVICE_VARIABLE, disable_telemetry
+from prismserve.task.components import checkpoint_dtype
+
+log = logging.getLogger(__name__)
 
 # transformers' from_pretrained builds models under a process-wide meta-device context: two loads in
 # threads of one process (in-process executors) corrupt each other. Replicas are processes of their own.
@@ -95,19 +99,35 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_pretrained(model_class: Any, path: str, device: str, **config: Any) -> Any:
+def load_pretrained(model_class: Any, path: str, device: str, dtype: str = "auto", **config: Any) -> Any:
     """`model_class.from_pretrained(path)` in eval mode, its tensors read from the checkpoint straight
-    onto `device` (`device_map`): no whole copy in host memory first on the way to a GPU. `config`
-    overrides the checkpoint's configuration (`enable_audio_output=False`: the parts it leaves out
-    are not built, so their weights are never read).
+    onto `device` (`device_map`) in `dtype` (`load_dtype`): no whole copy in host memory first on the
+    way to a GPU. `config` overrides the checkpoint's configuration (`enable_audio_output=False`: the
+    parts it leaves out are not built, so their weights are never read).
 
     transformers 5.2x takes "meta" in a device_map, but a map of two devices dispatches the model
     through accelerate's hooks, which pick a main device among them (the CPU's modules then become
     offloaded meta tensors): parts a replica drops are loaded, then deleted (docs/models.md)."""
-    dtype = "auto" if device != "cpu" else None
     with LOADING:
-        model = model_class.from_pretrained(path, dtype=dtype, device_map=device, **config)
+        model = model_class.from_pretrained(
+            path, dtype=load_dtype(path, dtype, device), device_map=device, **config
+        )
     return model.eval()
+
+
+def load_dtype(path: str, dtype: str, device: str) -> str:
+    """The dtype a transformers component of checkpoint `path` loads in on `device`: `dtype`, where
+    `auto` is the checkpoint's own (its config's; transformers' "auto" reads it, sub-configs too;
+    transformers' own default would be float32), as on the vLLM engine. A CUDA device without
+    bfloat16 (before Ampere) runs a bfloat16 checkpoint in float16, and says so."""
+    wanted = checkpoint_dtype(path) if dtype == "auto" else dtype
+    if wanted == "bfloat16" and device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_bf16_supported():
+            log.warning("%s: this GPU has no bfloat16; its weights run in float16", path)
+            return "float16"
+    return dtype  # "auto" as transformers takes it: each sub-config's own dtype
 
 
 def safetensors_sizes(path: Path) -> dict[str, int]:
@@ -131,11 +151,12 @@ class Adapter(ABC):
     family: ClassVar[str]
     encoder_modalities: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, path: str, device: str | None = None) -> None:
+    def __init__(self, path: str, device: str | None = None, dtype: str = "auto") -> None:
         disable_telemetry()
         quiet_transformers()
         self.path = path
         self.device = device or default_device()
+        self.dtype = dtype  # the weights' (`load_dtype`)
         self.model: Any = None
         # transformers models are not safe to run from several threads at once.
         self.lock = threading.Lock()

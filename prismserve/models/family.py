@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prismserve.task.components import Dtype
+
 ENTRY_POINT_GROUP = "prismserve.models"
 
 Engine = Literal["transformers", "vllm"]
@@ -31,16 +33,16 @@ class EngineSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine: Engine | None = None
-    dtype: str | None = None
+    dtype: Dtype | None = None
     max_model_len: int | None = Field(default=None, ge=16)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     tensor_parallel_size: int | None = Field(default=None, ge=1)
     prefill_decode: bool | None = None  # the LLM stage as a prefill and a decode deployment (vLLM)
 
 
-# Settings only vLLM engines take (the transformers engines load in the checkpoint's dtype, have no
-# fixed context length and run a replica on one device).
-VLLM_ONLY = ("dtype", "max_model_len", "tensor_parallel_size", "prefill_decode")
+# Settings only vLLM engines take (the transformers engines have no fixed context length and run a
+# replica on one device).
+VLLM_ONLY = ("max_model_len", "tensor_parallel_size", "prefill_decode")
 
 
 class DefaultApp(BaseModel):

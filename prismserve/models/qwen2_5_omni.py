@@ -173,7 +173,9 @@ class Qwen25Omni(Adapter):
 
         # Without the talker the model is built without it and its vocoder: their weights stay unread.
         speech = {} if with_talker else {"enable_audio_output": False}
-        return load_pretrained(getattr(transformers, self.model_class), self.path, self.device, **speech)
+        return load_pretrained(
+            getattr(transformers, self.model_class), self.path, self.device, self.dtype, **speech
+        )
 
     def llm(self) -> Any:
         return self.model.thinker

@@ -23,11 +23,12 @@ class QwenImage:
 
     family = "qwen-image"
 
-    def __init__(self, path: str, device: str | None = None) -> None:
+    def __init__(self, path: str, device: str | None = None, dtype: str = "auto") -> None:
         disable_telemetry()
         quiet_transformers()
         self.path = path
         self.device = device or default_device()
+        self.dtype = dtype
         self.pipeline: Any = None
 
     def _load(self, **without: None) -> None:
@@ -37,7 +38,14 @@ class QwenImage:
         from diffusers.utils import logging
 
         logging.disable_progress_bar()
-        dtype = {"torch_dtype": "auto"} if self.device != "cpu" else {}
+        # `auto`: each component's saved dtype on a GPU; diffusers' default, float32, on a CPU (a
+        # pipeline has no one dtype to read: docs/serving.md).
+        if self.dtype != "auto":
+            import torch
+
+            dtype = {"torch_dtype": getattr(torch, self.dtype)}
+        else:
+            dtype = {"torch_dtype": "auto"} if self.device != "cpu" else {}
         # Straight onto the device (diffusers maps whole pipelines to "cpu" or "cuda" only); the
         # components given as None are not loaded at all.
         mapped = self.device in ("cpu", "cuda")

@@ -42,7 +42,7 @@ class VisionLLM(Adapter):
     def _load(self) -> Any:
         import transformers
 
-        return load_pretrained(getattr(transformers, self.model_class), self.path, self.device)
+        return load_pretrained(getattr(transformers, self.model_class), self.path, self.device, self.dtype)
 
     # --- hooks ----------------------------------------------------------------------------------
     def keep_encoder(self, model: Any) -> Any:

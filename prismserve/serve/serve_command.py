@@ -150,7 +150,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         choices=["transformers", "vllm"],
         help="what runs the LLM stage (default: the family's first; vLLM needs `prismserve vllm-env`)",
     )
-    engine.add_argument("--dtype", help="vLLM: the weights' dtype (auto, bfloat16, float16, float32)")
+    engine.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="every component's weights' dtype, on either engine (default auto: the checkpoint's own)",
+    )
     engine.add_argument("--max-model-len", type=int, help="vLLM: the context length")
     engine.add_argument(
         "--gpu-memory-utilization",

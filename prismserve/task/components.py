@@ -184,13 +184,20 @@ class ImageOutput(TaskOutput):
     image: DataHandle[bytes]
 
 
+# The weights' dtypes a component may ask for: `auto` is the checkpoint's own (`checkpoint_dtype`).
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+
+
 class ModelSettings(ExecutorSettings):
     """A component of checkpoint `model` (a directory or hub id), whose family adapter
-    (`prismserve.models`) knows where the checkpoint splits: what every real-model executor reads."""
+    (`prismserve.models`) knows where the checkpoint splits: what every real-model executor reads.
+    `dtype`: its weights' dtype on either engine; `auto` is the checkpoint's own, so that the
+    components of one app compute alike whichever engine runs each."""
 
     model_config = ConfigDict(frozen=True)
 
     model: str
+    dtype: Dtype = "auto"
 
 
 class EncoderSettings(ModelSettings):
@@ -223,7 +230,6 @@ class VLLMEngineSettings(LLMSettings):
     `max_num_batched_tokens` with chunked prefill), None: vLLM's default.
     """
 
-    dtype: str = "auto"
     max_model_len: int = Field(default=4096, ge=16)
     kv_cache_gib: int = Field(default=1, ge=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)
@@ -279,6 +285,17 @@ def checkpoint_config(model: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return config if isinstance(config, dict) else {}
+
+
+def checkpoint_dtype(model: str) -> str:
+    """The dtype checkpoint `model` was saved in (its config's `dtype`), what `auto` means here on
+    every engine and component; vLLM's own `auto` differs (vLLM-CPU runs a float32 checkpoint in
+    bfloat16, vLLM on CUDA in float16), so that its replies would differ from the transformers
+    engine's and from the float32 encoders and talker beside it. `auto` (the engine's) when the
+    config does not say or is not there."""
+    config = checkpoint_config(model)
+    found = config.get("dtype") or config.get("torch_dtype")
+    return found if isinstance(found, str) else "auto"
 
 
 def checkpoint_context_length(model: str) -> int | None:

@@ -9,7 +9,7 @@ from pydantic import Field
 from prismserve.protocol.images import ImageRequest, ImageResponse
 from prismserve.task import DataHandle, Task, TaskOutput, replayable_choice
 from prismserve.tasklib.gpus import component_gpus
-from prismserve.tasklib.units import ImageGeneratorTask, ImageGenInput, PromptInput, TextEncoderTask
+from prismserve.tasklib.units import Dtype, ImageGeneratorTask, ImageGenInput, PromptInput, TextEncoderTask
 
 
 class ImagesOutput(TaskOutput):
@@ -23,10 +23,12 @@ class ImageGenTask(Task[ImageRequest, ImagesOutput]):
     go to the text encoder's deployment and the generator gets their conditioning; without, one
     deployment runs the whole pipeline. Image i of a request uses seed `seed + i` (a random seed,
     drawn once per request, when the request names none). `gpus` sets the GPUs per replica of
-    components (`{"text_encoder": 0.3, "generator": 0.7}`)."""
+    components (`{"text_encoder": 0.3, "generator": 0.7}`); `dtype` the weights' dtype of both
+    (`ModelSettings.dtype`)."""
 
     model: str
     text_encoder_fission: bool = True
+    dtype: Dtype = "auto"
     # GPUs per replica by component: "text_encoder", "generator".
     gpus: dict[str, float] = Field(default_factory=dict)
 
@@ -35,9 +37,14 @@ class ImageGenTask(Task[ImageRequest, ImagesOutput]):
         owner = f"ImageGenTask(text_encoder_fission={self.text_encoder_fission})"
         shares = component_gpus(owner, self.gpus, {**split, "generator": ImageGeneratorTask})
         if self.text_encoder_fission:
-            self.text_encoder = TextEncoderTask(model=self.model, gpus=shares["text_encoder"])
+            self.text_encoder = TextEncoderTask(
+                model=self.model, gpus=shares["text_encoder"], dtype=self.dtype
+            )
         self.generator = ImageGeneratorTask(
-            model=self.model, with_text_encoder=not self.text_encoder_fission, gpus=shares["generator"]
+            model=self.model,
+            with_text_encoder=not self.text_encoder_fission,
+            gpus=shares["generator"],
+            dtype=self.dtype,
         )
 
     def invoke(self, request: ImageRequest) -> ImagesOutput:

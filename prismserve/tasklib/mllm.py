@@ -24,6 +24,7 @@ from prismserve.tasklib.gpus import component_gpus
 from prismserve.tasklib.media_tokens import MediaTokens
 from prismserve.tasklib.units import (
     DecodeInput,
+    Dtype,
     EncodedMedia,
     EncoderTask,
     LLMInput,
@@ -126,7 +127,9 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
 
     `encoder_model` lets LLMs of different checkpoints share one encoder deployment (002 Listing 2);
     `modalities` are the encoders the model has. `engine` runs the LLM on transformers or on vLLM
-    (`VLLMTask`, with `vllm` settings such as `dtype` or `engine_args`). `gpus` sets the GPUs per
+    (`VLLMTask`, with `vllm` settings such as `max_model_len` or `engine_args`). `dtype` is every
+    component's weights' dtype (`ModelSettings.dtype`; a `vllm["dtype"]` overrides it for the vLLM
+    stage). `gpus` sets the GPUs per
     replica of components (`{"image": 0.2, "llm": 0.8}`; on vLLM `{"llm": 2}` is tensor parallelism).
 
     With `prefill_decode` (vLLM only) the LLM is two deployments, TriInfer's P and D: prefill
@@ -143,6 +146,7 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     engine: Literal["transformers", "vllm"] = "transformers"
     prefill_decode: bool = False
     vllm: dict[str, Any] = Field(default_factory=dict)
+    dtype: Dtype = "auto"
     # GPUs per replica by component: the encoders by modality, and "llm".
     gpus: dict[str, float] = Field(default_factory=dict)
     # How the model's processor counts media tokens (token-aware routing; default: Qwen-VL's rules).
@@ -166,13 +170,20 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
         if self.encoder_fission:
             source = self.encoder_model or self.model
             self.encoders = {
-                m: EncoderTask(model=source, modality=m, gpus=shares[m], cache_mib=self.encoder_cache_mib)
+                m: EncoderTask(
+                    model=source,
+                    modality=m,
+                    gpus=shares[m],
+                    cache_mib=self.encoder_cache_mib,
+                    dtype=self.dtype,
+                )
                 for m in encoders
             }
         self.llm: VLLMTask | LLMTask
         whole = not self.encoder_fission
+        vllm = {"dtype": self.dtype, **self.vllm}
         if self.prefill_decode:
-            settings = {"handoff_dir": handoff_dir(self.model, self.vllm), **self.vllm}
+            settings = {"handoff_dir": handoff_dir(self.model, vllm), **vllm}
             self.prefill = VLLMPrefillTask(
                 model=self.model, with_encoders=whole, gpus=shares["prefill"], **settings
             )
@@ -180,9 +191,9 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
                 model=self.model, with_encoders=whole, gpus=shares["decode"], **settings
             )
         elif self.engine == "vllm":
-            self.llm = VLLMTask(model=self.model, with_encoders=whole, gpus=shares["llm"], **self.vllm)
+            self.llm = VLLMTask(model=self.model, with_encoders=whole, gpus=shares["llm"], **vllm)
         else:
-            self.llm = LLMTask(model=self.model, with_encoders=whole, gpus=shares["llm"])
+            self.llm = LLMTask(model=self.model, with_encoders=whole, gpus=shares["llm"], dtype=self.dtype)
 
     def invoke(self, request: ChatRequest) -> TextOutput:
         encoders = self.encoders if self.encoder_fission else None

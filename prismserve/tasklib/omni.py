@@ -13,6 +13,7 @@ from prismserve.tasklib.gpus import component_gpus
 from prismserve.tasklib.mllm import TextOutput, handoff_dir, llm_input
 from prismserve.tasklib.units import (
     DecodeInput,
+    Dtype,
     EncoderTask,
     MediaModality,
     OmniMonolithTask,
@@ -40,7 +41,8 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     and vocoder invoked only when audio is asked for; `encoder_fission` also splits the encoders out.
 
     `engine="vllm"` runs the thinker on vLLM (`VLLMThinkerTask`, Qwen2.5-Omni and Qwen3-Omni, with `vllm` settings
-    such as `dtype` or `engine_args`). vLLM 0.32 takes audio only raw, so with `encoder_fission` only
+    such as `max_model_len` or `engine_args`). `dtype` is every component's weights' dtype
+    (`ModelSettings.dtype`; a `vllm["dtype"]` overrides it for the thinker on vLLM). vLLM 0.32 takes audio only raw, so with `encoder_fission` only
     the image encoder is split out and the thinker deployment keeps the audio tower.
 
     With `prefill_decode` (vLLM only) the thinker is two deployments, TriInfer's P and D: prefill
@@ -62,6 +64,7 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     engine: Literal["transformers", "vllm"] = "transformers"
     prefill_decode: bool = False
     vllm: dict[str, Any] = Field(default_factory=dict)
+    dtype: Dtype = "auto"
     # GPUs per replica by component: encoders by modality, "thinker" (or "prefill" and "decode"),
     # "talker", "vocoder"; "whole" (monolith).
     gpus: dict[str, float] = Field(default_factory=dict)
@@ -81,7 +84,9 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
                     f"engine={self.engine!r} applies to the split model (monolith=False)"
                 )
             shares = component_gpus("OmniTask(monolith=True)", self.gpus, {"whole": OmniMonolithTask})
-            self.whole = OmniMonolithTask(model=self.model, max_codes=self.max_codes, gpus=shares["whole"])
+            self.whole = OmniMonolithTask(
+                model=self.model, max_codes=self.max_codes, gpus=shares["whole"], dtype=self.dtype
+            )
             return
         vllm = self.engine == "vllm"
         fissioned: list[MediaModality] = (
@@ -101,13 +106,20 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         shares = component_gpus(owner, self.gpus, {**components, "vocoder": VocoderTask})
         if self.encoder_fission:
             self.encoders = {
-                m: EncoderTask(model=self.model, modality=m, gpus=shares[m], cache_mib=self.encoder_cache_mib)
+                m: EncoderTask(
+                    model=self.model,
+                    modality=m,
+                    gpus=shares[m],
+                    cache_mib=self.encoder_cache_mib,
+                    dtype=self.dtype,
+                )
                 for m in fissioned
             }
         self.thinker: ThinkerTask | VLLMThinkerTask
         whole = not self.encoder_fission
+        settings = {"dtype": self.dtype, **self.vllm}
         if self.prefill_decode:
-            settings = {"handoff_dir": handoff_dir(self.model, self.vllm), **self.vllm}
+            settings = {"handoff_dir": handoff_dir(self.model, settings), **settings}
             self.prefill = VLLMThinkerPrefillTask(
                 model=self.model, with_encoders=whole, gpus=shares["prefill"], **settings
             )
@@ -116,12 +128,14 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
             )
         elif vllm:
             self.thinker = VLLMThinkerTask(
-                model=self.model, with_encoders=whole, gpus=shares["thinker"], **self.vllm
+                model=self.model, with_encoders=whole, gpus=shares["thinker"], **settings
             )
         else:
-            self.thinker = ThinkerTask(model=self.model, with_encoders=whole, gpus=shares["thinker"])
-        self.talker = TalkerTask(model=self.model, gpus=shares["talker"])
-        self.vocoder = VocoderTask(model=self.model, gpus=shares["vocoder"])
+            self.thinker = ThinkerTask(
+                model=self.model, with_encoders=whole, gpus=shares["thinker"], dtype=self.dtype
+            )
+        self.talker = TalkerTask(model=self.model, gpus=shares["talker"], dtype=self.dtype)
+        self.vocoder = VocoderTask(model=self.model, gpus=shares["vocoder"], dtype=self.dtype)
 
     def invoke(self, request: ChatRequest) -> OmniOutput:
         speaker = request.voice or self.speaker

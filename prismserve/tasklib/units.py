@@ -14,6 +14,7 @@ from prismserve.protocol.chat import TextDelta
 from prismserve.task import ExecutorRef, Stream, UnitTask
 from prismserve.task.components import (
     DecodeInput,
+    Dtype,
     EncodedMedia,
     EncoderOutput,
     EncoderSettings,
@@ -43,6 +44,7 @@ __all__ = [
     "ONE_DEVICE",
     "CountsMedia",
     "DecodeInput",
+    "Dtype",
     "EncodedMedia",
     "EncoderOutput",
     "EncoderSettings",

@@ -85,6 +85,16 @@ def test_default_apps_load_with_the_settings_in_place():
     assert load_app_source(shared, "o").named_unit_tasks()["model.thinker"].gpus == 0.4
     image = load_app_source(default_app_source(QWEN_IMAGE, "/ckpt/i"), "i").named_unit_tasks()
     assert set(image) == {"model.text_encoder", "model.generator"}
+    # --dtype is every component's, on either engine (a float32 encoder beside a bfloat16 LLM computed
+    # differently from the engine the user asked for).
+    for family, engine in (
+        (QWEN2_5_OMNI, "transformers"),
+        (QWEN2_5_OMNI, "vllm"),
+        (QWEN_IMAGE, "transformers"),
+    ):
+        flags = EngineSettings(engine=engine, dtype="bfloat16")
+        units = load_app_source(default_app_source(family, "/ckpt/d", flags), "d").named_unit_tasks().values()
+        assert units and {unit.dtype for unit in units} == {"bfloat16"}, family.name
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
@@ -143,7 +153,7 @@ def test_write_app_to_stdout_and_its_errors(tmp_path, capsys):
     assert capsys.readouterr().out == default_app_source(QWEN2_5_VL, str(checkpoint))
     for argv, message in (
         ([str(tmp_path / "none")], "no checkpoint directory there"),
-        ([str(checkpoint), "--dtype", "float16"], "--dtype only applies to the vLLM engine"),
+        ([str(checkpoint), "--max-model-len", "64"], "--max-model-len only applies to the vLLM engine"),
         ([str(checkpoint), "--write-app", str(tmp_path / "no" / "dir" / "app.py")], "cannot write the app"),
     ):
         if "--write-app" not in argv:
@@ -156,7 +166,7 @@ def test_write_app_to_stdout_and_its_errors(tmp_path, capsys):
 @pytest.mark.parametrize(
     "family, given, message",
     [
-        (QWEN2_5_OMNI, {"dtype": "float16"}, "--dtype only applies to the vLLM engine, not transformers (add --engine vllm)"),
+        (QWEN2_5_OMNI, {"tensor_parallel_size": 2}, "--tensor-parallel-size only applies to the vLLM engine, not transformers (add --engine vllm)"),
         (QWEN2_5_VL, {"max_model_len": 64, "tensor_parallel_size": 2}, "--max-model-len, --tensor-parallel-size only apply"),
         (QWEN_IMAGE, {"engine": "vllm"}, "qwen-image does not run on --engine vllm; engines: transformers"),
         (QWEN2_5_VL, {"prefill_decode": True}, "--prefill-decode only applies to the vLLM engine, not transformers (add --engine vllm)"),
@@ -385,11 +395,13 @@ def test_hub_ids_download_from_the_hub_and_failures_are_one_line(tmp_path, tiny_
             assert failed.returncode == 2 and failed.stderr.startswith(message), failed.stderr
             assert failed.stderr.count("\n") == 1 and failed.stdout == ""
         ran_offline = subprocess.run(
-            [sys.executable, "-m", "prismserve", "serve", "tiny/omni", "--offline", "--dtype", "x"],
+            [sys.executable, "-m", "prismserve", "serve", "tiny/omni", "--offline", "--max-model-len", "64"],
             env=_env(url, tmp_path), capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         # --offline found the snapshot in the cache, detected its family, then refused the setting.
-        assert ran_offline.returncode == 2 and ran_offline.stderr.startswith("error: --dtype only applies")
+        assert ran_offline.returncode == 2 and ran_offline.stderr.startswith(
+            "error: --max-model-len only applies"
+        )
 
 
 @pytest.fixture(scope="module")
