@@ -48,6 +48,8 @@ def engine_fields(settings: EngineSettings, main: str) -> dict[str, Any]:
         vllm: dict[str, Any] = {}
         if settings.max_model_len is not None:
             vllm["max_model_len"] = settings.max_model_len
+        if settings.quantization is not None:
+            vllm["quantization"] = settings.quantization
         if tp is not None and tp > 1 and share is not None:
             vllm["engine_args"] = {"gpu_memory_utilization": share}
         values["engine"] = "vllm"

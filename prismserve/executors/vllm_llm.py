@@ -74,6 +74,8 @@ def engine_settings(task: VLLMEngineSettings, *, cuda: bool) -> dict[str, Any]:
             settings["distributed_executor_backend"] = "mp"
     elif cuda and task.gpus > 0:
         settings["gpu_memory_utilization"] = task.gpus
+    if task.quantization is not None:
+        settings["quantization"] = task.quantization
     return {**settings, **budget_settings(task)}
 
 

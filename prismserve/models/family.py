@@ -35,6 +35,7 @@ class EngineSettings(BaseModel):
     engine: Engine | None = None
     dtype: Dtype | None = None
     max_model_len: int | None = Field(default=None, ge=16)
+    quantization: str | None = Field(default=None, min_length=1)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     tensor_parallel_size: int | None = Field(default=None, ge=1)
     prefill_decode: bool | None = None  # the LLM stage as a prefill and a decode deployment (vLLM)
@@ -42,7 +43,7 @@ class EngineSettings(BaseModel):
 
 # Settings only vLLM engines take (the transformers engines have no fixed context length and run a
 # replica on one device).
-VLLM_ONLY = ("max_model_len", "tensor_parallel_size", "prefill_decode")
+VLLM_ONLY = ("max_model_len", "quantization", "tensor_parallel_size", "prefill_decode")
 
 
 class DefaultApp(BaseModel):

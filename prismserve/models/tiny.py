@@ -7,6 +7,7 @@ family's preprocessor configuration, so tests and the demo run with no model hub
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -154,8 +155,6 @@ QWEN3_CODEBOOKS = 4
 
 
 def _qwen2_5_omni(out: Path) -> None:
-    import json
-
     import torch
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration, WhisperFeatureExtractor
 
@@ -231,8 +230,6 @@ def _qwen2_5_omni(out: Path) -> None:
 def _qwen3_omni(out: Path) -> None:
     """Qwen3-Omni: MoE thinker, DeepStack vision encoder, audio encoder, MoE talker with its code
     predictor, code2wav."""
-    import json
-
     import torch
     from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration, WhisperFeatureExtractor
 
@@ -355,8 +352,6 @@ def _qwen_image(out: Path) -> None:
 
 
 def _internvl3(out: Path) -> None:
-    import json
-
     import torch
     from transformers import InternVLConfig, InternVLForConditionalGeneration
     from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
@@ -386,8 +381,6 @@ def _internvl3(out: Path) -> None:
 
 
 def _gemma3(out: Path) -> None:
-    import json
-
     import torch
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
     from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
@@ -462,8 +455,49 @@ def _internvl3_tuned(out: Path) -> None:
         shutil.copy(base / name, out / name)
 
 
+def _qwen2_5_vl_w8a8(out: Path) -> None:
+    """The tiny Qwen2.5-VL quantized as compressed-tensors' W8A8 int8 (the scheme vLLM-CPU runs
+    on any x86 CPU, AVX2 included): each linear layer of the LLM holds int8 weights with a scale per
+    output channel and quantizes its input per token at run time; the vision tower, embeddings and
+    LM head stay float32. Rounded by hand as the format defines it: no calibration to need."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    base = build("qwen2.5-vl", out.parent)
+    shutil.copytree(base, out, dirs_exist_ok=True)
+    weights: dict[str, Any] = {}
+    for name, tensor in load_file(base / "model.safetensors").items():
+        if name.startswith("model.layers.") and name.endswith("_proj.weight"):
+            scale = tensor.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127
+            weights[name] = torch.round(tensor / scale).clamp(-128, 127).to(torch.int8)
+            weights[name.removesuffix("weight") + "weight_scale"] = scale
+        else:
+            weights[name] = tensor
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+
+    def int8(strategy: str, dynamic: bool) -> dict[str, Any]:
+        return {"num_bits": 8, "type": "int", "symmetric": True, "strategy": strategy, "dynamic": dynamic}
+
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "format": "int-quantized",
+        "quantization_status": "compressed",
+        "ignore": ["lm_head", "re:.*visual.*"],
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": int8("channel", False),
+                "input_activations": int8("token", True),
+            }
+        },
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen2.5-vl": _qwen2_5_vl,
+    "qwen2.5-vl-w8a8": _qwen2_5_vl_w8a8,
     "qwen2.5-omni": _qwen2_5_omni,
     "qwen3-omni": _qwen3_omni,
     "qwen-image": _qwen_image,

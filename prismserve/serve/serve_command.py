@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "engine": None,
     "dtype": None,
     "max_model_len": None,
+    "quantization": None,
     "gpu_memory_utilization": None,
     "tensor_parallel_size": None,
     "prefill_decode": None,
@@ -49,6 +50,7 @@ ENGINE_SETTINGS = (
     "engine",
     "dtype",
     "max_model_len",
+    "quantization",
     "gpu_memory_utilization",
     "tensor_parallel_size",
     "prefill_decode",
@@ -156,6 +158,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="every component's weights' dtype, on either engine (default auto: the checkpoint's own)",
     )
     engine.add_argument("--max-model-len", type=int, help="vLLM: the context length")
+    engine.add_argument(
+        "--quantization",
+        help="vLLM: the weights' quantization method (compressed-tensors, awq, gptq, fp8 …; "
+        "default: the checkpoint's quantization_config, else none)",
+    )
     engine.add_argument(
         "--gpu-memory-utilization",
         type=_share,

@@ -227,11 +227,14 @@ class VLLMEngineSettings(LLMSettings):
     Its replicas run in the vLLM environment (`prismserve vllm-env`). `kv_cache_gib` sizes the KV
     cache on a CPU; `engine_args` go to vLLM's `AsyncEngineArgs` as they are. `token_budget`: the most
     tokens one engine step computes (TriInfer's token budget, from `prismserve profile`; vLLM's
-    `max_num_batched_tokens` with chunked prefill), None: vLLM's default.
+    `max_num_batched_tokens` with chunked prefill), None: vLLM's default. `quantization`: vLLM's
+    method for the weights (`--quantization`); None: what the checkpoint's `quantization_config`
+    says (vLLM reads it), else none.
     """
 
     max_model_len: int = Field(default=4096, ge=16)
     kv_cache_gib: int = Field(default=1, ge=1)
+    quantization: str | None = Field(default=None, min_length=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)
     token_budget: int | None = Field(default=None, ge=1)
 
@@ -296,6 +299,19 @@ def checkpoint_dtype(model: str) -> str:
     config = checkpoint_config(model)
     found = config.get("dtype") or config.get("torch_dtype")
     return found if isinstance(found, str) else "auto"
+
+
+def checkpoint_quantization(model: str) -> str | None:
+    """The quantization method checkpoint `model` was saved with (its config's, or its text
+    config's, `quantization_config.quant_method`, where vLLM finds it); None for unquantized
+    weights or a config not there."""
+    config = checkpoint_config(model)
+    for node in (config, config.get("text_config"), config.get("thinker_config")):
+        quantization = node.get("quantization_config") if isinstance(node, dict) else None
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+        if isinstance(method, str):
+            return method
+    return None
 
 
 def checkpoint_context_length(model: str) -> int | None:

@@ -64,11 +64,15 @@ def test_default_apps_load_with_the_settings_in_place():
         "model.encoders.image", "model.encoders.audio", "model.thinker", "model.talker", "model.vocoder",
     }  # fmt: skip
     assert omni.config.output_modalities == {"text", "audio"}
-    vllm = EngineSettings(engine="vllm", dtype="bfloat16", max_model_len=8192, tensor_parallel_size=2)
+    vllm = EngineSettings(
+        engine="vllm", dtype="bfloat16", max_model_len=8192, tensor_parallel_size=2, quantization="awq"
+    )
     vl = load_app_source(default_app_source(QWEN2_5_VL, "/ckpt/vl", vllm), "vl").named_unit_tasks()[
         "model.llm"
     ]
-    assert (type(vl).__name__, vl.gpus, vl.dtype, vl.max_model_len) == ("VLLMTask", 2.0, "bfloat16", 8192)
+    assert (type(vl).__name__, vl.gpus, vl.dtype, vl.max_model_len, vl.quantization) == (
+        "VLLMTask", 2.0, "bfloat16", 8192, "awq",
+    )  # fmt: skip
     split = EngineSettings(engine="vllm", prefill_decode=True, gpu_memory_utilization=0.4)
     units = load_app_source(default_app_source(QWEN2_5_VL, "/ckpt/vl", split), "pd").named_unit_tasks()
     llm = {path: (type(unit).__name__, unit.gpus) for path, unit in units.items() if "encoders" not in path}
@@ -168,6 +172,7 @@ def test_write_app_to_stdout_and_its_errors(tmp_path, capsys):
     [
         (QWEN2_5_OMNI, {"tensor_parallel_size": 2}, "--tensor-parallel-size only applies to the vLLM engine, not transformers (add --engine vllm)"),
         (QWEN2_5_VL, {"max_model_len": 64, "tensor_parallel_size": 2}, "--max-model-len, --tensor-parallel-size only apply"),
+        (QWEN2_5_OMNI, {"quantization": "awq"}, "--quantization only applies to the vLLM engine, not transformers (add --engine vllm)"),
         (QWEN_IMAGE, {"engine": "vllm"}, "qwen-image does not run on --engine vllm; engines: transformers"),
         (QWEN2_5_VL, {"prefill_decode": True}, "--prefill-decode only applies to the vLLM engine, not transformers (add --engine vllm)"),
         (QWEN_IMAGE, {"engine": "vllm", "prefill_decode": True}, "qwen-image does not run on --engine vllm"),

@@ -61,3 +61,9 @@ def test_auto_is_the_checkpoints_dtype_not_vllms(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "qwen2", "torch_dtype": "bfloat16"}')
     assert engine_settings(VLLMTask(model=str(tmp_path)), cuda=False)["dtype"] == "bfloat16"
     assert engine_settings(VLLMTask(model=str(tmp_path / "absent")), cuda=False)["dtype"] == "auto"
+
+
+def test_quantization_is_passed_when_given_and_left_to_the_checkpoint_otherwise():
+    assert "quantization" not in engine_settings(VLLMTask(model="m"), cuda=False)  # vLLM reads the config
+    task = VLLMTask(model="m", quantization="compressed-tensors")
+    assert engine_settings(task, cuda=False)["quantization"] == "compressed-tensors"

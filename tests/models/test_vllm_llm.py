@@ -150,3 +150,41 @@ def test_a_decode_engine_killed_mid_reply_fails_its_request_only_and_its_handoff
     assert sum(d.tokens for d in result["lived"]) == 200  # the other decode's reply, whole
     assert False in result["left"].values()  # the killed decode's hand-off, never taken ...
     assert result["swept"] == []  # ... gone once older than the TTL
+
+
+def test_a_quantized_checkpoint_runs_quantized_on_vllm(cars_jpg, vllm_probes):
+    """The tiny Qwen2.5-VL in compressed-tensors' W8A8 int8, found by vLLM in the checkpoint's
+    config (no `quantization` given): it answers, image and text, its first step's log-probabilities
+    near those of its weights dequantized on transformers (which loads the format as float32), but
+    not equal to them, as the weights' own float32 replies are (1e-4 above): vLLM multiplied int8
+    weights by int8 activations."""
+    from prismserve.models import tiny
+    from prismserve.task.components import checkpoint_quantization
+
+    path = str(tiny.build("qwen2.5-vl-w8a8"))
+    assert checkpoint_quantization(path) == "compressed-tensors"
+    encoder, llm = adapter_for(path), adapter_for(path)
+    encoder.load_encoder("image")
+    llm.load_llm(with_encoders=False)
+    cases = [
+        ChatRequest.of("What is prismserve?"),
+        ChatRequest.of("What is in the picture?", images=[cars_jpg]),
+    ]
+    references, requests = [], []
+    for case in cases:
+        messages, media = conversation(case)
+        encoded = encoder.encode("image", [m.data for m in media]) if media else []
+        reference = llm.generate(llm.llm_inputs(messages, encoded=encoded), STEPS, with_logits=True)
+        references.append(torch.log_softmax(torch.as_tensor(reference.logits[0], dtype=torch.float64), -1))
+        handles = [EncodedMedia(modality="image", embeddings=e.embeddings, meta=e.meta) for e in encoded]
+        requests.append(LLMInput(conversation=messages, encoded=handles, max_tokens=STEPS))
+    job = {
+        "task": VLLMTask(model=path, dtype="float32", engine_args={"max_logprobs": -1}),
+        "requests": requests,
+    }
+    for case, reference, (tokens, logprobs) in zip(
+        cases, references, vllm_probes.run("vllm_probe.py", job), strict=True
+    ):
+        assert len(tokens) == STEPS, case.prompt
+        gap = np.abs(logprobs[0] - reference.numpy()).max()
+        assert 1e-4 < gap < 0.1, (case.prompt, gap)
