@@ -89,7 +89,8 @@ def stop(process: subprocess.Popen[str]) -> None:
 
 
 def one_run(args: argparse.Namespace, model: Path, specs: list[RequestSpec], files: Path) -> dict:
-    process, url, predicted = serve(model, args.gpus, files / "workload.jsonl", files / "profiles")
+    cache = args.profile_cache or files / "profiles"
+    process, url, predicted = serve(model, args.gpus, files / "workload.jsonl", cache)
     try:
         rate = args.load * predicted
         times = poisson_times(np.random.default_rng(args.seed), rate, len(specs), None)
@@ -122,6 +123,11 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=1.25, help="arrival rate / predicted throughput")
     parser.add_argument("--gpus", type=int, default=8, help="declared GPUs, all planned for (default 8)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--profile-cache",
+        type=Path,
+        help="the server's profile cache (default: a new folder: the first run measures the profile)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 

@@ -264,16 +264,13 @@ class VLLMThinkerDecodeExecutor(ThinkerEngine[ThinkerOutput], DecodeSide[Thinker
 
     async def run(self, task_input: Any) -> ThinkerOutput:
         request = DecodeInput.model_validate(task_input)
-        if request.json_schema is not None:
-            raise InvalidInputError(
-                "JSON replies (response_format, tools) are not served by a thinker split into prefill "
-                "and decode yet: serve the app without prefill_decode"
-            )
         reply = self.reply(request)
-        deltas = self.opening(request, reply)
         with media_rejected():
             speaker = self.speaker(request)
         prompt, rest = self.continuation(request, await self.prompt(request))
+        if request.json_schema is not None:  # generated whole here, prefill's token again (`continuation`)
+            return await self.think(rest, prompt, speaker, reply)
+        deltas = self.opening(request, reply)
         handoff = request.handoff
         after = Prefilled(deltas, handoff.token, handoff.finish_reason is None, handoff.prompt_tokens)
         return await self.think(rest, prompt, speaker, reply, after)

@@ -4,6 +4,7 @@ checks built on them."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import pickle
 import signal
@@ -222,17 +223,25 @@ def check_vllm_thinker_prefill_decode(
     once: the reply's tokens and every step's log-probabilities (the chosen token's and the five most
     likely) equal, the talker's conditioning — read on the decode side alone — within 1e-5 and its
     codes equal. The first case also runs with a reply that ends at prefill's token (one token):
-    its conditioning too (same prompt: the same hand-off). Decode took every prompt's hand-off, and
-    every hand-off and hidden-states file is gone at the end."""
+    its conditioning too (same prompt: the same hand-off). A JSON reply (decode generates it whole
+    under the schema, prefill's token again) is JSON that validates, spoken. Decode took every
+    hand-off, and every hand-off and hidden-states file is gone at the end."""
     thinker, talker, expected, requests = thinker_references(path, cases, steps, top_logprobs=5)
     _, _, (one,), (short,) = thinker_references(path, cases[:1], 1, top_logprobs=5)
     settings = {"model": path, "dtype": "float32", "handoff_dir": str(handoffs), "handoff_grace_s": 1.0}
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    schema["additionalProperties"] = False
+    _, _, _, (asked,) = thinker_references(path, [ChatRequest.of("Answer in JSON: is it fast?")], 1)
+    as_json = asked.model_copy(update={"json_schema": schema, "max_tokens": 16})
     job = {
         "prefill": VLLMThinkerPrefillTask(**settings),
         "decode": VLLMThinkerDecodeTask(**settings),
-        "requests": [*requests, short],
+        "requests": [*requests, short, as_json],
     }
     out = probes.run("vllm_thinker_pd_probe.py", job)
+    deltas, items = out["runs"].pop()
+    assert json.loads("".join(d.text or "" for d in deltas)) in ({"ok": True}, {"ok": False})
+    assert deltas[-1].finish_reason == "stop" and items  # the talker's conditioning came
     for (thought, conditioning, codes), (deltas, items) in zip([*expected, one], out["runs"], strict=True):
         logprobs = torch.log_softmax(torch.as_tensor(thought.logits, dtype=torch.float64), -1).numpy()
         steps_seen = [entry for d in deltas for entry in d.logprobs or ()]
@@ -244,5 +253,8 @@ def check_vllm_thinker_prefill_decode(
             thought.token_ids
         )
         assert_same_conditioning(items, conditioning, talker, codes)
-    assert list(out["taken"].values()) == [True] * len(cases)
+    # Every hand-off still there once all were answered was taken (one taken early may already be
+    # swept: a short reply's, a grace period before the last request ends), and the sweep left none: it
+    # deletes only taken ones before their TTL.
+    assert out["taken"] and all(out["taken"].values()), out["taken"]
     assert out["left"] == [] and out["states"] == []
