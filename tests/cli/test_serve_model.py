@@ -416,85 +416,52 @@ def tiny_omni_dir() -> Path:
     return tiny.build("qwen2.5-omni")
 
 
-def test_serve_a_tiny_omni_checkpoint_with_no_app_file(tiny_omni_dir, ray_cluster):
-    """The on-ramp: `prismserve serve DIR` (here joining the test run's cluster of declared GPUs, as
-    `--fake-gpus 8` would start one) answers the official `openai` client — image and text in, text
-    out; speech in, text and speech out — and stops cleanly on SIGTERM."""
+@pytest.mark.parametrize(("family", "gpus"), [("qwen2.5-omni", 1), ("qwen3-omni", 2)])
+def test_an_omni_model_fits_the_gpus_it_has_with_no_app_file(family, gpus):
+    """The on-ramp: five components on one declared GPU (or two): `prismserve serve DIR --fake-gpus N`
+    lays them onto it with shares from their weights, says so (not: waits for GPUs and fails), and
+    answers the official `openai` client — image and text in, text out; speech in, text and speech
+    out — then stops cleanly on SIGTERM."""
     import openai
     from PIL import Image
 
     from prismserve.bench.workloads import workloads_dir
+    from prismserve.models import tiny
 
     wav = (workloads_dir() / "media" / "query_to_cars.wav").read_bytes()
     png = io.BytesIO()
     Image.new("RGB", (56, 56), (200, 30, 30)).save(png, format="PNG")
     image = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
-    with _serving(str(tiny_omni_dir), "--address", ray_cluster.address) as (process, url):
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=240)
-        (model,) = client.models.list().data
-        assert model.id == tiny_omni_dir.name and model.owned_by == "prismserve"
-        assert model.model_extra["root"] == str(tiny_omni_dir.resolve())
-        seen = client.chat.completions.create(
-            model=model.id,
-            max_tokens=8,
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": image}},
-                        {"type": "text", "text": "What is in the picture?"},
-                    ],
-                }
-            ],
-        )
-        assert seen.choices[0].message.content  # random weights: some text
-        heard = client.chat.completions.create(
-            model=model.id,
-            max_tokens=8,
-            modalities=["text", "audio"],
-            audio={"format": "wav"},  # type: ignore[typeddict-item]  # the model's default voice
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "input_audio",
-                            "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"},
-                        }
-                    ],
-                }
-            ],
-        )
-        message = heard.choices[0].message
-        assert message.content and base64.b64decode(message.audio.data)[:4] == b"RIFF"
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
-    assert out == "prismserve: stopped\n" and "Traceback" not in err
-
-
-@pytest.mark.parametrize(("family", "gpus"), [("qwen2.5-omni", 1), ("qwen3-omni", 2)])
-def test_an_omni_model_fits_the_gpus_it_has_with_no_app_file(family, gpus):
-    """Five components on one declared GPU (or two): `prismserve serve DIR --fake-gpus N` lays them
-    onto it with shares from their weights, says so, and speaks (not: waits for GPUs and fails)."""
-    import openai
-
-    from prismserve.models import tiny
-
     model = tiny.build(family)
     with _serving(str(model), "--fake-gpus", str(gpus)) as (process, url):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=240)
-        answer = client.chat.completions.create(
+        (listed,) = client.models.list().data
+        assert listed.id == model.name and listed.owned_by == "prismserve"
+        assert listed.model_extra["root"] == str(model.resolve())
+        picture = {"type": "image_url", "image_url": {"url": image}}
+        seen = client.chat.completions.create(
+            model=model.name,
+            max_tokens=8,
+            messages=[{"role": "user", "content": [picture, {"type": "text", "text": "What is in it?"}]}],
+        )
+        assert seen.choices[0].message.content  # random weights: some text
+        spoken = {
+            "type": "input_audio",
+            "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"},
+        }
+        heard = client.chat.completions.create(
             model=model.name,
             max_tokens=4,
             modalities=["text", "audio"],
             audio={"format": "wav"},  # type: ignore[typeddict-item]  # the model's default voice
-            messages=[{"role": "user", "content": "Say hello."}],
+            messages=[{"role": "user", "content": [spoken]}],  # type: ignore[list-item]
         )
         status = httpx.get(f"{url}/admin/status", headers={"Authorization": "Bearer t"}).json()
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
-    assert base64.b64decode(answer.choices[0].message.audio.data)[:4] == b"RIFF"
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0 and out == "prismserve: stopped\n" and "Traceback" not in err, err
+    message = heard.choices[0].message
+    assert message.content and base64.b64decode(message.audio.data)[:4] == b"RIFF"
     assert f"shares {gpus} GPU" in err and "thinker 0." in err
     replicas = [r for d in status["deployments"].values() for r in d["replicas"]]
     assert len(replicas) == 5 and all(0 < r["gpus"] < 1 for r in replicas)
@@ -547,12 +514,16 @@ def _serving(
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "ctrl-c"])
 @pytest.mark.reliability
-def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
-    """After SIGTERM or Ctrl-C to its process group, no process the server started (Ray's, the replicas', vLLM's engine
+def test_a_served_vllm_app_exports_its_metrics_and_stopped_leaves_no_process_or_shared_memory(stop):
+    """vLLM's engine metrics (KV-cache use among them) reach /metrics labelled with their deployment
+    and replica, beside the stage's own; every metric the Grafana dashboard reads is exported.
+
+    After SIGTERM or Ctrl-C to its process group, no process the server started (Ray's, the replicas', vLLM's engine
     core and worker) is alive and no shared-memory segment they mapped is left in /dev/shm. vLLM's
     engine core and worker once outlived the server, holding their memory, and each run left
     vLLM's 160 MB message queue behind."""
     import psutil
+    from metrics_helpers import dashboard_metrics, exported
 
     from prismserve.models import tiny
 
@@ -567,6 +538,9 @@ def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
                 "messages": [{"role": "user", "content": "Hi"}],
             }
             assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).status_code == 200
+            check_vllm_metrics(
+                exported(httpx.get(f"{url}/metrics", timeout=30).text), model, dashboard_metrics()
+            )
             started = psutil.Process(process.pid).children(recursive=True)
             mapped = {m.path for p in started for m in _maps(p) if m.path.startswith("/dev/shm/")}
             assert any(p.name().startswith("VLLM::EngineCor") for p in started), [p.name() for p in started]
@@ -583,21 +557,9 @@ def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
                 leftover.kill()
 
 
-def test_a_served_vllm_app_exports_vllms_own_metrics_per_replica_beside_each_stages():
-    """vLLM's engine metrics (KV-cache use among them) reach /metrics labelled with their deployment
-    and replica, beside the stage's own; every metric the Grafana dashboard reads is exported."""
-    from metrics_helpers import dashboard_metrics, exported
-
-    from prismserve.models import tiny
-
-    model = str(tiny.build("qwen2.5-vl"))
-    quiet = {"VLLM_LOGGING_LEVEL": "ERROR"}
-    with _serving(model, "--engine", "vllm", "--fake-gpus", "3", env=quiet) as (process, url):
-        body = {"model": Path(model).name, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
-        assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).status_code == 200
-        samples = exported(httpx.get(f"{url}/metrics", timeout=30).text)
-        os.killpg(process.pid, signal.SIGTERM)
-        process.communicate(timeout=120)
+def check_vllm_metrics(samples: dict[str, Any], model: str, dashboard: set[str]) -> None:
+    """A served tiny VL's /metrics after one answer: vLLM's engine metrics per replica and deployment,
+    the stage's own time to first token, and whatever the dashboard reads."""
     (kv,) = samples["vllm:kv_cache_usage_perc"]
     assert kv.labels["replica"] and "VLLMTask" in kv.labels["deployment"] and 0 <= kv.value <= 1
     assert any(s.value >= 1 for s in samples["vllm:request_success_total"])  # the engine's own count
@@ -605,7 +567,7 @@ def test_a_served_vllm_app_exports_vllms_own_metrics_per_replica_beside_each_sta
         s for s in samples["prismserve:time_to_first_token_seconds_count"] if s.labels["stage"] == "VLLMTask"
     ]
     assert first and first[0].value >= 1 and first[0].labels["model_name"] == model
-    assert dashboard_metrics() <= set(samples), sorted(dashboard_metrics() - set(samples))
+    assert dashboard <= set(samples), sorted(dashboard - set(samples))
 
 
 def _maps(process: Any) -> list[Any]:
