@@ -86,8 +86,9 @@ def memory_fraction(gpus: float, device: str) -> float | None:
 
 def model_adapter(task: Any) -> Any:
     """The family adapter of `task.model` (a transformers or diffusers task's), on the device models
-    load on, in the task's dtype; on CUDA a replica with a share of a GPU is held to that share of the GPU's memory
-    (torch's allocator refuses more), so the replicas sharing the GPU cannot starve each other."""
+    load on, in the task's dtype; on CUDA a replica with a share of a GPU is held to that share of
+    the GPU's memory (torch's allocator refuses more), so the replicas sharing the GPU cannot starve
+    each other."""
     from prismserve.models import adapter_for
 
     adapter = adapter_for(task.model, dtype=task.dtype)
