@@ -301,19 +301,6 @@ def checkpoint_dtype(model: str) -> str:
     return found if isinstance(found, str) else "auto"
 
 
-def checkpoint_quantization(model: str) -> str | None:
-    """The quantization method checkpoint `model` was saved with (its config's, or its text
-    config's, `quantization_config.quant_method`, where vLLM finds it); None for unquantized
-    weights or a config not there."""
-    config = checkpoint_config(model)
-    for node in (config, config.get("text_config"), config.get("thinker_config")):
-        quantization = node.get("quantization_config") if isinstance(node, dict) else None
-        method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-        if isinstance(method, str):
-            return method
-    return None
-
-
 def checkpoint_context_length(model: str) -> int | None:
     """`max_position_embeddings` of checkpoint `model`'s text config; None if it has none or its
     config is not there (the engine then checks the context alone)."""

@@ -159,10 +159,10 @@ def test_a_quantized_checkpoint_runs_quantized_on_vllm(cars_jpg, vllm_probes):
     not equal to them, as the weights' own float32 replies are (1e-4 above): vLLM multiplied int8
     weights by int8 activations."""
     from prismserve.models import tiny
-    from prismserve.task.components import checkpoint_quantization
+    from prismserve.task.components import checkpoint_config
 
     path = str(tiny.build("qwen2.5-vl-w8a8"))
-    assert checkpoint_quantization(path) == "compressed-tensors"
+    assert checkpoint_config(path)["quantization_config"]["quant_method"] == "compressed-tensors"
     encoder, llm = adapter_for(path), adapter_for(path)
     encoder.load_encoder("image")
     llm.load_llm(with_encoders=False)
