@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 from typing import Any
 
 from prismserve.offline import DEVICE_VARIABLE, disable_telemetry, replica_env
@@ -55,3 +57,24 @@ def local_ray_down() -> bool:
 
     node = worker._global_node
     return node is not None and bool(node.all_processes) and bool(node.dead_processes())
+
+
+def exit_past_a_lost_ray(code: int) -> None:
+    """End this process now with `code` where the local Ray it started has lost its GCS or raylet
+    (Ctrl-C or SIGTERM to the process group, or a crash): Ray's exit hook would wait for the dead GCS
+    (seconds, or a minute and then status 1: "Failed to connect to GCS within 60 seconds"). Every
+    process this one started and is still alive is killed first: Ray's, and their children (the
+    raylet's agents outlive a raylet killed with the GCS gone). Nothing happens while Ray is up."""
+    if not local_ray_down():
+        return
+    import psutil
+
+    started = psutil.Process().children(recursive=True)
+    for process in started:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(started, timeout=10)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -16,7 +16,7 @@ from prismserve.executors.spec import ExecutorSpec
 from prismserve.offline import DEVICE_VARIABLE
 from prismserve.planner import CellPlan, Plan
 from prismserve.runtime.base import Runtime
-from prismserve.runtime.cluster import connect
+from prismserve.runtime.cluster import connect, local_ray_down
 from prismserve.runtime.dispatcher import ReplicaDispatcher
 from prismserve.runtime.layout import Layout, layout, variant
 from prismserve.runtime.nodes import check_nodes, needs_of
@@ -350,6 +350,14 @@ class RayRuntime(Runtime):
     async def _check_health(self) -> None:
         while True:
             await asyncio.sleep(self.health_interval_s)
+            if local_ray_down():
+                # Its GCS or raylet died (a crash, or Ctrl-C to the process group): asking it for its
+                # nodes would hold the event loop until Ray gives up on its GCS (60 s) and ends the
+                # process. Nothing can be re-placed without it.
+                log.error(
+                    "the local Ray lost its GCS or raylet: replicas are no longer checked; restart the server"
+                )
+                return
             try:
                 await self.resources.replace_lost(self.managers)
             except Exception:  # noqa: BLE001 - the replicas' own checks go on

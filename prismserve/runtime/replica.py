@@ -6,7 +6,7 @@ import asyncio
 import os
 import pickle
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,9 +224,7 @@ class ExecutorReplica:
         stream: Stream[Any] = Stream(f"{call.request}/{call.index}")
         if not self.in_process:
             self._streams.add(stream)
-        pump = asyncio.get_running_loop().create_task(self._pump(stream, call, task_input))
-        self._pumps.add(pump)
-        pump.add_done_callback(self._pumps.discard)
+        self._keep_pumping(stream, self._pump(stream, call, task_input))
         ref: RemoteStreamRef | Stream[Any]
         if self.in_process:
             await stream.wait_beyond(0)
@@ -245,6 +243,12 @@ class ExecutorReplica:
             await stream.drain(source)
         finally:
             self._active -= 1
+
+    def _keep_pumping(self, stream: Stream[Any], pump: Coroutine[Any, Any, None]) -> None:
+        """Run `pump`, which fills `stream`, until it ends or the stream's request is released."""
+        task = asyncio.get_running_loop().create_task(pump, name=stream.id)
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
 
     def _export(self, call: Call, output: Any) -> Any:
         output_type = type(self.task).output_type
@@ -267,9 +271,7 @@ class ExecutorReplica:
                 renamed: Stream[Any] = Stream(data_id)
                 self._streams.add(renamed)
                 assert self.address is not None  # exported only by an actor
-                pump = asyncio.get_running_loop().create_task(renamed.drain(value))
-                self._pumps.add(pump)
-                pump.add_done_callback(self._pumps.discard)
+                self._keep_pumping(renamed, renamed.drain(value))
                 update[name] = RemoteStreamRef(self.address, renamed.id)
         return output.model_copy(update=update) if update else output
 
@@ -298,12 +300,16 @@ class ExecutorReplica:
         return self._slab.stored(data_id)
 
     def release(self, requests: list[str]) -> None:
-        """Free the payloads and streams of executed graphs."""
+        """Free the payloads and streams of executed graphs, and stop the work still filling their
+        streams: nobody can read them any more (a request cancelled mid-stream: a talker stops
+        talking at its next step instead of speaking to its last code)."""
         for request in requests:
             prefix = f"{request}/"
             if self._slab is not None:
                 self._slab.free_prefix(prefix)
             self._streams.release_prefix(prefix)
+            for pump in [p for p in self._pumps if p.get_name().startswith(prefix)]:
+                pump.cancel()
 
     async def stop(self) -> None:
         """Close the executor (an engine's processes, a model's memory), the socket and the slab."""

@@ -341,6 +341,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from prismserve.gateway.errors import validation_message
     from prismserve.models.family import EngineSettings
+    from prismserve.runtime.cluster import exit_past_a_lost_ray
     from prismserve.serve.launch import ServeOptions, run_server
 
     try:
@@ -350,7 +351,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     # --write-app: the app that would be served, written for the user to edit; nothing starts.
     run = run_server if options["write_app"] is None else partial(write_app, path=options["write_app"])
-    return run(
+    code = run(
         ServeOptions(
             target=options["model"],
             name=options["name"],
@@ -377,6 +378,8 @@ def run_serve(args: argparse.Namespace) -> int:
             state=options["state"],
         )
     )
+    exit_past_a_lost_ray(code)  # stopped with its local Ray: no 60 s wait for Ray's dead GCS
+    return code
 
 
 def write_app(options: ServeOptions, path: str) -> int:

@@ -417,11 +417,11 @@ def tiny_omni_dir() -> Path:
 
 
 @pytest.mark.parametrize(("family", "gpus"), [("qwen2.5-omni", 1), ("qwen3-omni", 2)])
-def test_an_omni_model_fits_the_gpus_it_has_with_no_app_file(family, gpus):
+def test_an_omni_model_fits_the_gpus_it_has_with_no_app_file(family, gpus, tmp_path):
     """The on-ramp: five components on one declared GPU (or two): `prismserve serve DIR --fake-gpus N`
     lays them onto it with shares from their weights, says so (not: waits for GPUs and fails), and
     answers the official `openai` client — image and text in, text out; speech in, text and speech
-    out — then stops cleanly on SIGTERM."""
+    out; a realtime session's spoken turn and barge-in — then stops cleanly on SIGTERM."""
     import openai
     from PIL import Image
 
@@ -457,15 +457,41 @@ def test_an_omni_model_fits_the_gpus_it_has_with_no_app_file(family, gpus):
             messages=[{"role": "user", "content": [spoken]}],  # type: ignore[list-item]
         )
         status = httpx.get(f"{url}/admin/status", headers={"Authorization": "Bearer t"}).json()
+        realtime = [REPO / "benchmarks" / "bench_realtime.py", "--url", url, "--model", model.name]
+        realtime += ["--admin-token", "t", "--rounds", "1", "--out", tmp_path / "realtime.json"]
+        subprocess.run([sys.executable, *map(str, realtime)], check=True, timeout=240)
+        (spoken_round,) = json.loads((tmp_path / "realtime.json").read_text())["rounds"]
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
     assert process.returncode == 0 and out == "prismserve: stopped\n" and "Traceback" not in err, err
+    check_realtime_round(spoken_round)
     message = heard.choices[0].message
     assert message.content and base64.b64decode(message.audio.data)[:4] == b"RIFF"
     assert f"shares {gpus} GPU" in err and "thinker 0." in err
     replicas = [r for d in status["deployments"].values() for r in d["replicas"]]
     assert len(replicas) == 5 and all(0 < r["gpus"] < 1 for r in replicas)
     assert status["gpus"]["total"] == gpus
+
+
+def check_realtime_round(spoken_round: dict[str, Any]) -> None:
+    """A realtime session's round through the official `openai` client (`benchmarks/bench_realtime.py`):
+    a spoken turn detected, committed and answered with a transcript and speech, usage in
+    `response.done`; then the user speaking during a spoken answer cancels it: no audio after the
+    speech started, and the talker's and vocoder's calls end."""
+    turn, barge_in = spoken_round["turn"], spoken_round["barge_in"]
+    kinds = turn["kinds"]
+    assert kinds.index("input_audio_buffer.speech_stopped") < kinds.index("input_audio_buffer.committed")
+    assert kinds.index("input_audio_buffer.committed") < kinds.index("response.output_audio.delta")
+    assert turn["status"] == "completed" and turn["transcript"] and turn["audio_s"] > 0
+    assert turn["usage"]["input_tokens"] > 0 and turn["usage"]["output_tokens"] > 0
+    assert barge_in["status"] == "cancelled" and barge_in["audio_deltas_after_speech"] == 0
+    # The talker was at work when the user spoke (the vocoder works in bursts: Qwen3-Omni's decodes
+    # two seconds of speech in milliseconds), and both stopped within a quarter of the time a whole
+    # answer takes (the tiny talker speaks to its last code, max_codes). The talker used to speak
+    # on to that code, unheard.
+    assert barge_in["busy_cores"]["TalkerTask"] > 0.25
+    idle = [barge_in[f"{stage}_idle_after_done_s"] for stage in ("TalkerTask", "VocoderTask")]
+    assert max(idle) < turn["done_s"] / 4, (idle, turn["done_s"])
 
 
 @uses("serve")
@@ -514,12 +540,16 @@ def _serving(
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "ctrl-c"])
 @pytest.mark.reliability
-def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
-    """After SIGTERM or Ctrl-C to its process group, no process the server started (Ray's, the replicas', vLLM's engine
+def test_a_served_vllm_app_exports_its_metrics_and_stopped_leaves_no_process_or_shared_memory(stop):
+    """vLLM's engine metrics (KV-cache use among them) reach /metrics labelled with their deployment
+    and replica, beside the stage's own; every metric the Grafana dashboard reads is exported.
+
+    After SIGTERM or Ctrl-C to its process group, no process the server started (Ray's, the replicas', vLLM's engine
     core and worker) is alive and no shared-memory segment they mapped is left in /dev/shm. vLLM's
     engine core and worker once outlived the server, holding their memory, and each run left
     vLLM's 160 MB message queue behind."""
     import psutil
+    from metrics_helpers import dashboard_metrics, exported
 
     from prismserve.models import tiny
 
@@ -534,6 +564,9 @@ def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
                 "messages": [{"role": "user", "content": "Hi"}],
             }
             assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).status_code == 200
+            check_vllm_metrics(
+                exported(httpx.get(f"{url}/metrics", timeout=30).text), model, dashboard_metrics()
+            )
             started = psutil.Process(process.pid).children(recursive=True)
             mapped = {m.path for p in started for m in _maps(p) if m.path.startswith("/dev/shm/")}
             assert any(p.name().startswith("VLLM::EngineCor") for p in started), [p.name() for p in started]
@@ -550,21 +583,9 @@ def test_a_stopped_vllm_server_leaves_no_process_or_shared_memory_behind(stop):
                 leftover.kill()
 
 
-def test_a_served_vllm_app_exports_vllms_own_metrics_per_replica_beside_each_stages():
-    """vLLM's engine metrics (KV-cache use among them) reach /metrics labelled with their deployment
-    and replica, beside the stage's own; every metric the Grafana dashboard reads is exported."""
-    from metrics_helpers import dashboard_metrics, exported
-
-    from prismserve.models import tiny
-
-    model = str(tiny.build("qwen2.5-vl"))
-    quiet = {"VLLM_LOGGING_LEVEL": "ERROR"}
-    with _serving(model, "--engine", "vllm", "--fake-gpus", "3", env=quiet) as (process, url):
-        body = {"model": Path(model).name, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
-        assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).status_code == 200
-        samples = exported(httpx.get(f"{url}/metrics", timeout=30).text)
-        os.killpg(process.pid, signal.SIGTERM)
-        process.communicate(timeout=120)
+def check_vllm_metrics(samples: dict[str, Any], model: str, dashboard: set[str]) -> None:
+    """A served tiny VL's /metrics after one answer: vLLM's engine metrics per replica and deployment,
+    the stage's own time to first token, and whatever the dashboard reads."""
     (kv,) = samples["vllm:kv_cache_usage_perc"]
     assert kv.labels["replica"] and "VLLMTask" in kv.labels["deployment"] and 0 <= kv.value <= 1
     assert any(s.value >= 1 for s in samples["vllm:request_success_total"])  # the engine's own count
@@ -572,7 +593,31 @@ def test_a_served_vllm_app_exports_vllms_own_metrics_per_replica_beside_each_sta
         s for s in samples["prismserve:time_to_first_token_seconds_count"] if s.labels["stage"] == "VLLMTask"
     ]
     assert first and first[0].value >= 1 and first[0].labels["model_name"] == model
-    assert dashboard_metrics() <= set(samples), sorted(dashboard_metrics() - set(samples))
+    assert dashboard <= set(samples), sorted(dashboard - set(samples))
+
+
+@pytest.mark.reliability
+def test_a_server_whose_local_ray_lost_its_gcs_still_stops_at_once():
+    """A server whose local Ray has lost its GCS (a crash, or the first to go of a process group
+    stopped by a signal) stops on SIGTERM with status 0, leaving nothing of Ray running. Its health
+    check asked the dead GCS for its nodes on the event loop, which held the server until Ray gave up
+    on its GCS (60 s) and ended the process with status 1; the stopped-server test above met it when
+    the check fell in the second its Ray and the server stopped together."""
+    import psutil
+    from toy import APP_PATH
+
+    with _serving(str(APP_PATH), "--fake-gpus", "5") as (process, url):
+        started = psutil.Process(process.pid).children(recursive=True)
+        (gcs,) = [p for p in started if p.name().startswith("gcs_server")]
+        gcs.kill()
+        gcs.wait(10)
+        time.sleep(3)  # past a health check (every 2 s) with the GCS gone
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=40)  # not the 60 s of Ray's wait for its GCS
+    assert process.returncode == 0 and out == "prismserve: stopped\n", err
+    assert "the local Ray lost its GCS or raylet" in err
+    _, alive = psutil.wait_procs(started, timeout=20)
+    assert not alive, [(p.pid, p.name()) for p in alive]
 
 
 def _maps(process: Any) -> list[Any]:

@@ -18,6 +18,7 @@ from prismserve.runtime.dispatcher import ReplicaDispatcher
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.task_manager import Placement, TaskManager
 from prismserve.task import use_dispatcher
+from prismserve.task.context import RequestContext, RequestLedger, use_request
 
 
 class Cluster:
@@ -154,3 +155,38 @@ def test_leases_come_back_after_executor_errors_and_requests_keep_being_served()
     assert failures == ["call #0 (EncoderTask) failed: RuntimeError: GPU fell off"] * 4  # not retried
     assert answer == tokens("fine", [b"a"])
     assert [r.in_flight for r in encoders + llms] == [0, 0, 0]
+
+
+def test_a_stream_still_being_produced_when_its_request_ends_is_stopped_on_its_replica():
+    """A request that ends while a replica still fills one of its streams (a client that left, a
+    barge-in) stops that work when its graph is released: nobody can read the stream any more. The
+    replica used to go on producing it to the end (a talker spoke its last code to nobody)."""
+
+    async def scenario() -> str:
+        ended = asyncio.Event()
+
+        async def llm(task, request):
+            try:
+                yield "first"
+                await asyncio.sleep(60)  # a long answer
+                yield "never"
+            finally:
+                ended.set()
+
+        task = MLLMTask(model_id="m")
+        manager = TaskManager(
+            task.llm.deployment_key(), task.llm, ExecutorSpec(values=llm), 0, pool=InProcessPool()
+        )
+        await manager.add_replica(Placement(None, 0, 0))
+        ledger = RequestLedger()
+        with (
+            use_dispatcher(ReplicaDispatcher({manager.key: manager})),
+            use_request(RequestContext(ledger=ledger)),
+        ):
+            output = await task(ChatRequest.of("hello"))
+            first = await anext(aiter(output.text))
+        ledger.end()  # the request ends: its graph is released on its replicas
+        await asyncio.wait_for(ended.wait(), 10)
+        return first
+
+    assert asyncio.run(scenario()) == "first"
