@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+from bench_omni import process_cpu
 
 import prismserve  # noqa: F401  (telemetry off)
 
@@ -108,26 +109,11 @@ def speaking_pids(url: str, token: str) -> dict[str, list[int]]:
     return pids
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds the processes `pids` and their children have used."""
-    import psutil
-
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            process = psutil.Process(pid)
-            for each in (process, *process.children(recursive=True)):
-                with contextlib.suppress(psutil.Error):
-                    times = each.cpu_times()
-                    total += times.user + times.system
-    return total
-
-
 def cpu_shares(pids: dict[str, list[int]], window_s: float = WINDOW_S) -> dict[str, float]:
     """Cores each stage's processes used over the next `window_s` seconds."""
-    before = {stage: cpu_seconds(each) for stage, each in pids.items()}
+    before = {stage: process_cpu(each) for stage, each in pids.items()}
     time.sleep(window_s)
-    return {stage: (cpu_seconds(each) - before[stage]) / window_s for stage, each in pids.items()}
+    return {stage: (process_cpu(each) - before[stage]) / window_s for stage, each in pids.items()}
 
 
 def idle_after(pids: dict[str, list[int]], since: float) -> dict[str, float]:
