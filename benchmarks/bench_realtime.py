@@ -231,6 +231,10 @@ def main() -> None:
     parser.add_argument("--admin-token", help="the admin token of the server at --url")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
+    if args.url and not (args.model and args.admin_token):
+        parser.error(
+            "--url needs --model and --admin-token (the replicas' processes come from /admin/status)"
+        )
     if args.url:
         results = session(args.url, args.model, args.rounds, args.admin_token)
     else:
