@@ -96,8 +96,17 @@ def model_adapter(task: Any) -> Any:
     if fraction is not None:
         import torch
 
-        torch.cuda.set_per_process_memory_fraction(fraction, torch.device(adapter.device))
+        torch.cuda.set_per_process_memory_fraction(fraction, cuda_index(adapter.device))
     return adapter
+
+
+def cuda_index(device: str) -> int:
+    """The index of the CUDA device `device` names, a bare "cuda" being the current one: torch's
+    per-device calls (`set_per_process_memory_fraction`) refuse a `torch.device("cuda")` without one."""
+    import torch
+
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
 
 
 START_TIMEOUT_VARIABLE = "PRISMSERVE_START_TIMEOUT_S"

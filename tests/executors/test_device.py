@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from prismserve.errors import ReplicaStartError
-from prismserve.executors.loading import check_device, memory_fraction
+from prismserve.executors.loading import check_device, cuda_index, memory_fraction
 from prismserve.models.base import default_device
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without CUDA")
@@ -49,3 +49,14 @@ def test_a_replica_with_a_share_of_a_cuda_gpu_is_held_to_that_share_of_its_memor
     assert memory_fraction(0.3, "cuda") == 0.3 and memory_fraction(0.3, "cuda:0") == 0.3
     assert memory_fraction(1, "cuda") is None  # a whole GPU: all of it
     assert memory_fraction(0, "cuda") is None and memory_fraction(0.3, "cpu") is None
+
+
+def test_the_share_is_set_on_the_cuda_device_the_replica_loads_on(monkeypatch):
+    """Found by the GPU check on an H200: the share was set with `torch.device("cuda")`, which
+    `torch.cuda.set_per_process_memory_fraction` refuses (ValueError: it needs an index), so every
+    replica given part of a GPU failed to start. A bare "cuda" is the current device."""
+    from torch.cuda._utils import _get_device_index  # the check that refused torch.device("cuda")
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)  # a GPU torch would see: none here
+    assert cuda_index("cuda") == 2 and _get_device_index(cuda_index("cuda")) == 2
+    assert cuda_index("cuda:1") == 1
