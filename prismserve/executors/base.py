@@ -87,13 +87,29 @@ class Executor(Generic[SettingsT, InputT, OutputT]):
 
     def __init__(self, task: SettingsT) -> None:
         self.task = task
-        self._background: set[asyncio.Task[Any]] = set()
+        # Background work by the request it serves (the loop keeps only weak references to tasks).
+        self._background: dict[str, set[asyncio.Task[Any]]] = {}
 
     def spawn(self, work: Awaitable[Any]) -> None:
-        """Run `work` in the background: what fills the streams an output returned already holds."""
+        """Run `work` in the background: what fills the streams an output returned already holds.
+        It belongs to the request being served, and stops when that request is released (`cancel`)."""
+        request = current_request().id
         running = asyncio.ensure_future(work)
-        self._background.add(running)  # the loop keeps only weak references to tasks
-        running.add_done_callback(self._background.discard)
+        self._background.setdefault(request, set()).add(running)
+        running.add_done_callback(lambda done: self._forget(request, done))
+
+    def _forget(self, request: str, done: asyncio.Task[Any]) -> None:
+        tasks = self._background.get(request)
+        if tasks is not None:
+            tasks.discard(done)
+            if not tasks:
+                del self._background[request]
+
+    def cancel(self, request: str) -> None:
+        """Stop the background work of `request`, released: nobody can read the streams it fills (a
+        barge-in, a client gone), so a thinker stops generating instead of answering to its limit."""
+        for running in list(self._background.get(request, ())):
+            running.cancel()
 
     async def load(self) -> None:
         """Load weights / start the engine; called once before the first invocation."""

@@ -179,6 +179,9 @@ class ThinkerEngine(VLLMGeneration[GenerationOutputT]):
                                 out.outputs[0].token_ids[: reply.taken - taken], ended=reply.stopped
                             )
                     final = out
+            except asyncio.CancelledError:  # the request was released: vLLM aborts it
+                _remove(rows_path)
+                raise
             except Exception as exc:  # noqa: BLE001 - both consumers get the thinker's error
                 text.fail(exc)
                 talker.fail(exc)

@@ -310,6 +310,9 @@ class ExecutorReplica:
             self._streams.release_prefix(prefix)
             for pump in [p for p in self._pumps if p.get_name().startswith(prefix)]:
                 pump.cancel()
+            executor = getattr(self, "executor", None)  # None: released before it loaded
+            if executor is not None:
+                executor.cancel(request)  # what fills the streams those pumps read
 
     async def stop(self) -> None:
         """Close the executor (an engine's processes, a model's memory), the socket and the slab."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,10 +14,15 @@ import torch
 from vllm_jobs import check_vllm_thinker, check_vllm_thinker_prefill_decode, omni_cases
 
 from prismserve.executors.loading import InProcessExecutors
+from prismserve.executors.spec import ExecutorSpec
 from prismserve.models import MediaError, MediaInput, adapter_for
 from prismserve.protocol.chat import ChatRequest
+from prismserve.runtime.dispatcher import ReplicaDispatcher
 from prismserve.runtime.local import LocalDispatcher
+from prismserve.runtime.pool import InProcessPool
+from prismserve.runtime.task_manager import Placement, TaskManager
 from prismserve.task import InvalidInputError, use_dispatcher
+from prismserve.task.context import RequestContext, RequestLedger, use_request
 from prismserve.tasklib import conversation, reply_text
 from prismserve.tasklib.omni import OmniTask
 from prismserve.tasklib.units import (
@@ -273,3 +279,42 @@ def test_vllm_thinker_split_into_prefill_and_decode_equals_the_transformers_thin
         ChatRequest.of("Answer the question about the picture.", images=[cars_jpg], audios=[query_wav]),
     ]
     check_vllm_thinker_prefill_decode(tiny_omni, cases, vllm_probes, tmp_path)
+
+
+def test_a_released_request_stops_its_thinker_generating(tiny_omni):
+    """A barge-in or a client gone releases the request's graph on its replicas: the thinker's
+    generation (a background task filling its text and talker streams) stops at its next step. It
+    used to generate on to its token limit for nobody (the released streams' readers were stopped,
+    not what filled them)."""
+    limit = 3000
+
+    async def scenario() -> tuple[str, int, str]:
+        task = OmniTask(model=tiny_omni)
+        spec = ExecutorSpec(backend="model")
+        manager = TaskManager(task.thinker.deployment_key(), task.thinker, spec, 0, pool=InProcessPool())
+        replica = await manager.add_replica(Placement(None, 0, 0))
+        engine = replica.handle.executor.engine
+        generations: list[Any] = []
+        submit = engine.submit
+
+        def watched(*args: Any, **kwargs: Any) -> Any:  # the real engine; its generation kept
+            generations.append(submit(*args, **kwargs))
+            return generations[-1]
+
+        engine.submit = watched
+        ledger = RequestLedger()
+        try:
+            with (
+                use_dispatcher(ReplicaDispatcher({manager.key: manager})),
+                use_request(RequestContext(ledger=ledger)),
+            ):
+                output = await task(ChatRequest.of("Tell a long story.", max_tokens=limit))
+                first = await anext(aiter(output.text))
+            ledger.end()  # the request ends: its graph is released on its replicas
+            generated = await asyncio.wait_for(asyncio.wrap_future(generations[0]), 30)
+            return first.text, len(generated.token_ids), generated.finish_reason
+        finally:
+            await manager.close()
+
+    first, tokens, reason = asyncio.run(scenario())
+    assert first and tokens < limit / 10, (tokens, reason)
