@@ -362,7 +362,7 @@ class TestVLLM:
             assert llm[0]["replicas"][0]["state"] == "running" and llm[0]["replicas"][0]["restarts"] == 1
             assert ask_about_cars(url, "qwen2_5_vl") == expected
 
-    def test_prefill_and_decode_on_two_vllm_engines_answer_as_the_monolith(self, gateway):
+    def test_prefill_and_decode_on_two_vllm_engines_answer_as_the_monolith(self, gateway, monkeypatch):
         settings = {**VLLM, "PRISMSERVE_PREFILL_DECODE": "1"}
         with example(gateway, "qwen2.5-vl", "qwen2_5_vl.py", **settings) as (url, admin, model):
             handoffs = handoff_dir(model, {"dtype": "float32"})
@@ -397,6 +397,9 @@ class TestVLLM:
                 "cells": [{"gpus": 2, "replicas": {"ED": 1, "P": 1}}],
                 "routing": {"image+text": {"ED->P": 1.0}, "text": {"ED->P": 1.0}},
             }
+            # Four replicas start at once, two of them vLLM engines: on CI's 2 cores one took over the
+            # 120 s a tiny checkpoint's replica gets by default (read by the in-process runtime).
+            monkeypatch.setenv("PRISMSERVE_START_TIMEOUT_S", "600")
             assert admin.post("/admin/apps/qwen2_5_vl/plan", json=plan).status_code == 200
             assert ask_about_cars(url, "qwen2_5_vl", stream=True) == expected
             gpus: dict[tuple[str, float], set[str]] = {}
