@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
@@ -208,10 +207,8 @@ def matmul_tflops(device: str, repeats: int, size: int) -> float:
 
 def fit(items: list[int], ms: list[float]) -> tuple[float, float]:
     """Least-squares overhead (ms) and per-item ms of time = overhead + per_item x items."""
-    mean_x, mean_y = statistics.fmean(items), statistics.fmean(ms)
-    sxx = sum((x - mean_x) ** 2 for x in items)
-    per_item = sum((x - mean_x) * (y - mean_y) for x, y in zip(items, ms, strict=True)) / sxx
-    return mean_y - per_item * mean_x, per_item
+    per_item, overhead = statistics.linear_regression(items, ms)
+    return overhead, per_item
 
 
 def count_flops(model: Any, inputs: dict[str, Any]) -> int:
@@ -306,7 +303,9 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    device = os.environ.get("PRISMSERVE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    from prismserve.models.base import default_device
+
+    device = default_device()  # PRISMSERVE_DEVICE, else what torch sees
     torch.backends.cuda.matmul.allow_tf32 = True
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32  # CPUs are slow at bf16
     torch.set_default_dtype(dtype)
