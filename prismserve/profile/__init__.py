@@ -21,6 +21,7 @@ from prismserve.app import App
 from prismserve.bench import TRACES
 from prismserve.bench import workloads as w
 from prismserve.bench.workloads import RequestSpec
+from prismserve.errors import InvalidRequestError
 from prismserve.planner import Host, Plan, PlanSpec
 from prismserve.profile.budgets import Budgets, budgets_document, budgets_path, measure_budgets, served
 from prismserve.profile.cache import cache_key, cache_path, cached, hardware
@@ -77,6 +78,13 @@ async def profile(
     uses = {t: await deployments_of(app, requests[0]) for t, requests in examples.items()}
     paths = {task.deployment_key(): path for path, task in app.named_unit_tasks().items()}
     measured, cpu = await seconds_per_request(runtime, app, examples, batch, rounds)
+    if not measured:
+        raise InvalidRequestError(
+            f"app {app.name!r} refused every request of the profile's workload (see the log): give a "
+            "workload its model takes (--profile-workload)"
+        )
+    kept = [s for s in kept if s.request_type in measured]  # a refused type is not planned for
+    uses = {t: used for t, used in uses.items() if t in measured}
     seconds = {t: {paths[k]: s for k, s in row.items() if k in paths} for t, row in measured.items()}
     spec = build_spec(app, shares(kept), uses, seconds)
     if shared_cpu if shared_cpu is not None else runs_on_this_cpu(runtime):

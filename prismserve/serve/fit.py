@@ -9,6 +9,10 @@ of its own and the rest together on two GPUs, as vLLM-Omni's two-GPU configurati
 all share it. The LLM stage then takes what is left of its GPU (on vLLM its share is
 `gpu_memory_utilization`: its KV cache fills it). A component too large for a GPU, or components
 that do not fit together, are said at once, with what each needs.
+
+Where the planner lays the app out for fewer GPUs than components (`--gpus N`), the components are
+fitted onto the fewest GPUs that hold them (`planning_shares`): the profile measures them packed so and offers each packed
+group as a colocated option beside each component's solo option (`profile.spec`).
 """
 
 from __future__ import annotations
@@ -121,3 +125,27 @@ def fitted_shares(
         return {}
     weights = family.adapter_class().component_bytes(Path(checkpoint))
     return fit(component_needs(weights, components, stated), gpus, gpu_gib)
+
+
+def planning_shares(
+    family: Any,
+    checkpoint: str,
+    components: list[str],
+    gpu_gib: float,
+    stated: dict[str, float] | None = None,
+) -> tuple[dict[str, float], int]:
+    """`packed` for the default app's `components`, with the GiB `stated` for some of them."""
+    weights = family.adapter_class().component_bytes(Path(checkpoint))
+    return packed(component_needs(weights, components, stated), gpu_gib)
+
+
+def packed(needs: dict[str, float], gpu_gib: float) -> tuple[dict[str, float], int]:
+    """Shares of a GPU for components needing `needs` GiB, packed onto the fewest GPUs of `gpu_gib`
+    GiB that hold them, and that count: the colocations the planner is offered. ({}, 0) when they
+    fit only one to a GPU or one needs more than a GPU holds: each keeps its own GPUs."""
+    for gpus in range(1, len(needs)):
+        try:
+            return fit(needs, gpus, gpu_gib), gpus
+        except FitError:
+            continue
+    return {}, 0

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from prismserve.models import family_for, tiny
-from prismserve.serve.fit import GIB, GPU_USABLE, LLM_CACHE_GIB, FitError, component_needs, fit, fitted_shares
+from prismserve.serve.fit import (
+    GIB,
+    GPU_USABLE,
+    LLM_CACHE_GIB,
+    FitError,
+    component_needs,
+    fit,
+    fitted_shares,
+    packed,
+)
 
 OMNI = ["image", "audio", "thinker", "talker", "vocoder"]
 # Qwen2.5-Omni-7B's weights in bf16, roughly: the thinker's LLM 15.2 GB, the vision and audio
@@ -73,3 +82,16 @@ def test_a_stated_need_replaces_the_computed_one():
         FitError, match="component_gib names llm, which this model does not have; its components: image"
     ):
         component_needs(OMNI_7B, OMNI, {"llm": 10.0})
+
+
+def test_planned_the_components_are_packed_onto_the_fewest_gpus_that_hold_them():
+    """`serve MODEL --gpus N`: the profile measures the components packed so, and the planner may
+    colocate them. The 7B Omni's five fit on one 80 GiB GPU; on 24 GiB GPUs the thinker takes one and
+    the rest share another (vLLM-Omni's two-GPU layout); on 16 GiB GPUs the thinker needs more than
+    one: each component keeps its own GPUs, no colocation is offered."""
+    needs = component_needs(OMNI_7B, OMNI)
+    assert packed(needs, 80) == (fit(needs, 1, 80), 1)
+    shares, gpus = packed(needs, 24)
+    assert gpus == 2 and shares == fit(needs, 2, 24) and shares["thinker"] > 0.9
+    assert packed(needs, 16) == ({}, 0)
+    assert packed(component_needs(OMNI_7B, OMNI, {"thinker": 80.0}), 80) == ({}, 0)

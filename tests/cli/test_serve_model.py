@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from fake_hub import FakeHub, fake_hub
 from tiers import uses
 
@@ -664,6 +665,52 @@ def test_serve_plans_for_its_gpus_at_start_and_routes_without_a_router(tmp_path)
     assert process.returncode == 0
     (profile,) = tmp_path.glob("omni_app-*.yaml")
     assert profile.read_text().startswith("# profile of: omni_app\n")
+
+
+def test_a_model_planned_on_fewer_gpus_than_components_is_colocated_by_the_planner(tmp_path):
+    """`serve MODEL --gpus all` on one declared GPU: the tiny Qwen2.5-VL's three components are
+    profiled packed on it (their fit, `serve.fit.planning_shares`), the planner is offered that
+    packing as a colocated option beside each component's solo option, and plans it: one replica of
+    each on the GPU, answering text and image requests. (Before, each took a whole GPU: the server
+    waited for GPUs the cluster does not have and failed; and the default workload's video request,
+    longer than the tiny model's context, failed the profile.)"""
+    import openai
+
+    from prismserve.models import tiny
+
+    model = tiny.build("qwen2.5-vl")
+    before: list[str] = []
+    cache = {"PRISMSERVE_PROFILE_CACHE": str(tmp_path)}
+    with _serving(str(model), "--fake-gpus", "1", "--gpus", "all", before=before, env=cache) as (
+        process,
+        url,
+    ):
+        (line,) = before
+        assert line.startswith(f"prismserve: planned {model.name!r} for 1 GPUs: ")
+        plan = httpx.get(
+            f"{url}/admin/apps/{model.name}/plan", headers={"authorization": "Bearer t"}, timeout=30
+        ).json()
+        ((name, layout),) = [(n, o) for n, o in plan["options"].items() if "+" in n and n in line]
+        assert len(layout) == 3 and sum(layout.values()) <= 1.0  # the three share the one GPU
+        (profile,) = [p for p in tmp_path.glob("*.yaml") if not p.name.endswith(".budgets.yaml")]
+        spec = yaml.safe_load(profile.read_text())
+        options = {o["name"]: o["components"] for o in spec["options"]}
+        assert options[name] == list(layout) and all([c] == options[c] for c in layout)  # solo ones too
+        assert "image+text" in {t["name"] for t in spec["request_types"]}
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        image = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": _PNG}}]
+        for content in ("hello", image):
+            answer = client.chat.completions.create(
+                model=model.name, max_tokens=4, messages=[{"role": "user", "content": content}]
+            )
+            assert answer.choices[0].message.content
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0
+    # Some of the default workload's video requests are longer than the tiny model's context: they
+    # are refused while profiling and left out (they failed the start before), the rest planned.
+    (refused,) = [line for line in err.splitlines() if "requests of the profile's workload" in line]
+    assert "image+text+video requests" in refused and "context is 4096 tokens" in refused
 
 
 _PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
