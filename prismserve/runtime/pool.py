@@ -204,8 +204,12 @@ class RayActorPool(ReplicaPool):
             replica.handle.release.remote(requests)
 
     def inventory(self) -> dict[str, float]:
+        """GPUs of each alive node; none once the local Ray has lost its GCS or raylet (asking it
+        would hold the caller, the event loop, until Ray gives up on its GCS and ends the process)."""
         import ray
 
+        if local_ray_down():
+            return {}
         return {n["NodeID"]: n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["Alive"]}
 
     def node_names(self) -> dict[str, str]:

@@ -345,6 +345,8 @@ class RayRuntime(Runtime):
             }
             for c in self.resources.cells
         ]
+        if local_ray_down():
+            status["ray"] = "the local Ray lost its GCS or raylet: restart the server"
         return status
 
     async def _check_health(self) -> None:

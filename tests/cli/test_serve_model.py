@@ -603,7 +603,8 @@ def test_a_server_whose_local_ray_lost_its_gcs_still_stops_at_once():
     stopped by a signal) stops on SIGTERM with status 0, leaving nothing of Ray running. Its health
     check asked the dead GCS for its nodes on the event loop, which held the server until Ray gave up
     on its GCS (60 s) and ended the process with status 1; the stopped-server test above met it when
-    the check fell in the second its Ray and the server stopped together."""
+    the check fell in the second its Ray and the server stopped together. The admin status answers
+    meanwhile, saying so (it asked the dead GCS too)."""
     import psutil
     from toy import APP_PATH
 
@@ -613,6 +614,9 @@ def test_a_server_whose_local_ray_lost_its_gcs_still_stops_at_once():
         gcs.kill()
         gcs.wait(10)
         time.sleep(3)  # past a health check (every 2 s) with the GCS gone
+        # The admin status asked Ray for its nodes too: it held the server the same way.
+        status = httpx.get(f"{url}/admin/status", headers={"authorization": "Bearer t"}, timeout=10)
+        assert status.status_code == 200 and "lost its GCS" in status.json()["ray"]
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=40)  # not the 60 s of Ray's wait for its GCS
     assert process.returncode == 0 and out == "prismserve: stopped\n", err
