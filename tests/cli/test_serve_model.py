@@ -619,7 +619,7 @@ def test_a_server_whose_local_ray_lost_its_gcs_still_stops_at_once():
         gcs.wait(10)
         time.sleep(3)  # past a health check (every 2 s) with the GCS gone
         # The admin status asked Ray for its nodes too: it held the server the same way.
-        status = httpx.get(f"{url}/admin/status", headers={"authorization": "Bearer t"}, timeout=10)
+        status = _admin(url, "status", timeout=10)
         assert status.status_code == 200 and "lost its GCS" in status.json()["ray"]
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=40)  # not the 60 s of Ray's wait for its GCS
@@ -653,11 +653,9 @@ def test_serve_plans_for_its_gpus_at_start_and_routes_without_a_router(tmp_path)
     ):
         (line,) = before
         assert line.startswith("prismserve: planned 'omni_app' for 6 GPUs: ") and "req/s predicted" in line
-        status = httpx.get(f"{url}/admin/status", headers={"authorization": "Bearer t"}, timeout=30).json()
+        status = _admin(url, "status").json()
         assert sum(c["gpus"] for c in status["cells"]) == 6
-        plan = httpx.get(
-            f"{url}/admin/apps/omni_app/plan", headers={"authorization": "Bearer t"}, timeout=30
-        ).json()
+        plan = _admin(url, "apps/omni_app/plan").json()
         assert plan["options"]["omni.thinker.llm"] == {"omni.thinker.llm": 1.0}  # laid out on the app
         assert sum(n * c["count"] for c in plan["cells"] for n in c["replicas"].values()) == 6
         _answers_text_and_an_image(url, "omni_app")
@@ -686,9 +684,7 @@ def test_a_model_planned_on_fewer_gpus_than_components_is_colocated_by_the_plann
     ):
         (line,) = before
         assert line.startswith(f"prismserve: planned {model.name!r} for 1 GPUs: ")
-        plan = httpx.get(
-            f"{url}/admin/apps/{model.name}/plan", headers={"authorization": "Bearer t"}, timeout=30
-        ).json()
+        plan = _admin(url, f"apps/{model.name}/plan").json()
         ((name, layout),) = [(n, o) for n, o in plan["options"].items() if "+" in n and n in line]
         assert len(layout) == 3 and sum(layout.values()) <= 1.0  # the three share the one GPU
         (profile,) = [p for p in tmp_path.glob("*.yaml") if not p.name.endswith(".budgets.yaml")]
@@ -704,6 +700,11 @@ def test_a_model_planned_on_fewer_gpus_than_components_is_colocated_by_the_plann
     # are refused while profiling and left out (they failed the start before), the rest planned.
     (refused,) = [line for line in err.splitlines() if "requests of the profile's workload" in line]
     assert "image+text+video requests" in refused and "context is 4096 tokens" in refused
+
+
+def _admin(url: str, route: str, timeout: float = 30) -> httpx.Response:
+    """GET an admin route of a server `_serving` started (its admin token is `t`)."""
+    return httpx.get(f"{url}/admin/{route}", headers={"authorization": "Bearer t"}, timeout=timeout)
 
 
 def _answers_text_and_an_image(url: str, model: str) -> None:
