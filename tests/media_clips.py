@@ -58,3 +58,35 @@ def video_clip(fmt: str, frames: int, fps: int = 10, size: tuple[int, int] = (64
             out.mux(stream.encode(frame))
         out.mux(stream.encode(None))
     return buffer.getvalue()
+
+
+def video_with_sound(
+    frames: int, fps: int = 10, size: tuple[int, int] = (64, 48), frequency: float = 330.0, rate: int = 16_000
+) -> bytes:
+    """An MP4 of `frames` coloured frames at `fps` and a mono sine soundtrack as long (AAC)."""
+    import av
+
+    buffer = io.BytesIO()
+    samples = sine(frequency, rate, frames / fps)
+    with av.open(buffer, "w", format="mp4") as out:
+        video = out.add_stream("mpeg4", rate=fps)
+        video.width, video.height, video.pix_fmt = size[0], size[1], "yuv420p"
+        video.time_base = Fraction(1, fps)
+        audio = out.add_stream("aac", rate=rate, layout="mono")
+        for i in range(frames):
+            rgb = np.full((size[1], size[0], 3), (i * 37 % 256, 255 - i * 23 % 256, 90), np.uint8)
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts = i
+            out.mux(video.encode(frame))
+        out.mux(video.encode(None))
+        step = audio.codec_context.frame_size or 1024
+        resampler = av.AudioResampler(format=audio.codec_context.format.name, layout="mono", rate=rate)
+        for start in range(0, len(samples), step):
+            chunk = av.AudioFrame.from_ndarray(
+                samples[None, start : start + step], format="flt", layout="mono"
+            )
+            chunk.sample_rate, chunk.pts = rate, start
+            for converted in resampler.resample(chunk):
+                out.mux(audio.encode(converted))
+        out.mux(audio.encode(None))
+    return buffer.getvalue()

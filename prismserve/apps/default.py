@@ -29,6 +29,10 @@ def default_app_source(
     engine = family.checked(settings or EngineSettings())
     app = family.app
     values = {**app.settings, "model": model, **engine_fields(engine, family.main)}
+    if engine.engine == "vllm" and "video" in values.get("modalities", ()):
+        # prismserve's vLLM executors take no video yet: no video encoder to start, and the gateway
+        # refuses a clip at once instead of after encoding it.
+        values["modalities"] = tuple(m for m in values["modalities"] if m != "video")
     if gpus:
         values["gpus"] = {**values.get("gpus", {}), **gpus}
     chosen = _settings(family, values)

@@ -22,6 +22,7 @@ SETTINGS = OmniAppSettings(
 MODEL = SETTINGS.model
 model = OmniTask(
     model=MODEL,
+    modalities=SETTINGS.modalities,
     encoder_fission=True,
     monolith=SETTINGS.monolith,
     max_codes=SETTINGS.max_codes,
@@ -41,7 +42,7 @@ def voices() -> tuple[str, ...]:
 
 class Config(AppConfig):
     tasks = {"model": model}
-    input_modalities = frozenset({"text", "image", "audio"})
+    input_modalities = frozenset({"text", *SETTINGS.modalities})
     output_modalities = frozenset({"text", "audio"})
     voices = voices  # a plain function: read on the class, it is not bound to it
 

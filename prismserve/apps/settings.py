@@ -41,10 +41,13 @@ class MLLMAppSettings(ChatAppSettings):
 class OmniAppSettings(ChatAppSettings):
     """`prismserve.apps.omni`: an Omni model, split into encoders, thinker, talker and vocoder unless
     `monolith` (transformers' own `generate`, the paper's baseline), speaking up to `max_codes` codec
-    ids per answer."""
+    ids per answer, taking the media in `modalities` (the families' default apps take video too, on
+    transformers: clips go to an encoder deployment of the vision tower, and a request's
+    `mm_processor_kwargs.use_audio_in_video` sends their soundtracks to the audio encoder)."""
 
     monolith: bool = False
     max_codes: int = Field(default=600, ge=1)
+    modalities: tuple[MediaModality, ...] = ("image", "audio")
 
 
 class ImageAppSettings(AppSettings):

@@ -12,7 +12,7 @@ from prismserve.app import App
 from prismserve.errors import InvalidRequestError
 from prismserve.gateway.errors import invalid
 from prismserve.gateway.http import parse_json
-from prismserve.gateway.media import check_audio, check_image, decode_base64
+from prismserve.gateway.media import check_audio, check_image, check_soundtrack, decode_base64
 from prismserve.protocol.chat import ChatRequest
 
 
@@ -68,6 +68,14 @@ def check_chat_request(app: App, request: ChatRequest) -> None:
         check_image(image.data, index)
     for index, audio in enumerate(request.audios):
         check_audio(audio.data, audio.format, index)
+    if request.use_audio_in_video and request.videos:
+        if "audio" not in accepted:
+            raise InvalidRequestError(
+                f"app {app.name!r} does not accept audio input, which use_audio_in_video sends "
+                f"(each video's soundtrack; it accepts {_listed(accepted)})"
+            )
+        for index, video in enumerate(request.videos):
+            check_soundtrack(video.data, index)
 
 
 def _listed(kinds: frozenset[str]) -> str:

@@ -325,6 +325,22 @@ def check_audio(data: bytes, fmt: str, index: int) -> None:
         )
 
 
+def check_soundtrack(data: bytes, index: int) -> None:
+    """A 400 unless the video `data` holds an audio stream (what `use_audio_in_video` sends)."""
+    import av
+
+    try:
+        with av.open(io.BytesIO(data), "r") as container:
+            if container.streams.audio:
+                return
+    except (av.FFmpegError, OSError, ValueError, EOFError):
+        raise InvalidRequestError(f"video #{index} could not be read as a video container") from None
+    raise InvalidRequestError(
+        f"video #{index} has no soundtrack, which use_audio_in_video asks for: "
+        "send it without mm_processor_kwargs.use_audio_in_video"
+    )
+
+
 def wav_bytes(pcm16: bytes, sample_rate: int) -> bytes:
     """A mono 16-bit WAV file holding `pcm16`."""
     buffer = io.BytesIO()

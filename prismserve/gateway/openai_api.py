@@ -98,6 +98,8 @@ async def to_chat_request(
         fields["tools"] = shape.tools
     if body.audio is not None and body.audio.voice is not None:
         fields["voice"] = body.audio.voice
+    if body.mm_processor_kwargs is not None and body.mm_processor_kwargs.use_audio_in_video:
+        fields["use_audio_in_video"] = True
     return chat_request(app, fields)
 
 

@@ -53,13 +53,14 @@ GEMMA3 = ModelFamily(
 
 
 def _omni(name: str, model_type: str, adapter: str, vocoder: str, tiny: str) -> ModelFamily:
-    """An Omni family: its default app splits encoders, thinker, talker and `vocoder`; speech out."""
-    doc = f"{name}: image and audio encoders, thinker, talker and {vocoder} as separate deployments; text and speech out."
+    """An Omni family: its default app splits encoders, thinker, talker and `vocoder`; speech out;
+    video clips in (with `use_audio_in_video` their soundtracks too) on transformers."""
+    doc = f"{name}: image, video and audio encoders, thinker, talker and {vocoder} as separate deployments; text and speech out."
     return ModelFamily(
         name=name.lower(),
         model_types=(model_type,),
         adapter=adapter,
-        app=DefaultApp(module=_OMNI_APP, doc=doc),
+        app=DefaultApp(module=_OMNI_APP, doc=doc, settings={"modalities": ("image", "audio", "video")}),
         engines=("transformers", "vllm"),
         main="thinker",
         tiny=_TINY + tiny,

@@ -1,9 +1,12 @@
-"""Qwen2.5-Omni: image and audio encoders, a thinker LLM, a talker and token2wav (DiT + BigVGAN).
+"""Qwen2.5-Omni: image, video and audio encoders, a thinker LLM, a talker and token2wav (DiT + BigVGAN).
 
 Split points and what crosses them:
-- encoders -> thinker: image embeddings + `grid_thw`; audio embeddings + the clip's mel-feature
-  length (the thinker's 3-D rotary positions need both). The thinker is fed `inputs_embeds` with the
-  embeddings in place of the media tokens, so it runs exactly the monolith's computation.
+- encoders -> thinker: image and video embeddings + `grid_thw` (a video's also the seconds per
+  temporal patch); audio embeddings + the clip's mel-feature length (the thinker's 3-D rotary
+  positions need them). The thinker is fed `inputs_embeds` with the embeddings in place of the media
+  tokens, so it runs exactly the monolith's computation. A video whose soundtrack goes in too
+  (`use_audio_in_video`) is followed by that soundtrack's audio embeddings; the thinker lays the two
+  out interleaved in 2-second chunks, as the model's processor does (`soundtrack_placeholder`).
 - thinker -> talker: the talker's conditioning, built as transformers' `generate` builds it: per
   position the thinker's input embedding plus last hidden state (media positions zeroed), the
   speaker's text-start embedding, and the reply part (generated tokens, then text end and pad),
@@ -19,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,9 +43,32 @@ from prismserve.models.base import (
 )
 from prismserve.models.conditioning import FILL, REPLY, ConditioningBuilder, Item, ReplyFeed, merged
 from prismserve.models.media import load_audio, load_image
+from prismserve.models.qwen2_5_vl import qwen_video_pixels
 
 SAMPLE_RATE_IN = 16000
 SAMPLE_RATE_OUT = 24000
+
+
+TALKER_POSITIONS = ("image_grid_thw", "video_grid_thw", "video_second_per_grid")
+"""The thinker's inputs the talker's 3-D positions read as they are."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A media item's place in the thinker's prompt: its placeholder tokens, and a video's grid and
+    seconds per temporal patch (its soundtrack's tokens interleave by them)."""
+
+    modality: str
+    tokens: int
+    grid: list[int] | None = None
+    second_per_grid: float | None = None
+
+
+def _soundtracks(conversation: list[dict[str, Any]]) -> bool:
+    """Whether the conversation's videos are each followed by their soundtrack (`use_audio_in_video`:
+    `tasklib.conversation` marks their placeholders and puts the soundtrack after each)."""
+    parts = [part for message in conversation if isinstance(c := message.get("content"), list) for part in c]
+    return any(isinstance(part, dict) and part.get("audio_in_video") for part in parts)
 
 
 @dataclass(frozen=True)
@@ -139,11 +165,16 @@ class Qwen25Omni(Adapter):
     family = "qwen2.5-omni"
     component_prefixes = {
         "image": ("thinker.visual.",),
+        "video": ("thinker.visual.",),  # one vision tower encodes both
         "audio": ("thinker.audio_tower.",),
         "talker": ("talker.",),
         "vocoder": ("token2wav.",),
     }
-    encoder_modalities = ("image", "audio")
+    encoder_modalities: ClassVar[tuple[str, ...]] = ("image", "audio", "video")
+    # Video clips are sampled as Qwen2.5-VL's are (`qwen_video_pixels`): this is its vision tower.
+    max_video_frames = 16
+    min_video_frames = 4
+    video_fps = 2.0
 
     model_class = "Qwen2_5OmniForConditionalGeneration"
     processor_class = "Qwen2_5OmniProcessor"
@@ -186,10 +217,10 @@ class Qwen25Omni(Adapter):
         thinker = self._load(with_talker=False).thinker.model
         # Keep the one tower this replica runs (and the module whose feature methods drive it).
         del thinker.language_model
-        if modality == "image":
-            del thinker.audio_tower
-        else:
+        if modality == "audio":
             del thinker.visual
+        else:
+            del thinker.audio_tower
         self.model = thinker
         self.processor  # noqa: B018 - loaded now rather than on the first request
 
@@ -197,33 +228,44 @@ class Qwen25Omni(Adapter):
         import torch
 
         self.check_modality(modality)
-        if modality == "image":
-            pixels = self.image_pixels([load_image(d) for d in items])
-            grids = pixels["image_grid_thw"].to(self.device)
-            with self.lock, torch.inference_mode():
-                parts = self.model.get_image_features(
-                    pixels["pixel_values"].to(self.device), grids
-                ).pooler_output
-            return [
-                Encoded("image", as_numpy(p), {"grid_thw": g.tolist()})
-                for p, g in zip(parts, grids, strict=True)
-            ]
-        clips = [load_audio(d, SAMPLE_RATE_IN) for d in items]
-        features = self.processor.feature_extractor(
-            clips, sampling_rate=SAMPLE_RATE_IN, return_attention_mask=True, return_tensors="pt"
-        )
-        mask = features["attention_mask"].to(self.device)
+        if modality != "audio":
+            return self._encode_visual(modality, items)
+        features = self.audio_features([load_audio(d, SAMPLE_RATE_IN) for d in items])
+        mask = features["feature_attention_mask"].to(self.device)
         with self.lock, torch.inference_mode():
             merged = self.model.get_audio_features(
                 features["input_features"].to(self.device), mask
             ).last_hidden_state
         lengths = mask.sum(-1)
-        sizes = self.audio_token_counts(lengths)
-        parts = torch.split(merged, sizes)
+        parts = torch.split(merged, self.audio_token_counts(lengths))
         return [
             Encoded("audio", as_numpy(p), {"feature_length": int(n)})
             for p, n in zip(parts, lengths, strict=True)
         ]
+
+    def _encode_visual(self, modality: str, items: list[bytes]) -> list[Encoded]:
+        """Images or video clips through the vision tower: embeddings, `grid_thw` and (a clip's)
+        seconds per temporal patch."""
+        import torch
+
+        if modality == "image":
+            pixels = self.image_pixels([load_image(d) for d in items])
+            values, grids = pixels["pixel_values"], pixels["image_grid_thw"]
+            features = self.model.get_image_features
+        else:
+            pixels = self.video_pixels(items)
+            values, grids = pixels["pixel_values_videos"], pixels["video_grid_thw"]
+            features = self.model.get_video_features
+        with self.lock, torch.inference_mode():
+            parts = self.visual_rows(features(values.to(self.device), grids.to(self.device)))
+        metas = [{"grid_thw": g.tolist()} for g in grids]
+        for meta, seconds in zip(metas, pixels.get("video_second_per_grid", []), strict=False):
+            meta["second_per_grid"] = float(seconds)
+        return [Encoded(modality, as_numpy(p), m) for p, m in zip(parts, metas, strict=True)]
+
+    def visual_rows(self, out: Any) -> list[Any]:
+        """Per image or clip, what of the vision tower's output crosses to the thinker: its embeddings."""
+        return list(out.pooler_output)
 
     # --- thinker --------------------------------------------------------------------------------
     def load_llm(self, with_encoders: bool) -> None:
@@ -242,20 +284,23 @@ class Qwen25Omni(Adapter):
         text = self.processor.apply_chat_template(
             conversation, tools=tools or None, add_generation_prompt=True, tokenize=False
         )
+        soundtracks = _soundtracks(conversation)
         if media:
-            return self._raw_inputs(text, media)
+            return self._raw_inputs(text, media, soundtracks)
         if not encoded:
             return dict(self.processor(text=[text], return_tensors="pt").to(self.device))
-        return self._embedded_inputs(text, encoded)
+        return self._embedded_inputs(text, encoded, soundtracks)
 
-    def _raw_inputs(self, text: str, media: list[MediaInput]) -> dict[str, Any]:
-        images = [load_image(m.data) for m in media if m.modality == "image"]
-        clips = [load_audio(m.data, SAMPLE_RATE_IN) for m in media if m.modality == "audio"]
+    def _raw_inputs(self, text: str, media: list[MediaInput], soundtracks: bool = False) -> dict[str, Any]:
         unsupported = sorted({m.modality for m in media} - set(self.encoder_modalities))
         if unsupported:
             raise MediaError(
                 f"{self.family} takes {', '.join(self.encoder_modalities)} input, not {unsupported}"
             )
+        if any(m.modality == "video" for m in media):
+            return self.built_inputs(text, media, soundtracks)
+        images = [load_image(m.data) for m in media if m.modality == "image"]
+        clips = [load_audio(m.data, SAMPLE_RATE_IN) for m in media if m.modality == "audio"]
         try:
             inputs = self.processor(
                 text=[text], images=images or None, audio=clips or None, return_tensors="pt"
@@ -264,10 +309,97 @@ class Qwen25Omni(Adapter):
             raise MediaError(f"media cannot be processed: {exc}") from None
         return dict(inputs.to(self.device))
 
-    def _embedded_inputs(self, text: str, encoded: list[Encoded]) -> dict[str, Any]:
+    def built_inputs(self, text: str, media: list[MediaInput], soundtracks: bool = False) -> dict[str, Any]:
+        """The model's inputs for raw media as its processor makes them, built here: the processor
+        takes no video without its video processor, which needs torchvision (it does not import
+        beside the CPU torch). `soundtracks`: each video is followed by its soundtrack."""
         import torch
 
-        tokens = {"image": self.processor.image_token, "audio": self.processor.audio_token}
+        inputs: dict[str, Any] = {}
+        images = [load_image(m.data) for m in media if m.modality == "image"]
+        if images:
+            inputs |= self.image_pixels(images)
+        videos = [m.data for m in media if m.modality == "video"]
+        if videos:
+            inputs |= self.video_pixels(videos)
+        clips = [load_audio(m.data, SAMPLE_RATE_IN) for m in media if m.modality == "audio"]
+        if clips:
+            inputs |= self.audio_features(clips)
+        merge = self.processor.image_processor.merge_size**2
+        none = torch.zeros(0, 3, dtype=torch.long)
+        sizes = {
+            "image": iter((inputs.get("image_grid_thw", none).prod(-1) // merge).tolist()),
+            "video": iter((inputs.get("video_grid_thw", none).prod(-1) // merge).tolist()),
+            "audio": iter(self.audio_token_counts(inputs.get("feature_attention_mask", none).sum(-1))),
+        }
+        grids, seconds = (
+            iter(inputs.get("video_grid_thw", none).tolist()),
+            iter(inputs.get("video_second_per_grid", [])),
+        )
+        items = [
+            Slot(m.modality, next(sizes[m.modality]))
+            if m.modality != "video"
+            else Slot("video", next(sizes["video"]), next(grids), float(next(seconds)))
+            for m in media
+        ]
+        ids = self.tokenizer([self._expanded(text, items, soundtracks)], return_tensors="pt")["input_ids"]
+        inputs |= {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        inputs = {k: v.to(self.device) for k, v in inputs.items()}
+        if soundtracks:
+            inputs["use_audio_in_video"] = True
+        return inputs
+
+    def _embedded_inputs(
+        self, text: str, encoded: list[Encoded], soundtracks: bool = False
+    ) -> dict[str, Any]:
+        import torch
+
+        items = [
+            Slot(e.modality, self.token_count(e), e.meta.get("grid_thw"), e.meta.get("second_per_grid"))
+            for e in encoded
+        ]
+        expanded = self._expanded(text, items, soundtracks)
+        ids = self.tokenizer([expanded], return_tensors="pt")["input_ids"].to(self.device)
+        thinker = self.model.thinker
+        with torch.inference_mode():
+            embeds = thinker.get_input_embeddings()(ids)
+        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        for modality in ("image", "video"):
+            visual = [e for e in encoded if e.modality == modality]
+            if visual:
+                embeds = self.place_visual(inputs, embeds, visual)
+        clips = [torch.tensor(np.asarray(e.embeddings)) for e in encoded if e.modality == "audio"]  # copies
+        if clips:
+            mask = (ids == self.processor.audio_token_id).unsqueeze(-1)
+            embeds = embeds.masked_scatter(mask, torch.cat(clips).to(self.device, embeds.dtype))
+        grids = [e.meta["grid_thw"] for e in encoded if e.modality == "image"]
+        if grids:
+            inputs["image_grid_thw"] = torch.tensor(grids, device=self.device)
+        videos = [i for i in items if i.modality == "video"]
+        if videos:
+            inputs["video_grid_thw"] = torch.tensor([v.grid for v in videos], device=self.device)
+            inputs["video_second_per_grid"] = torch.tensor(
+                [v.second_per_grid for v in videos], device=self.device
+            )
+        lengths = [e.meta["feature_length"] for e in encoded if e.modality == "audio"]
+        if lengths:  # the positions of audio tokens come from the clips' feature lengths
+            frames = torch.arange(max(lengths), device=self.device)
+            inputs["feature_attention_mask"] = (
+                frames < torch.tensor(lengths, device=self.device)[:, None]
+            ).long()
+        if soundtracks:
+            inputs["use_audio_in_video"] = True
+        inputs["inputs_embeds"] = embeds
+        return inputs
+
+    def _expanded(self, text: str, items: list[Slot], soundtracks: bool) -> str:
+        """`text` with each media token replaced by its item's placeholder tokens, in order; with
+        `soundtracks` a video and the soundtrack after it take its token together, interleaved."""
+        tokens = {
+            "image": self.processor.image_token,
+            "audio": self.processor.audio_token,
+            "video": self.processor.video_token,
+        }
         pieces, order = [], []
         rest = text
         while True:  # split at each media token, in the conversation's order
@@ -276,47 +408,69 @@ class Qwen25Omni(Adapter):
                 break
             at, modality = min(found)
             pieces.append(rest[:at])
-            order.append(modality)
+            order += [modality, "audio"] if modality == "video" and soundtracks else [modality]
             rest = rest[at + len(tokens[modality]) :]
-        if order != [e.modality for e in encoded]:
+        if order != [i.modality for i in items]:
             raise MediaError(
-                f"the conversation's media are {order} but the embeddings are {[e.modality for e in encoded]}"
+                f"the conversation's media are {order} but the ones given are {[i.modality for i in items]}"
             )
-        expanded = (
-            "".join(
-                p + tokens[e.modality] * self.token_count(e) for p, e in zip(pieces, encoded, strict=True)
-            )
-            + rest
+        expanded, slots = [], iter(items)
+        for piece, item in zip(pieces, slots, strict=False):
+            if item.modality == "video" and soundtracks:
+                expanded.append(piece + self.soundtrack_placeholder(item, next(slots).tokens))
+            else:
+                expanded.append(piece + tokens[item.modality] * item.tokens)
+        return "".join(expanded) + rest
+
+    def soundtrack_placeholder(self, video: Slot, audio_tokens: int) -> str:
+        """A video's tokens and its soundtrack's interleaved chunk by chunk (2 s each: the video's
+        tokens of that time, then the audio's), between audio start and end, as the model's
+        processor writes them (`Qwen2_5OmniProcessor.replace_video_with_audio_token`)."""
+        processor = self.processor
+        assert video.grid is not None and video.second_per_grid is not None
+        t, h, w = video.grid
+        merge = processor.image_processor.merge_size
+        per_second = processor.position_id_per_seconds
+        frames = np.repeat(np.arange(t), (h // merge) * (w // merge)) * video.second_per_grid * per_second
+        chunk = int(per_second * processor.seconds_per_chunk)
+        video_chunks = processor.get_chunked_index(frames, chunk)
+        audio_chunks = processor.get_chunked_index(np.arange(audio_tokens), chunk)
+        out = processor.audio_bos_token
+        for j in range(max(len(video_chunks), len(audio_chunks))):
+            if j < len(video_chunks):
+                out += processor.video_token * (video_chunks[j][1] - video_chunks[j][0])
+            if j < len(audio_chunks):
+                out += processor.audio_token * (audio_chunks[j][1] - audio_chunks[j][0])
+        return out + processor.audio_eos_token
+
+    def audio_features(self, clips: list[Any]) -> dict[str, Any]:
+        """The feature extractor's mel features of 16 kHz clips (`input_features`) and which frames
+        hold each clip (`feature_attention_mask`), as the model's processor names them."""
+        features = self.processor.feature_extractor(
+            clips, sampling_rate=SAMPLE_RATE_IN, return_attention_mask=True, return_tensors="pt"
         )
-        ids = self.tokenizer([expanded], return_tensors="pt")["input_ids"].to(self.device)
-        thinker = self.model.thinker
-        with torch.inference_mode():
-            embeds = thinker.get_input_embeddings()(ids)
-        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        images = [e for e in encoded if e.modality == "image"]
-        if images:
-            embeds = self.place_images(inputs, embeds, images)
-        clips = [
-            torch.tensor(np.asarray(e.embeddings)) for e in encoded if e.modality == "audio"
-        ]  # copies: may be read-only views
-        if clips:
-            mask = (ids == self.processor.audio_token_id).unsqueeze(-1)
-            embeds = embeds.masked_scatter(mask, torch.cat(clips).to(self.device, embeds.dtype))
-        grids = [e.meta["grid_thw"] for e in encoded if e.modality == "image"]
-        if grids:
-            inputs["image_grid_thw"] = torch.tensor(grids, device=self.device)
-        lengths = [e.meta["feature_length"] for e in encoded if e.modality == "audio"]
-        if lengths:  # the positions of audio tokens come from the clips' feature lengths
-            frames = torch.arange(max(lengths), device=self.device)
-            inputs["feature_attention_mask"] = (
-                frames < torch.tensor(lengths, device=self.device)[:, None]
-            ).long()
-        inputs["inputs_embeds"] = embeds
-        return inputs
+        return {
+            "input_features": features["input_features"],
+            "feature_attention_mask": features["attention_mask"],
+        }
+
+    def video_pixels(self, clips: list[bytes]) -> dict[str, Any]:
+        """`pixel_values_videos`, `video_grid_thw` and `video_second_per_grid` of the clips, in order."""
+        pixels = qwen_video_pixels(
+            self.image_pixels,
+            self.processor.image_processor,
+            clips,
+            max_frames=self.max_video_frames,
+            fps=self.video_fps,
+            min_frames=self.min_video_frames,
+        )
+        pixels["video_second_per_grid"] = pixels.pop("second_per_grid_ts")
+        return pixels
 
     def audio_token_counts(self, feature_lengths: Any) -> list[int]:
-        """Embeddings the audio encoder makes of clips with these mel-feature lengths."""
-        return self.model.audio_tower._get_feat_extract_output_lengths(feature_lengths)[1].tolist()
+        """Embeddings the audio encoder makes of clips with these mel-feature lengths (two
+        stride-2 reductions, as the model's processor counts them)."""
+        return ((((feature_lengths - 1) // 2 + 1) - 2) // 2 + 1).tolist()
 
     def image_pixels(self, images: list[Any]) -> Any:
         """The image processor's tensors; images it cannot take are a MediaError."""
@@ -332,13 +486,17 @@ class Qwen25Omni(Adapter):
     def vllm_embeddings(self, items: list[Encoded]) -> Any:
         return qwen_vllm_embeddings(items)
 
-    def place_images(self, inputs: dict[str, Any], embeds: Any, images: list[Encoded]) -> Any:
-        """`embeds` with the images' embeddings at their tokens (more inputs may be added to `inputs`)."""
+    def place_visual(self, inputs: dict[str, Any], embeds: Any, items: list[Encoded]) -> Any:
+        """`embeds` with the images' (or the videos') embeddings at their tokens (more inputs may be
+        added to `inputs`)."""
         import torch
 
-        mask = (inputs["input_ids"] == self.processor.image_token_id).unsqueeze(-1)
+        token = (
+            self.processor.image_token_id if items[0].modality == "image" else self.processor.video_token_id
+        )
+        mask = (inputs["input_ids"] == token).unsqueeze(-1)
         rows = torch.cat(
-            [torch.tensor(np.asarray(e.embeddings)) for e in images]
+            [torch.tensor(np.asarray(e.embeddings)) for e in items]
         )  # copies: may be read-only views
         return embeds.masked_scatter(mask, rows.to(self.device, embeds.dtype))
 
@@ -386,13 +544,14 @@ class Qwen25Omni(Adapter):
 
     @staticmethod
     def media_positions(inputs: dict[str, Any]) -> Item:
-        """What the talker needs to place the prompt's media (its own 3-D positions): the images'
-        grids and the audio clips' mel-feature lengths."""
-        out = {}
-        if "image_grid_thw" in inputs:
-            out["image_grid_thw"] = inputs["image_grid_thw"].cpu().numpy()
+        """What the talker needs to place the prompt's media (its own 3-D positions): the images' and
+        videos' grids, the videos' seconds per temporal patch, the audio clips' mel-feature lengths,
+        and whether the videos' soundtracks are interleaved with them."""
+        out = {name: inputs[name].cpu().numpy() for name in TALKER_POSITIONS if name in inputs}
         if "feature_attention_mask" in inputs:
             out["audio_feature_lengths"] = inputs["feature_attention_mask"].sum(-1).cpu().numpy()
+        if inputs.get("use_audio_in_video"):
+            out["use_audio_in_video"] = np.asarray(True)
         return out
 
     # --- talker and token2wav -------------------------------------------------------------------
@@ -431,10 +590,11 @@ class Qwen25Omni(Adapter):
             "inputs_embeds": tensor("prefix_embeds")[None].to(talker.dtype),
             "attention_mask": torch.ones_like(codec_prompt),
         }
-        if "image_grid_thw" in conditioning:
-            prompt["image_grid_thw"] = tensor("image_grid_thw")
-        if "audio_feature_lengths" in conditioning:
-            prompt["audio_feature_lengths"] = tensor("audio_feature_lengths")
+        for name in (*TALKER_POSITIONS, "audio_feature_lengths"):
+            if name in conditioning:
+                prompt[name] = tensor(name)
+        if "use_audio_in_video" in conditioning:
+            prompt["use_audio_in_video"] = bool(conditioning["use_audio_in_video"])
         return prompt
 
     def reply_rows(self, rows: np.ndarray) -> list[Any]:
@@ -552,8 +712,9 @@ class Qwen25Omni(Adapter):
     def generate_options(self, args: dict[str, Any], audio: bool) -> dict[str, Any]:
         """The model inputs and the arguments of transformers' `generate` that differ by family."""
         talker = self.model.talker
-        if "pixel_values" in args:  # only the thinker takes pixels; the talker takes the grids
-            args = {("thinker_pixel_values" if k == "pixel_values" else k): v for k, v in args.items()}
+        # Only the thinker takes pixels; the talker takes the grids.
+        pixels = ("pixel_values", "pixel_values_videos")
+        args = {(f"thinker_{k}" if k in pixels else k): v for k, v in args.items()}
         return {
             **args,
             "talker_eos_token_id": [talker.codec_pad_token, talker.codec_eos_token],

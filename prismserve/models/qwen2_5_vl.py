@@ -14,6 +14,7 @@ beside the CPU torch).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prismserve.models.base import Encoded, MediaError, MediaInput, as_numpy, qwen_vllm_embeddings
@@ -58,34 +59,14 @@ class Qwen25VL(VisionLLM):
 
     def video_pixels(self, clips: list[bytes]) -> dict[str, Any]:
         """`pixel_values_videos`, `video_grid_thw` and `second_per_grid_ts` of the clips, in order."""
-        import torch
-
-        values, grids, seconds = [], [], []
-        processor = self.processor.image_processor
-        for data in clips:
-            frames, interval = load_video_frames(
-                data,
-                self.max_video_frames,
-                fps=self.video_fps,
-                min_frames=self.min_video_frames,
-                factor=processor.temporal_patch_size,
-            )
-            if len({frame.size for frame in frames}) > 1:
-                raise MediaError("video frames of different sizes")
-            out = self.pixels(frames)  # each frame as an image: its patch repeated over the temporal patch
-            _, h, w = out["image_grid_thw"][0].tolist()
-            size, temporal = processor.patch_size, processor.temporal_patch_size
-            x = out["pixel_values"].reshape(len(frames) // temporal, temporal, h * w, 3, temporal, size, size)
-            # Patch (C, T, P, P): time step t of a temporal patch from the pair's frame t.
-            paired = torch.stack([x[:, t, :, :, t] for t in range(temporal)], dim=3)
-            values.append(paired.reshape(len(frames) // temporal * h * w, -1))
-            grids.append([len(frames) // temporal, h, w])
-            seconds.append(temporal * interval)
-        return {
-            "pixel_values_videos": torch.cat(values),
-            "video_grid_thw": torch.tensor(grids),
-            "second_per_grid_ts": torch.tensor(seconds),
-        }
+        return qwen_video_pixels(
+            self.pixels,
+            self.processor.image_processor,
+            clips,
+            max_frames=self.max_video_frames,
+            fps=self.video_fps,
+            min_frames=self.min_video_frames,
+        )
 
     def raw_video_inputs(self, text: str, media: list[MediaInput]) -> dict[str, Any]:
         import torch
@@ -136,3 +117,40 @@ class Qwen25VL(VisionLLM):
                 [e.meta["second_per_grid"] for e in videos], device=self.device
             )
         return extras
+
+
+def qwen_video_pixels(
+    pixels: Callable[[list[Any]], Any],
+    processor: Any,
+    clips: list[bytes],
+    *,
+    max_frames: int,
+    fps: float,
+    min_frames: int,
+) -> dict[str, Any]:
+    """`pixel_values_videos`, `video_grid_thw` and `second_per_grid_ts` of the clips, in order, as
+    Qwen2-VL's video processor makes them (Qwen2.5-VL's and Qwen2.5-Omni's vision towers): each
+    frame patchified by `pixels` (the image processor, `processor`), pairs of frames per temporal patch."""
+    import torch
+
+    values, grids, seconds = [], [], []
+    for data in clips:
+        frames, interval = load_video_frames(
+            data, max_frames, fps=fps, min_frames=min_frames, factor=processor.temporal_patch_size
+        )
+        if len({frame.size for frame in frames}) > 1:
+            raise MediaError("video frames of different sizes")
+        out = pixels(frames)  # each frame as an image: its patch repeated over the temporal patch
+        _, h, w = out["image_grid_thw"][0].tolist()
+        size, temporal = processor.patch_size, processor.temporal_patch_size
+        x = out["pixel_values"].reshape(len(frames) // temporal, temporal, h * w, 3, temporal, size, size)
+        # Patch (C, T, P, P): time step t of a temporal patch from the pair's frame t.
+        paired = torch.stack([x[:, t, :, :, t] for t in range(temporal)], dim=3)
+        values.append(paired.reshape(len(frames) // temporal * h * w, -1))
+        grids.append([len(frames) // temporal, h, w])
+        seconds.append(temporal * interval)
+    return {
+        "pixel_values_videos": torch.cat(values),
+        "video_grid_thw": torch.tensor(grids),
+        "second_per_grid_ts": torch.tensor(seconds),
+    }

@@ -32,7 +32,7 @@ from prismserve.models.base import (
     qwen_vllm_embeddings,
 )
 from prismserve.models.conditioning import FILL, REPLY, ConditioningBuilder, Item
-from prismserve.models.qwen2_5_omni import SAMPLE_RATE_OUT, Qwen25Omni
+from prismserve.models.qwen2_5_omni import SAMPLE_RATE_OUT, TALKER_POSITIONS, Qwen25Omni, Slot
 
 
 class Qwen3Conditioning(ConditioningBuilder):
@@ -106,6 +106,7 @@ class Qwen3Omni(Qwen25Omni):
     family = "qwen3-omni"
     component_prefixes = {
         "image": ("thinker.visual.",),
+        "video": ("thinker.visual.",),  # one vision tower encodes both
         "audio": ("thinker.audio_tower.",),
         "talker": ("talker.",),
         "vocoder": ("code2wav.",),
@@ -118,26 +119,13 @@ class Qwen3Omni(Qwen25Omni):
         """The speakers of the checkpoint's config (`talker_config.speaker_id`), in its order."""
         return tuple(json.loads((path / "config.json").read_text())["talker_config"]["speaker_id"])
 
-    def encode(self, modality: str, items: list[bytes]) -> list[Encoded]:
-        if modality != "image":
-            return super().encode(modality, items)
+    def visual_rows(self, out: Any) -> list[Any]:
+        """Per image or clip `[1 + levels, tokens, hidden]`: its embeddings and its DeepStack features."""
         import torch
 
-        from prismserve.models.media import load_image
-
-        self.check_modality(modality)
-        pixels = self.image_pixels([load_image(d) for d in items])
-        grids = pixels["image_grid_thw"].to(self.device)
-        with self.lock, torch.inference_mode():
-            out = self.model.get_image_features(pixels["pixel_values"].to(self.device), grids)
-        levels = out.deepstack_features  # per level: one tensor per image
+        levels = out.deepstack_features  # per level: one tensor per item
         return [
-            Encoded(
-                "image",
-                as_numpy(torch.stack([main, *(level[i] for level in levels)])),
-                {"grid_thw": g.tolist()},
-            )
-            for i, (main, g) in enumerate(zip(out.pooler_output, grids, strict=True))
+            torch.stack([main, *(level[i] for level in levels)]) for i, main in enumerate(out.pooler_output)
         ]
 
     def audio_token_counts(self, feature_lengths: Any) -> list[int]:
@@ -145,10 +133,28 @@ class Qwen3Omni(Qwen25Omni):
             _get_feat_extract_output_lengths,
         )
 
-        return _get_feat_extract_output_lengths(feature_lengths, self.model.audio_tower.n_window).tolist()
+        config = self.model.config  # the whole model's, or the thinker's in an encoder replica
+        window = getattr(config, "thinker_config", config).audio_config.n_window
+        return _get_feat_extract_output_lengths(feature_lengths, window).tolist()
 
     def token_count(self, encoded: Encoded) -> int:
-        return encoded.embeddings.shape[1] if encoded.modality == "image" else len(encoded.embeddings)
+        return encoded.embeddings.shape[1] if encoded.modality != "audio" else len(encoded.embeddings)
+
+    def soundtrack_placeholder(self, video: Slot, audio_tokens: int) -> str:
+        """A video's tokens and its soundtrack's merged by time (a video token at its temporal
+        position before the audio tokens from there on), between audio start and end, as the model's
+        processor writes them (`Qwen3OmniMoeProcessor.replace_video_with_audio_token`)."""
+        processor = self.processor
+        assert video.grid is not None and video.second_per_grid is not None
+        t, h, w = video.grid
+        merge = processor.image_processor.merge_size
+        times = np.repeat(np.arange(t), (h // merge) * (w // merge)) * video.second_per_grid
+        times = times * processor.position_id_per_seconds
+        # By time, a video token first where its time is the audio token's.
+        keys = np.concatenate([times, np.arange(audio_tokens)])
+        kinds = np.repeat([0, 1], [len(times), audio_tokens])
+        marks = np.where(kinds[np.lexsort((kinds, keys))] == 0, processor.video_token, processor.audio_token)
+        return processor.audio_bos_token + "".join(marks) + processor.audio_eos_token
 
     def vllm_embeddings(self, items: list[Encoded]) -> Any:
         """vLLM's Qwen3-Omni thinker takes an image's DeepStack levels beside its embeddings, in one
@@ -161,25 +167,27 @@ class Qwen3Omni(Qwen25Omni):
         ]
         return qwen_vllm_embeddings(widened)
 
-    def place_images(self, inputs: dict[str, Any], embeds: Any, images: list[Encoded]) -> Any:
+    def place_visual(self, inputs: dict[str, Any], embeds: Any, items: list[Encoded]) -> Any:
         import torch
         from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
             BaseModelOutputWithDeepstackFeatures,
         )
 
         stacks = [
-            torch.tensor(np.asarray(e.embeddings)).to(self.device, embeds.dtype) for e in images
+            torch.tensor(np.asarray(e.embeddings)).to(self.device, embeds.dtype) for e in items
         ]  # copies
-        inputs["mm_encoder_outputs"] = {
-            # transformers annotates these as tensors; the thinker takes a tuple of them, one per image.
-            "image": BaseModelOutputWithDeepstackFeatures(
-                pooler_output=tuple(s[0] for s in stacks),  # type: ignore[arg-type]
-                deepstack_features=[
-                    tuple(s[level] for s in stacks)  # type: ignore[misc]
-                    for level in range(1, stacks[0].shape[0])
-                ],
-            )
-        }
+        inputs.setdefault("mm_encoder_outputs", {}).update(
+            {
+                # transformers annotates these as tensors; the thinker takes a tuple of them, one per item.
+                items[0].modality: BaseModelOutputWithDeepstackFeatures(
+                    pooler_output=tuple(s[0] for s in stacks),  # type: ignore[arg-type]
+                    deepstack_features=[
+                        tuple(s[level] for s in stacks)  # type: ignore[misc]
+                        for level in range(1, stacks[0].shape[0])
+                    ],
+                )
+            }
+        )
         return embeds  # the thinker places them (and adds the DeepStack rows in its first layers)
 
     # --- speech: the talker (with its code predictor) and code2wav ------------------------------
@@ -280,9 +288,11 @@ class Qwen3Omni(Qwen25Omni):
                 "talker_input_ids": torch.cat([ids.gather(1, order), assistant_ids], dim=1),
                 "attention_mask": torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=self.device),
             }
-        for name in ("image_grid_thw", "audio_feature_lengths"):
+        for name in (*TALKER_POSITIONS, "audio_feature_lengths"):
             if name in conditioning:
                 prompt[name] = tensor(name)
+        if "use_audio_in_video" in conditioning:
+            prompt["use_audio_in_video"] = bool(conditioning["use_audio_in_video"])
         return prompt
 
     def reply_rows(self, rows: np.ndarray) -> list[Any]:

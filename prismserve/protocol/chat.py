@@ -126,6 +126,9 @@ class ChatRequest(Sampling):
     voice: str | None = Field(default=None, min_length=1, max_length=64)
     # Functions the model may call, as chat templates take them (`{"type": "function", "function": …}`).
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    # Each video's soundtrack goes in too, interleaved with its frames in 2-second chunks as the
+    # Qwen-Omni processors lay them out (vLLM's `mm_processor_kwargs.use_audio_in_video`).
+    use_audio_in_video: bool = False
 
     @classmethod
     def of(
@@ -175,6 +178,8 @@ class ChatRequest(Sampling):
         """The request's type for plans and metrics: input modalities joined by '+', then '->audio'
         when speech is asked for (`text`, `image+text`, `audio+image+text+video->audio`)."""
         kinds = {"text"} | {p.type for m in self.messages for p in m.content}
+        if self.use_audio_in_video and "video" in kinds:
+            kinds.add("audio")
         name = "+".join(sorted(kinds))
         return f"{name}->audio" if self.wants_audio else name
 

@@ -219,13 +219,23 @@ def _stop_list(stop: Any) -> Any:
     return [stop] if isinstance(stop, str) else stop
 
 
+class MMProcessorKwargs(BaseModel):
+    """vLLM's `mm_processor_kwargs` extension: how the model's processor reads the request's media.
+    `use_audio_in_video`: each video's soundtrack goes to the audio encoder and in with its frames
+    (the Qwen-Omni families; every video then needs a soundtrack)."""
+
+    model_config = _STRICT
+    use_audio_in_video: bool = False
+
+
 class OpenAIChatRequest(BaseModel):
     """OpenAI's chat completion request as prismserve serves it; `model` names the app.
 
     Every field is honoured: a field prismserve does not know (logit_bias, audio prediction …) is a
     400 naming it, never accepted and ignored. `response_format` and forced tool calls hold the
     reply to a JSON Schema with a grammar, on either engine. Sampling fields left out follow the checkpoint's
-    generation config; `top_k`, `min_p` and `repetition_penalty` are vLLM's extensions.
+    generation config; `top_k`, `min_p`, `repetition_penalty` and `mm_processor_kwargs` are vLLM's
+    extensions.
     """
 
     model_config = ConfigDict(
@@ -260,6 +270,7 @@ class OpenAIChatRequest(BaseModel):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     user: str | None = None  # the caller's end user, for their own records: nothing to do with it
+    mm_processor_kwargs: MMProcessorKwargs | None = None
 
     @model_validator(mode="after")
     def _logprobs_asked(self) -> OpenAIChatRequest:

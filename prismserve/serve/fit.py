@@ -1,6 +1,6 @@
 """A model's default app fitted onto fewer GPUs than it has components (`prismserve serve MODEL`).
 
-Each component deployed whole takes a GPU: the Omni families' five, a vision LLM's two or three.
+Each component deployed whole takes a GPU: the Omni families' six, a vision LLM's two or three.
 Where the cluster has fewer, each component gets a share of a GPU instead, from what it needs: its
 weights (read from the checkpoint's safetensors headers) and a budget, stated here, for its
 activations and, for the LLM stage, its KV cache. The components are packed onto the GPUs there

@@ -54,7 +54,9 @@ def conversation(
     request: ChatRequest, counting: MediaTokens | None = None
 ) -> tuple[list[dict[str, Any]], list[MediaItem]]:
     """The request as a chat-template conversation with media placeholders, and its media in that
-    order, each with its tokens counted by `counting` (the model's processor rules)."""
+    order, each with its tokens counted by `counting` (the model's processor rules). With
+    `use_audio_in_video` a video's soundtrack follows it as an audio item of the video's bytes (the
+    audio encoder decodes the container's audio stream), its placeholder marked `audio_in_video`."""
     counting = counting or MediaTokens()
     messages, media = [], []
     for message in request.messages:
@@ -62,11 +64,16 @@ def conversation(
         for part in message.content:
             if isinstance(part, TextPart):
                 content.append({"type": "text", "text": part.text})
-            else:
-                modality = _MODALITY[type(part)]
-                content.append({"type": modality})
-                tokens = counting.count(modality, part.data)
-                media.append(MediaItem(modality=modality, data=part.data, tokens=tokens))
+                continue
+            modality = _MODALITY[type(part)]
+            content.append({"type": modality})
+            media.append(
+                MediaItem(modality=modality, data=part.data, tokens=counting.count(modality, part.data))
+            )
+            if modality == "video" and request.use_audio_in_video:
+                content[-1]["audio_in_video"] = True
+                tokens = counting.count("audio", part.data)
+                media.append(MediaItem(modality="audio", data=part.data, tokens=tokens))
         messages.append({"role": message.role, "content": content, **_tool_fields(message)})
     return messages, media
 

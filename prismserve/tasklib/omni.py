@@ -51,6 +51,10 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     (`VLLMThinkerPrefillTask`, `VLLMThinkerDecodeTask`; GPUs `gpus["prefill"]`, `gpus["decode"]`;
     the hand-off directory as `MLLMTask`'s).
 
+    `modalities` are the media it takes, each an encoder deployment with `encoder_fission`; "video"
+    (transformers only) is the vision tower's on clips, and a request's `use_audio_in_video` sends
+    a clip's soundtrack to the audio encoder as well.
+
     `gpus` sets the GPUs per replica of components (shares below 1 share a GPU:
     `{"thinker": 0.8, "image": 0.1, "audio": 0.1}`); components it leaves out get their default (1).
     """
@@ -76,6 +80,11 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
             raise TaskDefinitionError(
                 "OmniTask(prefill_decode=True) splits the thinker's vLLM engine into prefill and decode: "
                 "set engine='vllm' (and monolith=False)"
+            )
+        if self.engine == "vllm" and "video" in self.modalities:
+            raise TaskDefinitionError(
+                "OmniTask(engine='vllm') takes no video yet (prismserve's vLLM executors take none): "
+                "leave 'video' out of modalities, or use engine='transformers'"
             )
         if self.monolith:
             if self.engine != "transformers":

@@ -62,9 +62,17 @@ def test_default_apps_load_with_the_settings_in_place():
         assert app.module.MODEL == "/ckpt/x" and len(app.unit_tasks()) >= 2  # encoders fissioned
     omni = load_app_source(default_app_source(QWEN2_5_OMNI, "/ckpt/o"), "omni")
     assert set(omni.named_unit_tasks()) == {
-        "model.encoders.image", "model.encoders.audio", "model.thinker", "model.talker", "model.vocoder",
+        "model.encoders.image", "model.encoders.video", "model.encoders.audio", "model.thinker",
+        "model.talker", "model.vocoder",
     }  # fmt: skip
     assert omni.config.output_modalities == {"text", "audio"}
+    assert omni.config.input_modalities == {"text", "image", "audio", "video"}
+    # prismserve's vLLM executors take no video: on vLLM the default apps take none (no video encoder
+    # started, a clip refused by the gateway, not after its encoding).
+    for family in (QWEN2_5_OMNI, QWEN2_5_VL):
+        on_vllm = load_app_source(default_app_source(family, "/ckpt/v", EngineSettings(engine="vllm")), "v")
+        assert "video" not in on_vllm.config.input_modalities, family.name
+        assert not any("video" in path for path in on_vllm.named_unit_tasks()), family.name
     vllm = EngineSettings(
         engine="vllm", dtype="bfloat16", max_model_len=8192, tensor_parallel_size=2, quantization="awq"
     )
@@ -419,7 +427,8 @@ def tiny_omni_dir() -> Path:
 
 @pytest.mark.parametrize(("family", "gpus"), [("qwen2.5-omni", 1), ("qwen3-omni", 2)])
 def test_an_omni_model_fits_the_gpus_it_has_with_no_app_file(family, gpus, tmp_path):
-    """The on-ramp: five components on one declared GPU (or two): `prismserve serve DIR --fake-gpus N`
+    """The on-ramp: six components (encoders of images, video and audio, thinker, talker, vocoder) on
+    one declared GPU (or two): `prismserve serve DIR --fake-gpus N`
     lays them onto it with shares from their weights, says so (not: waits for GPUs and fails), and
     answers the official `openai` client — image and text in, text out; speech in, text and speech
     out; a realtime session's spoken turn and barge-in — then stops cleanly on SIGTERM."""
@@ -470,7 +479,7 @@ def test_an_omni_model_fits_the_gpus_it_has_with_no_app_file(family, gpus, tmp_p
     assert message.content and base64.b64decode(message.audio.data)[:4] == b"RIFF"
     assert f"shares {gpus} GPU" in err and "thinker 0." in err
     replicas = [r for d in status["deployments"].values() for r in d["replicas"]]
-    assert len(replicas) == 5 and all(0 < r["gpus"] < 1 for r in replicas)
+    assert len(replicas) == 6 and all(0 < r["gpus"] < 1 for r in replicas)
     assert status["gpus"]["total"] == gpus
 
 

@@ -10,6 +10,7 @@ import wave
 import openai
 import pytest
 from gateway_apps import ADMIN, OMNI, b64, chat_body, data_url, png, wav
+from media_clips import video_clip, video_with_sound
 
 # --- admin API -----------------------------------------------------------------------------------
 
@@ -339,6 +340,57 @@ def test_openai_requests_the_app_cannot_take_are_400(chat, model, content, modal
             messages=[{"role": "user", "content": content}],
             **({"modalities": modalities} if modalities else {}),
         )
+
+
+CLIPS = """
+from prismserve.app import AppConfig
+from prismserve.protocol.chat import ChatCompletion, ChatRequest
+from toy.tasks import MLLMTask
+
+class Config(AppConfig):
+    tasks = {{"mllm": MLLMTask(model_id="m")}}  # declared (an app needs one), never called
+    input_modalities = frozenset({modalities})
+
+async def serve(request: ChatRequest) -> ChatCompletion:
+    return ChatCompletion(text=f"{{len(request.videos)}} video(s) as {{request.request_type}}")
+"""
+"""An app that takes video (and, with audio among `modalities`, their soundtracks) and says what it got."""
+
+
+def test_a_videos_soundtrack_is_asked_for_with_mm_processor_kwargs(gateway, chat):
+    """vLLM's `mm_processor_kwargs.use_audio_in_video` reaches the app; an app that takes no audio,
+    a video without a soundtrack and a key prismserve does not know are each a 400."""
+    for name, modalities in (("clips", {"text", "video"}), ("sounding", {"text", "video", "audio"})):
+        source = CLIPS.format(modalities=sorted(modalities))
+        assert (
+            gateway.post("/admin/apps", json={"name": name, "source": source}, headers=ADMIN).status_code
+            == 201
+        )
+
+    def ask(model: str, clip: bytes, **kwargs) -> str:
+        content = [{"type": "video_url", "video_url": {"url": data_url(clip, "video/mp4")}}]
+        answer = chat.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": content}], **kwargs
+        )
+        return answer.choices[0].message.content
+
+    sound = {"extra_body": {"mm_processor_kwargs": {"use_audio_in_video": True}}}
+    assert ask("sounding", video_with_sound(10), **sound) == "1 video(s) as audio+text+video"
+    assert ask("sounding", video_with_sound(10)) == "1 video(s) as text+video"
+    with pytest.raises(
+        openai.BadRequestError, match="app 'clips' does not accept audio input, which use_audio_in_video"
+    ):
+        ask("clips", video_with_sound(10), **sound)
+    with pytest.raises(
+        openai.BadRequestError, match="video #0 has no soundtrack, which use_audio_in_video asks for"
+    ):
+        ask("sounding", video_clip("mp4", 10), **sound)
+    with pytest.raises(
+        openai.BadRequestError,
+        match="mm_processor_kwargs.fps: not supported: prismserve cannot honour this parameter",
+    ):
+        ask("sounding", video_with_sound(10), extra_body={"mm_processor_kwargs": {"fps": 4}})
+    assert ask("clips", video_clip("mp4", 10)) == "1 video(s) as text+video"  # still serving
 
 
 def test_openai_unknown_model_is_404(chat):

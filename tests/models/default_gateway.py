@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def default_app_gateway(serve_gateway, model: str, name: str) -> Iterator[str]:
-    """The URL of a gateway (in-process runtime) serving `model`'s default app as `name`."""
+def default_app_gateway(serve_gateway, model: str, name: str, source: str | None = None) -> Iterator[str]:
+    """The URL of a gateway (in-process runtime) serving `model`'s default app (or the app `source`)
+    as `name`."""
     import httpx
 
     from prismserve.apps import default_app_source
@@ -22,7 +23,7 @@ def default_app_gateway(serve_gateway, model: str, name: str) -> Iterator[str]:
     with serve_gateway(app) as url:
         registered = httpx.post(
             f"{url}/admin/apps",
-            json={"name": name, "source": default_app_source(family_for(model), model)},
+            json={"name": name, "source": source or default_app_source(family_for(model), model)},
             headers={"Authorization": f"Bearer {token}"},
             timeout=120,
         )

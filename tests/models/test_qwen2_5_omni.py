@@ -11,17 +11,19 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from media_clips import video_with_sound
 from vllm_jobs import check_vllm_thinker, check_vllm_thinker_prefill_decode, omni_cases
 
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.executors.spec import ExecutorSpec
 from prismserve.models import MediaError, MediaInput, adapter_for
+from prismserve.models.qwen2_5_omni import Slot
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.dispatcher import ReplicaDispatcher
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.task_manager import Placement, TaskManager
-from prismserve.task import InvalidInputError, use_dispatcher
+from prismserve.task import InvalidInputError, TaskDefinitionError, use_dispatcher
 from prismserve.task.context import RequestContext, RequestLedger, use_request
 from prismserve.tasklib import conversation, reply_text
 from prismserve.tasklib.omni import OmniTask
@@ -41,10 +43,10 @@ CLASSES = {EncoderTask, ThinkerTask, TalkerTask, VocoderTask, OmniMonolithTask}
 def parts(tiny_omni):
     adapters = {
         name: adapter_for(tiny_omni)
-        for name in ("image", "audio", "thinker", "talker", "vocoder", "monolith")
+        for name in ("image", "video", "audio", "thinker", "talker", "vocoder", "monolith")
     }
-    adapters["image"].load_encoder("image")
-    adapters["audio"].load_encoder("audio")
+    for modality in ("image", "video", "audio"):
+        adapters[modality].load_encoder(modality)
     adapters["thinker"].load_llm(with_encoders=False)
     adapters["talker"].load_talker()
     adapters["vocoder"].load_vocoder()
@@ -77,6 +79,93 @@ def test_split_model_equals_transformers_generate(parts, cars_jpg, query_wav):
     np.testing.assert_allclose(wav, whole_wav, atol=1e-4 * peak, rtol=0)
     # The vocoder's noise is what the seed fixes: another seed, other audio.
     assert np.abs(parts["vocoder"].vocode(codes, speaker, seed=8) - wav).max() > 1e-2 * peak
+
+
+def test_a_video_with_its_soundtrack_split_equals_transformers_generate(parts, cars_jpg, query_wav):
+    """A video whose soundtrack goes in too (`use_audio_in_video`) beside an image and an audio clip:
+    the split (the vision tower on the clip, the audio tower on its soundtrack, the thinker laying
+    them out interleaved) computes what transformers' `generate` computes on the raw media, text,
+    logits, codec ids and audio; and the soundtrack changes the answer."""
+    clip = video_with_sound(30)  # 3 s: two 2-second chunks
+    request = ChatRequest.of(
+        "What happens in the clip?",
+        images=[cars_jpg],
+        audios=[query_wav],
+        videos=[clip],
+        use_audio_in_video=True,
+    )
+    messages, media = conversation(request)
+    assert [m.modality for m in media] == [
+        "image",
+        "audio",
+        "video",
+        "audio",
+    ]  # the soundtrack after its video
+    monolith = parts["monolith"]
+    raw = monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media])
+    assert raw["use_audio_in_video"] is True
+    speaker = monolith.speaker(None)
+    whole_tokens, whole_wav = monolith.generate_all(raw, 8, 40, speaker, seed=7)
+    whole_logits = monolith.generate(raw, 8, with_logits=True).logits
+
+    encoded = [parts[m.modality].encode(m.modality, [m.data])[0] for m in media]
+    assert encoded[2].meta["second_per_grid"] == 1.0 and len(encoded[3].embeddings) == 75  # 3 s of audio
+    thinker = parts["thinker"]
+    inputs = thinker.llm_inputs(messages, encoded=encoded)
+    assert torch.equal(inputs["input_ids"].cpu(), raw["input_ids"].cpu())
+    thought = thinker.generate(inputs, 8, with_logits=True, with_hidden=True)
+    assert thought.token_ids == whole_tokens
+    np.testing.assert_allclose(thought.logits, whole_logits, atol=1e-4, rtol=0)
+    codes = parts["talker"].talk(thinker.talker_inputs(inputs, thought, speaker), 40)
+    wav = parts["vocoder"].vocode(codes, speaker, seed=7)
+    peak = np.abs(whole_wav).max()
+    assert wav.shape == whole_wav.shape and peak > 0.05
+    np.testing.assert_allclose(wav, whole_wav, atol=1e-4 * peak, rtol=0)
+
+    silent = conversation(request.model_copy(update={"use_audio_in_video": False}))
+    assert [m.modality for m in silent[1]] == ["image", "audio", "video"]
+    alone = thinker.llm_inputs(silent[0], encoded=encoded[:3])
+    assert "use_audio_in_video" not in alone
+    assert alone["input_ids"].shape[1] == inputs["input_ids"].shape[1] - 75 - 2  # its tokens, start and end
+    assert np.abs(thinker.generate(alone, 1, with_logits=True).logits[0] - thought.logits[0]).max() > 1e-3
+
+
+@pytest.mark.parametrize(("frames", "seconds", "audio_tokens"), [(2, 1.0, 30), (6, 1.0, 150), (4, 0.5, 120)])
+def test_the_soundtrack_is_interleaved_as_the_models_processor_does_it(parts, frames, seconds, audio_tokens):
+    """The thinker's layout of a video and its soundtrack is the one transformers' processor writes
+    (`replace_video_with_audio_token`, given the grid; its video processor, which needs torchvision,
+    only lends its merge size: the image processor's)."""
+    thinker = parts["thinker"]
+    processor = thinker.processor
+    grid = [frames, 8, 12]
+    video = {"video_grid_thw": torch.tensor([grid]), "video_second_per_grid": [seconds]}
+    audio = {"num_audio_tokens": [audio_tokens]}
+    original = processor.video_processor
+    processor.video_processor = processor.image_processor
+    try:
+        expected = processor.replace_video_with_audio_token(
+            video, 0, audio, 0, position_id_per_seconds=25, seconds_per_chunk=2.0
+        )
+    finally:
+        processor.video_processor = original
+    placeholder = thinker.soundtrack_placeholder(Slot("video", frames * 24, grid, seconds), audio_tokens)
+    assert placeholder == expected and placeholder.count(processor.audio_token) == audio_tokens
+
+
+def test_inputs_built_without_the_processor_are_the_processors(parts, cars_jpg, query_wav):
+    """The raw inputs built for requests with video (the processor takes none here) are, for an image
+    and an audio clip, exactly what the model's processor makes."""
+    request = ChatRequest.of("Answer.", images=[cars_jpg], audios=[query_wav, query_wav])
+    messages, media = conversation(request)
+    raw = [MediaInput(m.modality, m.data) for m in media]
+    monolith = parts["monolith"]
+    built = monolith.built_inputs(
+        monolith.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), raw
+    )
+    processed = monolith.llm_inputs(messages, media=raw)
+    assert sorted(built) == sorted(processed)
+    for name, value in processed.items():
+        assert torch.equal(built[name], value), name
 
 
 def streamed(vocoder, codes: list, speaker: str, seed: int, per_push: int) -> tuple[np.ndarray, int]:
@@ -200,8 +289,8 @@ def test_audio_batches_equal_single_clips(parts, query_wav, cars_jpg):
     alone = encoder.encode("audio", [short.getvalue()])[0]
     assert batched[1].meta == alone.meta and batched[0].meta["feature_length"] > alone.meta["feature_length"]
     np.testing.assert_allclose(batched[1].embeddings, alone.embeddings, atol=1e-5)
-    with pytest.raises(MediaError, match="no video encoder"):
-        encoder.encode("video", [cars_jpg])
+    with pytest.raises(MediaError, match="has no depth encoder; it encodes image, audio, video"):
+        encoder.encode("depth", [cars_jpg])
     with pytest.raises(MediaError, match="not a decodable audio clip"):
         encoder.encode("audio", [b"RIFF nonsense"])
 
@@ -239,6 +328,42 @@ def test_omni_task_split_and_monolithic_answer_alike(tiny_omni, cars_jpg, query_
     # Text only: no talker, no vocoder.
     text_only, audio, graphs = _serve(executors, split, ChatRequest.of("Hello", max_tokens=4))
     assert text_only and audio == b"" and [n.executor_kind for n in graphs[0].nodes] == ["mm-thinker"]
+
+
+def test_omni_task_takes_a_video_with_its_soundtrack(tiny_omni, cars_jpg):
+    """With "video" among its modalities the split Omni sends a clip to the video encoder and, with
+    `use_audio_in_video`, the clip's soundtrack to the audio encoder; it answers as the monolith."""
+    executors = InProcessExecutors()
+    modalities = ("image", "audio", "video")
+    request = ChatRequest.of(
+        "Describe.",
+        images=[cars_jpg],
+        videos=[video_with_sound(20)],
+        audio_out=True,
+        max_tokens=6,
+        seed=1,
+        use_audio_in_video=True,
+    )
+    split = OmniTask(model=tiny_omni, max_codes=30, modalities=modalities)
+    text, audio, graphs = _serve(executors, split, request)
+    whole = OmniTask(model=tiny_omni, max_codes=30, modalities=modalities, monolith=True)
+    whole_text, whole_audio, _ = _serve(executors, whole, request)
+    assert text == whole_text and text
+    encoders = [n.task.modality for n in graphs[0].nodes if n.executor_kind == "mm-encoder"]
+    assert encoders == ["image", "video", "audio"]
+    pcm, whole_pcm = np.frombuffer(audio, "<i2"), np.frombuffer(whole_audio, "<i2")
+    assert len(pcm) == len(whole_pcm) > 0 and np.abs(pcm.astype(int) - whole_pcm).max() <= 2
+    # Without the soundtrack the clip goes to the video encoder alone.
+    _, _, graphs = _serve(executors, split, request.model_copy(update={"use_audio_in_video": False}))
+    assert [n.task.modality for n in graphs[0].nodes if n.executor_kind == "mm-encoder"] == ["image", "video"]
+    # An Omni without video refuses it as the request's fault.
+    with pytest.raises(InvalidInputError, match="takes image, audio input, not video"):
+        _serve(executors, OmniTask(model=tiny_omni, max_codes=30), request)
+
+
+def test_an_omni_on_vllm_says_it_takes_no_video_yet(tiny_omni):
+    with pytest.raises(TaskDefinitionError, match=r"OmniTask\(engine='vllm'\) takes no video yet"):
+        OmniTask(model=tiny_omni, engine="vllm", modalities=("image", "audio", "video"))
 
 
 def test_bad_audio_is_rejected_by_the_encoder(tiny_omni):

@@ -6,10 +6,13 @@ import asyncio
 
 import numpy as np
 import pytest
+import torch
+from media_clips import video_with_sound
 from vllm_jobs import check_vllm_thinker, check_vllm_thinker_prefill_decode, omni_cases
 
 from prismserve.executors.loading import InProcessExecutors
 from prismserve.models import MediaInput, adapter_for
+from prismserve.models.qwen2_5_omni import Slot
 from prismserve.protocol.chat import ChatRequest
 from prismserve.runtime.local import LocalDispatcher
 from prismserve.task import use_dispatcher
@@ -97,6 +100,69 @@ def test_split_speech_equals_transformers_generate(tiny_qwen3, cars_jpg, query_w
     # The residual codebooks reach code2wav: dropping them changes the audio.
     flat = adapters["vocoder"].vocode([[f[0], 0, 0, 0] for f in frames], speaker)
     assert np.abs(flat - wav).max() > 1e-2 * peak
+
+
+def test_a_video_with_its_soundtrack_split_equals_transformers_generate(tiny_qwen3, cars_jpg, query_wav):
+    """An image, a spoken question and a 3 s clip whose soundtrack goes in too (`use_audio_in_video`):
+    split (the clip's embeddings with their DeepStack levels, its soundtrack through the audio
+    encoder, the two merged by time in the thinker's prompt), the thinker's logits and the speech
+    are transformers' `generate`'s on the raw media; the soundtrack changes the logits."""
+    adapters = {name: adapter_for(tiny_qwen3) for name in ("image", "video", "audio", "thinker", "talker", "vocoder", "monolith")}  # fmt: skip
+    for modality in ("image", "video", "audio"):
+        adapters[modality].load_encoder(modality)
+    adapters["thinker"].load_llm(with_encoders=False)
+    adapters["talker"].load_talker()
+    adapters["vocoder"].load_vocoder()
+    adapters["monolith"].load_monolith()
+    request = ChatRequest.of(
+        "Answer aloud.",
+        images=[cars_jpg],
+        audios=[query_wav],
+        videos=[video_with_sound(30)],
+        use_audio_in_video=True,
+    )
+    messages, media = conversation(request)
+    monolith = adapters["monolith"]
+    speaker = monolith.speaker(None)
+    raw = monolith.llm_inputs(messages, media=[MediaInput(m.modality, m.data) for m in media])
+    whole_tokens, whole_wav = monolith.generate_all(raw, 8, 40, speaker)
+    whole_logits = monolith.generate(raw, 8, with_logits=True).logits
+
+    encoded = [adapters[m.modality].encode(m.modality, [m.data])[0] for m in media]
+    assert encoded[2].embeddings.shape[0] == 3  # the clip's embeddings and two DeepStack levels
+    thinker = adapters["thinker"]
+    inputs = thinker.llm_inputs(messages, encoded=encoded)
+    assert inputs["use_audio_in_video"] is True and (inputs["input_ids"] == raw["input_ids"]).all()
+    thought = thinker.generate(inputs, 8, with_logits=True, with_hidden=True)
+    assert thought.token_ids == whole_tokens
+    np.testing.assert_allclose(thought.logits, whole_logits, atol=1e-4, rtol=0)
+    frames = adapters["talker"].talk(thinker.talker_inputs(inputs, thought, speaker), 40)
+    wav = adapters["vocoder"].vocode(frames, speaker)
+    peak = np.abs(whole_wav).max()
+    assert peak > 0.05 and wav.shape == whole_wav.shape
+    np.testing.assert_allclose(wav, whole_wav, atol=1e-4 * peak, rtol=0)
+    silent = conversation(request.model_copy(update={"use_audio_in_video": False}))[0]
+    alone = thinker.generate(thinker.llm_inputs(silent, encoded=encoded[:3]), 1, with_logits=True)
+    assert np.abs(alone.logits[0] - thought.logits[0]).max() > 1e-4
+
+
+@pytest.mark.parametrize(("frames", "seconds", "audio_tokens"), [(2, 1.0, 13), (6, 1.0, 39), (4, 0.5, 30)])
+def test_the_soundtrack_is_merged_by_time_as_the_models_processor_does_it(
+    tiny_qwen3, frames, seconds, audio_tokens
+):
+    """Qwen3-Omni's processor places each video token at its time among the audio tokens
+    (`replace_video_with_audio_token`): the thinker's layout is that one (its video processor, which
+    needs torchvision, only lends its merge size: the image processor's)."""
+    thinker = adapter_for(tiny_qwen3)
+    processor = thinker.processor
+    grid = [frames, 8, 12]
+    video = {"video_grid_thw": torch.tensor([grid]), "video_second_per_grid": [seconds]}
+    processor.video_processor = processor.image_processor
+    expected = processor.replace_video_with_audio_token(
+        video, 0, {"num_audio_tokens": [audio_tokens]}, 0, position_id_per_seconds=13.0
+    )
+    placeholder = thinker.soundtrack_placeholder(Slot("video", frames * 24, grid, seconds), audio_tokens)
+    assert placeholder == expected and placeholder.count(processor.audio_token) == audio_tokens
 
 
 def test_streaming_code2wav_decodes_as_the_whole_utterance(tiny_qwen3):
