@@ -186,18 +186,16 @@ class ReplicaDispatcher:
     async def _pull(self, each: _Sent, call: Call, sent: list[_Sent], tracked: _Graph) -> Any:
         """A consumer's result, its replica picked once its producers' results exist (by the load
         then); it fetches their payloads from where they were made. A producer's failure reaches
-        the call through its inputs, and fails it as the producer's."""
+        the call through its inputs, and fails it as the producer's. A streaming call keeps its
+        lease until its streams end (`_streaming` gives it back)."""
         produced = [sent[p].ref for p in call.producers]
         for ref in produced:
             with contextlib.suppress(Exception):
                 await ref
         lease = each.lease = await self._lease(call.index, each.manager, each.tokens)
         tracked.add(each.manager, lease.replica)
-        try:
-            ref = each.manager.pool.submit(lease.replica, [call], call.producers, produced)[0]
-            return await each.manager.pool.result(ref)
-        finally:
-            lease.release()
+        ref = each.manager.pool.submit(lease.replica, [call], call.producers, produced)[0]
+        return await self._result(each.manager, ref, lease, hold=_streams_only(each.node))
 
     def load(self, key: str) -> tuple[int, int]:
         """A deployment's calls in flight (leases held on its running replicas) and running replicas:
@@ -253,18 +251,19 @@ class ReplicaDispatcher:
         return lambda manager, replica: manager.pool.submit(replica, [call], call.producers, produced)[0]
 
     async def _answer(self, sent: _Sent, resend: Callable[[TaskManager, Replica], Any]) -> Any:
-        """The invocation's result; a call whose own replica died is sent once more to a healthy one."""
+        """A streaming invocation's result (its lease held: its streams are still to come); a call
+        whose own replica died is sent once more to a healthy one."""
         index, manager = sent.node.index, sent.manager
         try:
-            return await self._result(manager, sent.ref, sent.lease)
+            return await self._result(manager, sent.ref, sent.lease, hold=True)
         except BaseException as exc:  # noqa: BLE001 - classified below
             error = self._failure(index, manager, sent.lease, exc)
             if not isinstance(error, ReplicaDied) or isinstance(error, InputLost):
                 raise error from exc
             log.warning("resending call #%d after its replica died: %s", index, error)
-        lease = await self._lease(index, manager, sent.tokens)
+        lease = sent.lease = await self._lease(index, manager, sent.tokens)
         try:
-            return await self._result(manager, resend(manager, lease.replica), lease)
+            return await self._result(manager, resend(manager, lease.replica), lease, hold=True)
         except BaseException as exc:  # noqa: BLE001 - the second failure is final
             raise self._failure(index, manager, lease, exc) from exc
 
@@ -293,25 +292,42 @@ class ReplicaDispatcher:
                 return
             sources = {None: result} if None in streams else result.__dict__
             stats = sent.manager.stats
+            left = len(streams)
+
+            def ended() -> None:  # before the last stream closes: its readers see the replica free
+                nonlocal left
+                left -= 1
+                if not left:
+                    _give_back(sent.lease)
+
             await asyncio.gather(
-                *(_fill(stream, sources[name], stats.watch(sent_at)) for name, stream in streams.items())
+                *(
+                    _fill(stream, sources[name], stats.watch(sent_at), ended)
+                    for name, stream in streams.items()
+                )
             )
 
         feeding = asyncio.get_running_loop().create_task(feed())
         self._feeding.add(feeding)  # the loop keeps only weak references to tasks
         feeding.add_done_callback(self._feeding.discard)
-        # Also when cancelled before it ran; a pulled call's own lease goes when its result is in.
+        # The replica works until the streams end: its lease (busy time, load) lasts as long (given
+        # back as the last one ends; else, failed or cancelled, when the feed is done).
         feeding.add_done_callback(lambda _: _give_back(sent.lease))
         return output, feeding
 
     @staticmethod
-    async def _result(manager: TaskManager, ref: Any, lease: Lease | None) -> Any:
-        """The call's result; its lease (None: a pulled call, which holds its own) given back."""
+    async def _result(manager: TaskManager, ref: Any, lease: Lease | None, hold: bool = False) -> Any:
+        """The call's result; its lease (None: a pulled call, which holds its own) given back, but for
+        a streaming call's (`hold`) that answered: its streams are still to come."""
         try:
-            return await manager.pool.result(ref)
-        finally:
+            result = await manager.pool.result(ref)
+        except BaseException:
             if lease is not None:
                 lease.release()
+            raise
+        if lease is not None and not hold:
+            lease.release()
+        return result
 
     def _failure(
         self, index: int, manager: TaskManager, lease: Lease | None, error: BaseException
@@ -380,20 +396,25 @@ def _streams_only(node: Invocation) -> bool:
     return fields is None or all(is_stream for _, is_stream in fields)
 
 
-async def _fill(stream: Stream[Any], source: Any, watch: StreamWatch) -> None:
+async def _fill(stream: Stream[Any], source: Any, watch: StreamWatch, ended: Callable[[], None]) -> None:
     """Feed `stream` from a producer's stream (None: the producer has no such stream), each item
-    seen by `watch` (the stage's times and token counts)."""
+    seen by `watch` (the stage's times and token counts); `ended` is called once the source is
+    spent, before the stream closes."""
     if source is None:
+        ended()
         stream.close()
     else:
-        await stream.drain(_watched(source, watch))
+        await stream.drain(_watched(source, watch, ended))
 
 
-async def _watched(source: AsyncIterable[Any], watch: StreamWatch) -> AsyncIterator[Any]:
+async def _watched(
+    source: AsyncIterable[Any], watch: StreamWatch, ended: Callable[[], None]
+) -> AsyncIterator[Any]:
     async for item in source:
         watch.item(item)
         yield item
     watch.done()
+    ended()
 
 
 def _groups(nodes: list[Invocation], replicas: list[Replica | None]) -> list[list[int]]:

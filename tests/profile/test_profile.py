@@ -136,6 +136,38 @@ def test_seconds_per_request_are_the_replicas_known_service_times(workloads):
         assert known * 0.95 <= measured[deployment] <= known * 1.2, (deployment, measured)
 
 
+def test_a_streaming_stage_is_busy_until_its_stream_ends(workloads):
+    """A stage that answers with a stream works until the stream's last item: its lease lasts that
+    long, so the profiler counts that time and least-loaded routing sees the load. Its lease used to
+    be given back when the call answered with the stream: an LLM streaming 4 tokens of 0.05 s (all
+    in flight slowing each other, as one engine's batch) measured 0.0003 s per request instead of 0.2,
+    and a replica streaming an answer looked idle. It is given back before the stream ends, so a
+    reader that saw the end sees the replica free."""
+    from prismserve.planner import CellPlan, Plan
+    from prismserve.profile.measure import seconds_per_request
+
+    async def scenario(runtime, app):
+        plan = Plan(
+            cells=[CellPlan(gpus=1, replicas={d: 1}) for d in (ENC, AUD, LLM, TALK, VOC)],
+            profiles={LLM: {"item_s": 0.05, "batch_growth": 1.0}},
+        )
+        await runtime.deploy("omni", plan)
+        request = chat_request(WORKLOAD[0], workloads)  # 4 tokens out
+        measured, _ = await seconds_per_request(runtime, app, {request.request_type: [request]}, 4, 2)
+        key = app.named_unit_tasks()[LLM].deployment_key()
+        (replica,) = runtime.managers[key].replicas
+        held = []
+        async with runtime.request(app.name, request.request_type):
+            answer = await app.serve(request)
+            async for _ in answer:
+                held.append(replica.in_flight)
+        return measured["text"][key], held, replica.in_flight
+
+    seconds, held, after = run(scenario)
+    assert 0.2 * 0.95 <= seconds <= 0.2 * 1.3, seconds
+    assert held and all(n == 1 for n in held[:-1]) and after == 0, (held, after)
+
+
 def test_a_profile_is_measured_once_then_read_from_the_cache(workloads, tmp_path, monkeypatch):
     monkeypatch.setenv("PRISMSERVE_PROFILE_CACHE", str(tmp_path))
 
