@@ -1,7 +1,7 @@
 """Measuring an app's deployments on the hardware at hand: replica seconds per request of each type.
 
 A replica's time for a request is read from its busy time (seconds with at least one call in hand,
-kept by its leases) while rounds of `batch` requests of one type run together, so what is measured
+kept by its leases: a streaming call's until its streams end) while rounds of `batch` requests of one type run together, so what is measured
 is the time per request at the batch the executor forms under load, not one request's latency.
 The first round of each type warms the replicas up (compilation, caches) and is not counted; a
 request the app refuses there as the request's fault (a prompt longer than the model's context) is

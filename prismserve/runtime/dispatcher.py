@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 
-from prismserve.errors import InputLost, ReplicaDied
+from prismserve.errors import InputLost, ReplicaDied, UnavailableError
 from prismserve.runtime.replica import Call, localize
 from prismserve.runtime.stage_stats import StreamWatch
 from prismserve.runtime.task_manager import Lease, NoReplicaError, Replica, ReplicaState, TaskManager
@@ -220,6 +220,13 @@ class ReplicaDispatcher:
         return manager
 
     async def _lease(self, index: int, manager: TaskManager, tokens: int = 1) -> Lease:
+        if not manager.replicas:  # the deployed plan gives it none: not a failure, a 503 that says so
+            kind = current_request().request_type or "this"
+            raise UnavailableError(
+                f"the deployed plan gives {manager.name} no replica: requests of type {kind!r} were "
+                "not in the workload it was planned for; plan with a workload that has them "
+                "(--profile-workload) or deploy a plan that gives it replicas"
+            )
         try:
             return await manager.lease(self.policy, tokens)
         except NoReplicaError as exc:

@@ -419,8 +419,9 @@ def _refit(
     for fewer GPUs than components (`--gpus`), they are packed onto the fewest GPUs that hold them,
     so that the profile measures that packing and the planner may colocate them
     (`fit.planning_shares`). Planned for more, each keeps a GPU: on declared GPUs the planner's model
-    of the shared CPUs over-predicts a plan of one colocated replica each (the tiny Omni for 8 GPUs
-    was planned so: 0.30 of its predicted rate measured, against 0.98 for the plan of whole GPUs)."""
+    of the shared CPUs over-predicts a plan of colocated replicas (the tiny Omni for 8 GPUs was
+    planned as two of everything together: 0.54 and 0.84 of its predicted rate measured, against 1.03
+    and 1.02 for the plan of whole GPUs)."""
     engine = options.engine
     decided = options.plan_path is not None or options.in_process
     if options.is_app_file or decided or engine.gpu_memory_utilization or engine.tensor_parallel_size:

@@ -10,7 +10,7 @@ import pytest
 from runtime_apps import SOLO
 from test_resources import run
 
-from prismserve.errors import InvalidRequestError
+from prismserve.errors import InvalidRequestError, UnavailableError
 from prismserve.planner import Plan
 from prismserve.protocol.chat import ChatRequest
 
@@ -58,6 +58,34 @@ def test_deployment_options_are_realised_and_each_request_follows_a_sampled_path
     # the 20 text requests all go to E+L.
     assert encoders == {1.0: 30, 0.25: 10}
     assert llms == {1.0: 20, 0.75: 40}
+
+
+def test_a_request_a_plan_gives_no_replica_for_is_a_503_that_says_why():
+    """A plan for text only (made for a workload of text requests) gives the encoder no replica: an
+    image request is a 503 naming the deployment, its type and the fix, not an executor failure,
+    and text is served on."""
+    text_only = {
+        "options": {"L": {L: 1}},
+        "cells": [{"gpus": 1, "replicas": {"L": 1}}],
+        "routing": {"text": {"L": 1.0}},
+    }
+
+    async def scenario(runtime):
+        app = await runtime.register_app(SOLO, "mllm")
+        await runtime.deploy("mllm", Plan.model_validate(text_only))
+        request = ChatRequest.of("see", images=[b"a"])
+        with pytest.raises(UnavailableError) as refused:
+            async with runtime.request("mllm", request.request_type):
+                await app.serve(request)
+        async with runtime.request("mllm", "text"):
+            answer = await app.serve(ChatRequest.of("text only"))
+        return refused.value, answer.tokens
+
+    refused, tokens = run(scenario)
+    assert refused.status == 503 and tokens[-1] == "only"
+    assert str(refused).startswith(
+        "the deployed plan gives EncoderTask no replica: requests of type 'image+text'"
+    )
 
 
 def test_a_plan_naming_an_option_it_does_not_define_or_an_unknown_deployment_is_refused():
