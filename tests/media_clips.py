@@ -48,16 +48,23 @@ def video_clip(fmt: str, frames: int, fps: int = 10, size: tuple[int, int] = (64
     container_format, codec = VIDEO_CODECS[fmt]
     buffer = io.BytesIO()
     with av.open(buffer, "w", format=container_format) as out:
-        stream = out.add_stream(codec, rate=fps)
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        stream.time_base = Fraction(1, fps)
-        for i in range(frames):
-            rgb = np.full((size[1], size[0], 3), (i * 37 % 256, 255 - i * 23 % 256, 90), np.uint8)
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
-            frame.pts = i
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode(None))
+        _mux_frames(out, codec, frames, fps, size)
     return buffer.getvalue()
+
+
+def _mux_frames(out, codec: str, frames: int, fps: int, size: tuple[int, int]) -> None:
+    """Write `frames` frames at `fps` into the container `out`, each a different colour."""
+    import av
+
+    stream = out.add_stream(codec, rate=fps)
+    stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+    stream.time_base = Fraction(1, fps)
+    for i in range(frames):
+        rgb = np.full((size[1], size[0], 3), (i * 37 % 256, 255 - i * 23 % 256, 90), np.uint8)
+        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        frame.pts = i
+        out.mux(stream.encode(frame))
+    out.mux(stream.encode(None))
 
 
 def video_with_sound(
@@ -69,16 +76,8 @@ def video_with_sound(
     buffer = io.BytesIO()
     samples = sine(frequency, rate, frames / fps)
     with av.open(buffer, "w", format="mp4") as out:
-        video = out.add_stream("mpeg4", rate=fps)
-        video.width, video.height, video.pix_fmt = size[0], size[1], "yuv420p"
-        video.time_base = Fraction(1, fps)
         audio = out.add_stream("aac", rate=rate, layout="mono")
-        for i in range(frames):
-            rgb = np.full((size[1], size[0], 3), (i * 37 % 256, 255 - i * 23 % 256, 90), np.uint8)
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
-            frame.pts = i
-            out.mux(video.encode(frame))
-        out.mux(video.encode(None))
+        _mux_frames(out, "mpeg4", frames, fps, size)
         step = audio.codec_context.frame_size or 1024
         resampler = av.AudioResampler(format=audio.codec_context.format.name, layout="mono", rate=rate)
         for start in range(0, len(samples), step):

@@ -53,6 +53,17 @@ TALKER_POSITIONS = ("image_grid_thw", "video_grid_thw", "video_second_per_grid")
 """The thinker's inputs the talker's 3-D positions read as they are."""
 
 
+def talker_positions(conditioning: Item, tensor: Callable[[str], Any]) -> dict[str, Any]:
+    """The talker's inputs that place the prompt's media (`media_positions`, as the conditioning
+    carries them), each named field made a tensor by `tensor`."""
+    out = {
+        name: tensor(name) for name in (*TALKER_POSITIONS, "audio_feature_lengths") if name in conditioning
+    }
+    if "use_audio_in_video" in conditioning:
+        out["use_audio_in_video"] = bool(conditioning["use_audio_in_video"])
+    return out
+
+
 @dataclass(frozen=True)
 class Slot:
     """A media item's place in the thinker's prompt: its placeholder tokens, and a video's grid and
@@ -171,10 +182,6 @@ class Qwen25Omni(Adapter):
         "vocoder": ("token2wav.",),
     }
     encoder_modalities: ClassVar[tuple[str, ...]] = ("image", "audio", "video")
-    # Video clips are sampled as Qwen2.5-VL's are (`qwen_video_pixels`): this is its vision tower.
-    max_video_frames = 16
-    min_video_frames = 4
-    video_fps = 2.0
 
     model_class = "Qwen2_5OmniForConditionalGeneration"
     processor_class = "Qwen2_5OmniProcessor"
@@ -456,21 +463,17 @@ class Qwen25Omni(Adapter):
 
     def video_pixels(self, clips: list[bytes]) -> dict[str, Any]:
         """`pixel_values_videos`, `video_grid_thw` and `video_second_per_grid` of the clips, in order."""
-        pixels = qwen_video_pixels(
-            self.image_pixels,
-            self.processor.image_processor,
-            clips,
-            max_frames=self.max_video_frames,
-            fps=self.video_fps,
-            min_frames=self.min_video_frames,
-        )
+        # Sampled as Qwen2.5-VL's clips are: this is its vision tower.
+        pixels = qwen_video_pixels(self.image_pixels, self.processor.image_processor, clips)
         pixels["video_second_per_grid"] = pixels.pop("second_per_grid_ts")
         return pixels
 
     def audio_token_counts(self, feature_lengths: Any) -> list[int]:
-        """Embeddings the audio encoder makes of clips with these mel-feature lengths (two
-        stride-2 reductions, as the model's processor counts them)."""
-        return ((((feature_lengths - 1) // 2 + 1) - 2) // 2 + 1).tolist()
+        """Embeddings the audio encoder makes of clips with these mel-feature lengths, as the
+        model's processor counts them (no audio tower needed: the thinker with raw media has its own)."""
+        from transformers.models.qwen2_5_omni.processing_qwen2_5_omni import _get_feat_extract_output_lengths
+
+        return _get_feat_extract_output_lengths(feature_lengths).tolist()
 
     def image_pixels(self, images: list[Any]) -> Any:
         """The image processor's tensors; images it cannot take are a MediaError."""
@@ -590,12 +593,7 @@ class Qwen25Omni(Adapter):
             "inputs_embeds": tensor("prefix_embeds")[None].to(talker.dtype),
             "attention_mask": torch.ones_like(codec_prompt),
         }
-        for name in (*TALKER_POSITIONS, "audio_feature_lengths"):
-            if name in conditioning:
-                prompt[name] = tensor(name)
-        if "use_audio_in_video" in conditioning:
-            prompt["use_audio_in_video"] = bool(conditioning["use_audio_in_video"])
-        return prompt
+        return prompt | talker_positions(conditioning, tensor)
 
     def reply_rows(self, rows: np.ndarray) -> list[Any]:
         """Reply rows of the conditioning (`[rows, hidden]`) as the talker is fed them, one tensor each."""

@@ -6,8 +6,8 @@ also the seconds per temporal patch) cross to the LLM, which places them at the 
 video-pad tokens and derives its 3-D rotary positions from them.
 
 Video clips (MP4, WebM … decoded by PyAV; animated GIF, WebP or PNG) are sampled as transformers'
-Qwen2-VL video processor samples them with `fps` (`video_fps` frames a second, at least
-`min_video_frames`, at most `max_video_frames`, an even count) and patchified here, pairs of frames
+Qwen2-VL video processor samples them with `fps` (`VIDEO_FPS` frames a second, at least
+`MIN_VIDEO_FRAMES`, at most `MAX_VIDEO_FRAMES`, an even count) and patchified here, pairs of frames
 per temporal patch, as that processor lays them out (it needs torchvision, which does not import
 beside the CPU torch).
 """
@@ -40,9 +40,6 @@ class Qwen25VL(VisionLLM):
         return qwen_vllm_embeddings(items)
 
     encoder_modalities = ("image", "video")
-    max_video_frames = 16  # below the processor's 768: a CPU-sized cap
-    min_video_frames = 4
-    video_fps = 2.0
 
     def run_encoder(self, pixels: Any, modality: str = "image") -> list[Encoded]:
         import torch
@@ -59,14 +56,7 @@ class Qwen25VL(VisionLLM):
 
     def video_pixels(self, clips: list[bytes]) -> dict[str, Any]:
         """`pixel_values_videos`, `video_grid_thw` and `second_per_grid_ts` of the clips, in order."""
-        return qwen_video_pixels(
-            self.pixels,
-            self.processor.image_processor,
-            clips,
-            max_frames=self.max_video_frames,
-            fps=self.video_fps,
-            min_frames=self.min_video_frames,
-        )
+        return qwen_video_pixels(self.pixels, self.processor.image_processor, clips)
 
     def raw_video_inputs(self, text: str, media: list[MediaInput]) -> dict[str, Any]:
         import torch
@@ -119,24 +109,27 @@ class Qwen25VL(VisionLLM):
         return extras
 
 
+MAX_VIDEO_FRAMES = 16  # below the processor's 768: a CPU-sized cap
+MIN_VIDEO_FRAMES = 4
+VIDEO_FPS = 2.0
+
+
 def qwen_video_pixels(
-    pixels: Callable[[list[Any]], Any],
-    processor: Any,
-    clips: list[bytes],
-    *,
-    max_frames: int,
-    fps: float,
-    min_frames: int,
+    pixels: Callable[[list[Any]], Any], processor: Any, clips: list[bytes]
 ) -> dict[str, Any]:
     """`pixel_values_videos`, `video_grid_thw` and `second_per_grid_ts` of the clips, in order, as
-    Qwen2-VL's video processor makes them (Qwen2.5-VL's and Qwen2.5-Omni's vision towers): each
+    Qwen2-VL's video processor makes them (Qwen2.5-VL's and the Qwen-Omni families' vision towers): each
     frame patchified by `pixels` (the image processor, `processor`), pairs of frames per temporal patch."""
     import torch
 
     values, grids, seconds = [], [], []
     for data in clips:
         frames, interval = load_video_frames(
-            data, max_frames, fps=fps, min_frames=min_frames, factor=processor.temporal_patch_size
+            data,
+            MAX_VIDEO_FRAMES,
+            fps=VIDEO_FPS,
+            min_frames=MIN_VIDEO_FRAMES,
+            factor=processor.temporal_patch_size,
         )
         if len({frame.size for frame in frames}) > 1:
             raise MediaError("video frames of different sizes")

@@ -32,7 +32,7 @@ from prismserve.models.base import (
     qwen_vllm_embeddings,
 )
 from prismserve.models.conditioning import FILL, REPLY, ConditioningBuilder, Item
-from prismserve.models.qwen2_5_omni import SAMPLE_RATE_OUT, TALKER_POSITIONS, Qwen25Omni, Slot
+from prismserve.models.qwen2_5_omni import SAMPLE_RATE_OUT, Qwen25Omni, Slot, talker_positions
 
 
 class Qwen3Conditioning(ConditioningBuilder):
@@ -176,17 +176,13 @@ class Qwen3Omni(Qwen25Omni):
         stacks = [
             torch.tensor(np.asarray(e.embeddings)).to(self.device, embeds.dtype) for e in items
         ]  # copies
-        inputs.setdefault("mm_encoder_outputs", {}).update(
-            {
-                # transformers annotates these as tensors; the thinker takes a tuple of them, one per item.
-                items[0].modality: BaseModelOutputWithDeepstackFeatures(
-                    pooler_output=tuple(s[0] for s in stacks),  # type: ignore[arg-type]
-                    deepstack_features=[
-                        tuple(s[level] for s in stacks)  # type: ignore[misc]
-                        for level in range(1, stacks[0].shape[0])
-                    ],
-                )
-            }
+        # transformers annotates these as tensors; the thinker takes a tuple of them, one per item.
+        inputs.setdefault("mm_encoder_outputs", {})[items[0].modality] = BaseModelOutputWithDeepstackFeatures(
+            pooler_output=tuple(s[0] for s in stacks),  # type: ignore[arg-type]
+            deepstack_features=[
+                tuple(s[level] for s in stacks)  # type: ignore[misc]
+                for level in range(1, stacks[0].shape[0])
+            ],
         )
         return embeds  # the thinker places them (and adds the DeepStack rows in its first layers)
 
@@ -288,12 +284,7 @@ class Qwen3Omni(Qwen25Omni):
                 "talker_input_ids": torch.cat([ids.gather(1, order), assistant_ids], dim=1),
                 "attention_mask": torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=self.device),
             }
-        for name in (*TALKER_POSITIONS, "audio_feature_lengths"):
-            if name in conditioning:
-                prompt[name] = tensor(name)
-        if "use_audio_in_video" in conditioning:
-            prompt["use_audio_in_video"] = bool(conditioning["use_audio_in_video"])
-        return prompt
+        return prompt | talker_positions(conditioning, tensor)
 
     def reply_rows(self, rows: np.ndarray) -> list[Any]:
         """Reply rows (the thinker's embeddings) as the talker is fed them: projected, one tensor each."""

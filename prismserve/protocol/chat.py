@@ -126,8 +126,8 @@ class ChatRequest(Sampling):
     voice: str | None = Field(default=None, min_length=1, max_length=64)
     # Functions the model may call, as chat templates take them (`{"type": "function", "function": …}`).
     tools: list[dict[str, Any]] = Field(default_factory=list)
-    # Each video's soundtrack goes in too, interleaved with its frames in 2-second chunks as the
-    # Qwen-Omni processors lay them out (vLLM's `mm_processor_kwargs.use_audio_in_video`).
+    # Each video's soundtrack goes in too, interleaved with its frames as the model's processor lays
+    # them out (vLLM's `mm_processor_kwargs.use_audio_in_video`; the Qwen-Omni families).
     use_audio_in_video: bool = False
 
     @classmethod

@@ -39,10 +39,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 CLASSES = {EncoderTask, ThinkerTask, TalkerTask, VocoderTask, OmniMonolithTask}
 
 
-@pytest.fixture(scope="module")
-def parts(tiny_omni):
+def loaded_parts(path: str) -> dict[str, Any]:
+    """An Omni checkpoint's adapters by part, each loaded alone: encoders, thinker, talker, vocoder,
+    and the monolith (transformers' whole model)."""
     adapters = {
-        name: adapter_for(tiny_omni)
+        name: adapter_for(path)
         for name in ("image", "video", "audio", "thinker", "talker", "vocoder", "monolith")
     }
     for modality in ("image", "video", "audio"):
@@ -52,6 +53,11 @@ def parts(tiny_omni):
     adapters["vocoder"].load_vocoder()
     adapters["monolith"].load_monolith()
     return adapters
+
+
+@pytest.fixture(scope="module")
+def parts(tiny_omni):
+    return loaded_parts(tiny_omni)
 
 
 def test_split_model_equals_transformers_generate(parts, cars_jpg, query_wav):

@@ -107,13 +107,9 @@ def test_a_video_with_its_soundtrack_split_equals_transformers_generate(tiny_qwe
     split (the clip's embeddings with their DeepStack levels, its soundtrack through the audio
     encoder, the two merged by time in the thinker's prompt), the thinker's logits and the speech
     are transformers' `generate`'s on the raw media; the soundtrack changes the logits."""
-    adapters = {name: adapter_for(tiny_qwen3) for name in ("image", "video", "audio", "thinker", "talker", "vocoder", "monolith")}  # fmt: skip
-    for modality in ("image", "video", "audio"):
-        adapters[modality].load_encoder(modality)
-    adapters["thinker"].load_llm(with_encoders=False)
-    adapters["talker"].load_talker()
-    adapters["vocoder"].load_vocoder()
-    adapters["monolith"].load_monolith()
+    from test_qwen2_5_omni import loaded_parts
+
+    adapters = loaded_parts(tiny_qwen3)
     request = ChatRequest.of(
         "Answer aloud.",
         images=[cars_jpg],
