@@ -16,14 +16,17 @@ replaced by a `sim` executor (a plan's `profiles`), the LLM running vLLM's step 
              capacity with 8 requests in flight: the encoder's batching, and the CPU seconds the
              encoder's process spends per image: the share of its time on the host's cores
   frontend   what is left of a lone request's first-token time: per-request (and per-image)
-             CPU seconds before the scheduler sees it (tokenization, the media processor)
+             CPU seconds before the scheduler sees it (tokenization, the media processor), and
+             a text request's first token sent just after four photos: the share of their
+             processing it waits out (vLLM's frontend takes the GIL in turn)
 The twin starts at zero cost (its own path: runtime, data plane, sim executors), runs the same
 probes, and each parameter is corrected by the gap in its probe (`--rounds` times), so the profile
 holds only what the engines add and the twin matches the real deployment on lone requests; what
 is checked is whether it then predicts the loaded, mixed workload.
 
 Then the same open-loop workload (Poisson arrivals at `--load` times the real deployment's
-capacity, measured with 8 requests in flight; half text-only, half with the image; each twin
+capacity, measured with 8 requests in flight; half text-only, half with a photo, each photo
+one no request sent before: the real engines keep what they encoded; each twin
 request producing as many tokens as the real one did) runs on the real deployment twice (its own
 spread) and on the twin, and the script prints TTFT P50/P99 per request type, TBT P50/P99 (the
 gaps between tokens; the tokens of a vLLM delta that carries several are spread over the gap since
@@ -54,6 +57,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,22 +85,31 @@ LLM, ENCODER = "vl.llm", "vl.encoders.image"
 BOUNDS = {"p50": 0.15, "p99": 0.30, "throughput": 0.10}
 SHORT, LONG = "Describe it. " * 4, "Describe the picture in detail, please. " * 40
 QUESTION = "What is in the picture? " * 4
-# Probes shown beside the loaded figures: the stall an image causes and the capacity with 8
-# requests in flight (both fitted; the split's capacity through its encoder's batching).
-SHOWN_PROBES = ("stall_s", "capacity_rps")
+# Probes shown beside the loaded figures (all fitted): the stall an image causes, the capacity with
+# 8 requests in flight (the split's through its encoder's batching) and a text request's first
+# token sent just after four photos (how much of their processing it waits out).
+SHOWN_PROBES = ("stall_s", "capacity_rps", "text_behind_images_s")
 PROBE_TOKENS = 24  # tokens of each profiling stream
-CORES_APART = {"VLLM_CPU_OMP_THREADS_BIND": "0", "OMP_NUM_THREADS": "1"}
+CORES_APART = {"VLLM_CPU_OMP_THREADS_BIND": "0", "PRISMSERVE_SIM_ENGINE_CPUS": "0", "OMP_NUM_THREADS": "1"}
+BEHIND_IMAGES, BEHIND_AFTER_S = 4, 0.006  # the text request's probe: sent that long after that many photos
 STALL_TOKENS = 256  # the stream an image request interrupts: long enough to outlast its prefill
 
 
 class Bench:
     """One app on the runtime, real or twin, and the requests the script sends it."""
 
-    def __init__(self, runtime: RayRuntime, app: Any, image: bytes, max_tokens: int) -> None:
-        self.runtime, self.app, self.image, self.max_tokens = runtime, app, image, max_tokens
+    def __init__(self, runtime: RayRuntime, app: Any, photos: Iterator[bytes], max_tokens: int) -> None:
+        self.runtime, self.app, self.photos, self.max_tokens = runtime, app, photos, max_tokens
 
     def request(self, text: str, images: int, max_tokens: int | None = None) -> ChatRequest:
-        return ChatRequest.of(text, images=[self.image] * images, max_tokens=max_tokens or self.max_tokens)
+        """A request with `images` photos none before it sent: the real engines keep what they
+        encoded (the encoder's output cache, vLLM's prefix and multimodal caches), so a photo sent
+        again would cost the real deployment no encoding while its twin encodes every one."""
+        try:
+            photos = [next(self.photos) for _ in range(images)]
+        except StopIteration:
+            raise RuntimeError("the run sent more photos than `photo_count` made: raise it") from None
+        return ChatRequest.of(text, images=photos, max_tokens=max_tokens or self.max_tokens)
 
     async def serve(self, request: ChatRequest) -> tuple[float, float | None, list[float]]:
         """Serve one request: its start, first-token seconds and the time of each token.
@@ -129,6 +142,19 @@ class Bench:
             )
             gaps += [b - a for _, _, t in results for a, b in zip(t[1:], t[2:], strict=False)]
         return statistics.median(gaps)
+
+    async def behind_images(self, repeats: int = 7) -> float:
+        """Median first-token seconds of a text request sent `BEHIND_AFTER_S` after `BEHIND_IMAGES`
+        photo requests: how much of their processing in the frontend it waits out."""
+        ttfts = []
+        for _ in range(repeats):
+            ahead = [
+                asyncio.ensure_future(self.serve(self.request(QUESTION, 1, 2))) for _ in range(BEHIND_IMAGES)
+            ]
+            await asyncio.sleep(BEHIND_AFTER_S)
+            ttfts.append((await self.serve(self.request(SHORT, 0, 2)))[1])
+            await asyncio.gather(*ahead)
+        return statistics.median(t for t in ttfts if t is not None)
 
     async def encoder_cpu(self, repeats: int = 5) -> float:
         """CPU seconds the encoder replicas' processes spend per image request served alone (0
@@ -163,18 +189,30 @@ class Bench:
         return statistics.median(stalls) if stalls else 0.0
 
 
-def photo(short_side: int = 690) -> bytes:
-    """The demo photo as a chat client sends it: scaled to `short_side` pixels on its short side
-    (OpenAI's API scales images to at most 768), JPEG. The 6-megapixel original costs about 50 ms of
-    host CPU per request in decoding and resizing, which on this machine's one spare core swings by
-    half between deployments: that would check the host, not the engines the twin models."""
+def photos(count: int, short_side: int = 690) -> list[bytes]:
+    """`count` different photos: the demo photo as a chat client sends it, scaled to `short_side`
+    pixels on its short side (OpenAI's API scales images to at most 768), JPEG, each with a corner
+    of its own colour. The 6-megapixel original costs about 50 ms of host CPU per request in decoding
+    and resizing, which on this machine's one spare core swings by half between deployments: that
+    would check the host, not the engines the twin models. Made before the run, not during it."""
     original, _, _ = media()
     with Image.open(io.BytesIO(original)) as image:
         scale = short_side / min(image.size)
         scaled = image.convert("RGB").resize((round(image.width * scale), round(image.height * scale)))
-    out = io.BytesIO()
-    scaled.save(out, "JPEG", quality=90)
-    return out.getvalue()
+    pixels = np.asarray(scaled).copy()
+    out = []
+    for i in range(count):  # 16 levels a channel, 16 apart: distinct after JPEG and resizing
+        pixels[:32, :32] = [(i % 16) * 16, (i // 16 % 16) * 16, (i // 256 % 16) * 16]
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
+        out.append(buffer.getvalue())
+    return out
+
+
+def photo_count(args: Any) -> int:
+    """Photos a layout's run sends, with room: each probe round about 90 (the real deployment's and
+    every twin round's), each of the three loads half its requests."""
+    return 96 * (args.rounds + 2) + 2 * args.requests
 
 
 def spread(previous: float | None, now: float, tokens: int) -> list[float]:
@@ -224,6 +262,7 @@ async def probe(bench: Bench) -> dict[str, float]:
     result["stall_s"] = await bench.stall(after)
     result["stall_two_s"] = await bench.stall(after, images=2)  # one request, two images: one encoder call
     result["encoder_cpu_s"] = await bench.encoder_cpu()
+    result["text_behind_images_s"] = await bench.behind_images()
     return result
 
 
@@ -236,6 +275,7 @@ PARAMETERS = (
     "encode_step_s",
     "embed_item_s",
     "admit_item_s",
+    "admit_wait_share",
     "encoder_s",
     "encoder_growth",
     "encoder_cpu_share",
@@ -253,7 +293,9 @@ def refine(
     moves with the encoder inside the step and a second image's stall with each image's share of
     it; in the split the stall moves with the engine's taking in the embeddings, the capacity with
     8 requests in flight with the encoder's batching, and the encoder's CPU seconds per image with
-    its share of CPU. The step model is linear in them, so a round or two match the probes.
+    its share of CPU. A text request's first token just after four photos moves with the share of
+    their processing it waits out. The step model is linear in them, so a round or two match the
+    probes.
     """
     gap = {key: real[key] - twin[key] for key in real}
     short, long_, question = prompt_tokens(SHORT), prompt_tokens(LONG), prompt_tokens(QUESTION)
@@ -274,7 +316,11 @@ def refine(
         "embed_item_s": gap["stall_s"] if split else 0.0,
         "admit_item_s": 0.0 if split else image - gap["stall_s"],
     }
+    # A text request behind four photos waits out a share of their processing still queued.
+    queued = BEHIND_IMAGES * (params["admit_s"] + params["admit_item_s"]) - BEHIND_AFTER_S
+    moves["admit_wait_share"] = gap["text_behind_images_s"] / queued if queued > 0 else 0.0
     fitted = {name: max(0.0, params[name] + moves.get(name, 0.0)) for name in PARAMETERS}
+    fitted["admit_wait_share"] = min(1.0, fitted["admit_wait_share"])
     # One image's stall is the step's encoder seconds plus one item's: where a noisy second-image
     # probe asks for more per item than the whole stall, the item takes all of it.
     one = 0.0 if split else max(0.0, params["encode_step_s"] + params["encode_item_s"] + gap["stall_s"])
@@ -397,12 +443,12 @@ def engine_on_its_core() -> None:
 
 
 async def layout(
-    runtime: RayRuntime, model: str, image: bytes, split: bool, args: Any, seed: int
+    runtime: RayRuntime, model: str, pool: list[bytes], split: bool, args: Any, seed: int
 ) -> dict[str, Any]:
     source = APP_SOURCE.format(model=model, fission=split, split=False)
     app = await runtime.register_app(source, "vl")
     try:
-        bench = Bench(runtime, app, image, args.max_tokens)
+        bench = Bench(runtime, app, iter(pool), args.max_tokens)
         engine_on_its_core()
         kinds = {"real": executor_kinds(runtime)}
         real_probe = await probe(bench) | await capacity(bench)
@@ -473,7 +519,7 @@ def report(name: str, result: dict[str, Any]) -> None:
 async def run_once(args: Any, seed: int) -> dict[str, Any]:
     """One run: every layout profiled, loaded and twinned afresh."""
     model = str(tiny.build("qwen2.5-vl"))
-    image = photo()
+    pool = photos(photo_count(args))  # each layout's deployment is new: its caches start empty
     # One core for vLLM's engine (its threads bound to core 0), one thread for every other replica:
     # on two cores an encoder would otherwise take the engine's core, which separate GPUs never do.
     runtime = RayRuntime(fake_gpus=4, replica_env=CORES_APART)
@@ -482,7 +528,7 @@ async def run_once(args: Any, seed: int) -> dict[str, Any]:
     try:
         for name in args.layouts:
             print(f"{name}:", flush=True)
-            results[name] = await layout(runtime, model, image, name == "split", args, seed)
+            results[name] = await layout(runtime, model, pool, name == "split", args, seed)
             report(name, results[name])
     finally:
         await runtime.close()

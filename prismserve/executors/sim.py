@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import hashlib
 import inspect
+import os
 import threading
 import time
 import types
@@ -280,6 +281,11 @@ class StepLoop:
     would stop the engine. Steps are timed against a running deadline: a step that ends late (a busy CPU) is
     followed by the steps already due at once, so the engine keeps its modelled pace. A request
     joins the first step that starts after it arrived.
+
+    `$PRISMSERVE_SIM_ENGINE_CPUS` (cores, `0` or `0,1`) keeps the thread on those cores, as a real
+    engine runs apart from its frontend (vLLM binds its threads with `VLLM_CPU_OMP_THREADS_BIND`):
+    the thread sleeps through its steps, but where it shares a core with frontends spending CPU its
+    wake-ups come late, and every step with them.
     """
 
     def __init__(self, costs: StepCosts) -> None:
@@ -290,6 +296,7 @@ class StepLoop:
         self._lock = threading.Lock()  # the thread's start and idle exit
         self._thread: threading.Thread | None = None
         self._media_frontend = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-media")
+        self._media_until = 0.0  # when the media processing queued so far ends (perf_counter)
 
     async def tokens(self, request: SimRequest) -> AsyncGenerator[int]:
         """Yields how many tokens of `request` are ready, once per wake-up: one per step, or all the
@@ -301,12 +308,7 @@ class StepLoop:
         queue: asyncio.Queue[bool] = asyncio.Queue()
         request.tag = (loop, queue)
         if request.admit_s > 0:
-            # The frontend's work, off the event loop as vLLM's renderer does it: a prompt with media
-            # on its one media-processor thread (they queue there), a text prompt's tokenization on
-            # a pool. It is CPU work on the host, so it is spent as CPU time and takes longer where
-            # the host's cores are busy.
-            pool = self._media_frontend if request.media else None
-            await loop.run_in_executor(pool, _spend_cpu, request.admit_s)
+            await self._admit(loop, request)
         with self._lock:
             self._arrived.append((time.perf_counter(), request))
             if self._thread is None:
@@ -327,7 +329,25 @@ class StepLoop:
                 self._aborted.append(request)
                 self._wake.set()
 
+    async def _admit(self, loop: asyncio.AbstractEventLoop, request: SimRequest) -> None:
+        """The frontend's work for `request`, off the event loop as vLLM's renderer does it: a prompt
+        with media on its one media-processor thread (they queue there), a text prompt's
+        tokenization on a pool once it has waited out `admit_wait_share` of the media processing
+        queued (`StepCosts`). It is CPU work on the host, so it is spent as CPU time and takes
+        longer where the host's cores are busy."""
+        now = time.perf_counter()
+        if request.media:
+            self._media_until = max(self._media_until, now) + request.admit_s
+            await loop.run_in_executor(self._media_frontend, _spend_cpu, request.admit_s)
+            return
+        wait = self.core.costs.admit_wait_share * (self._media_until - now)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await loop.run_in_executor(None, _spend_cpu, request.admit_s)
+
     def _run(self) -> None:
+        if cpus := os.environ.get("PRISMSERVE_SIM_ENGINE_CPUS"):
+            os.sched_setaffinity(0, {int(core) for core in cpus.split(",")})  # this thread only
         deadline = time.perf_counter()
         while True:
             while self._aborted:

@@ -366,6 +366,27 @@ def test_a_script_starts_its_own_ray_beside_a_running_cluster(ray_cluster, tmp_p
     assert json.loads(out.read_text())
 
 
+def test_twin_sends_every_request_a_photo_of_its_own():
+    """The real engines keep what they encoded (the encoder's output cache by content hash, vLLM's
+    prefix and multimodal caches): with one photo for every request the real deployments encoded
+    only the first, while the twin encoded each. Each photo differs, in its bytes and in its pixels
+    at the tiny model's size; a run that sends more than were made says so."""
+    import hashlib
+    import io
+
+    from PIL import Image
+
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+    photos = twin.photos(40)
+    assert len({hashlib.sha256(p).digest() for p in photos}) == 40
+    small = [Image.open(io.BytesIO(p)).convert("RGB").resize((112, 112)).tobytes() for p in photos]
+    assert len(set(small)) == 40
+    bench = twin.Bench(None, None, iter(photos[:3]), 4)
+    assert len({part.data for part in bench.request("hi", 2).images}) == 2
+    with pytest.raises(RuntimeError, match="photo_count"):
+        bench.request("hi", 2)
+
+
 def test_twin_capacity_counts_every_concurrent_clients_tokens():
     """Eight clients in flight at once: each one's tokens count (`tokens += await ...` read the
     total before the await and lost the other clients' counts, 1/8 of the tokens came out)."""
