@@ -101,7 +101,7 @@ class Server:
         )
         # With `plan_for` the server profiles the emulated app on its replicas before it serves:
         # minutes on a busy machine at a low speedup; starting replicas alone can take minutes there.
-        deadline = time.monotonic() + (900 if self.plan_for is not None else 360)
+        deadline = time.monotonic() + (2400 if self.plan_for is not None else 360)
         lines = []
         while time.monotonic() < deadline:
             line = self._process.stdout.readline()
