@@ -297,6 +297,7 @@ class StepLoop:
         self._thread: threading.Thread | None = None
         self._media_frontend = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-media")
         self._media_until = 0.0  # when the media processing queued so far ends (perf_counter)
+        self._cpus = _engine_cpus()  # read here: a bad value fails the load, not the engine's thread
 
     async def tokens(self, request: SimRequest) -> AsyncGenerator[int]:
         """Yields how many tokens of `request` are ready, once per wake-up: one per step, or all the
@@ -346,8 +347,8 @@ class StepLoop:
         await loop.run_in_executor(None, _spend_cpu, request.admit_s)
 
     def _run(self) -> None:
-        if cpus := os.environ.get("PRISMSERVE_SIM_ENGINE_CPUS"):
-            os.sched_setaffinity(0, {int(core) for core in cpus.split(",")})  # this thread only
+        if self._cpus:
+            os.sched_setaffinity(0, self._cpus)  # this thread only
         deadline = time.perf_counter()
         while True:
             while self._aborted:
@@ -375,6 +376,21 @@ class StepLoop:
                 _hand_out(request, True)
             for request in step.finished:
                 _hand_out(request, False)
+
+
+def _engine_cpus() -> set[int]:
+    """The cores `$PRISMSERVE_SIM_ENGINE_CPUS` names for a step loop's thread (none: anywhere)."""
+    value = os.environ.get("PRISMSERVE_SIM_ENGINE_CPUS", "")
+    try:
+        cpus = {int(core) for core in value.split(",") if core.strip()}
+    except ValueError:
+        cpus = {-1}
+    if any(not 0 <= core < (os.cpu_count() or 1) for core in cpus):
+        raise ValueError(
+            f"PRISMSERVE_SIM_ENGINE_CPUS={value!r}: name this machine's cores, comma-separated "
+            f"(0 to {(os.cpu_count() or 1) - 1}), or leave it unset"
+        )
+    return cpus
 
 
 _IDLE_EXIT_S = 1.0  # an engine thread with nothing to do for this long ends (the next request starts one)
