@@ -4,8 +4,11 @@
 option (`prismserve/profile/shaped.py`); the emulation also knows each option's exact full-batch
 rate (`EmulatedModel.served_spec`). This prints, per option, measured throughput / cost model's and
 writes both specs' figures as JSON. In process (no Ray actors), on declared GPUs.
+With `--profile FILE` a profile the server made (`prismserve serve --gpus N --profile-workload`, as
+the paper scripts run it; the file its start-up line names) is compared instead of measuring anew:
+give the workload it was measured on (`--requests`, `--seed`) and its speedup.
 Run: python benchmarks/bench_profile_emulated.py [--model internvl3-38b] [--speedup 20]
-     [--requests 200] [--out result.json]
+     [--requests 200] [--seed 5] [--profile FILE] [--out result.json]
 """
 
 from __future__ import annotations
@@ -18,33 +21,40 @@ import time
 from typing import Any
 
 
-async def measure(model: str, speedup: float, requests: int) -> dict[str, Any]:
-    """Profile `model`'s app on in-process replicas; each option's measured and exact figures."""
+async def measure(model: str, speedup: float, requests: int, seed: int, given: str | None) -> dict[str, Any]:
+    """Profile `model`'s app on in-process replicas (or read the profile `given`); each option's
+    measured and exact figures."""
     os.environ["PRISMSERVE_SIM_SPEEDUP"] = str(speedup)  # read when the app's module loads
     from prismserve.bench.workloads import Arrivals, servegen
     from prismserve.emulate.app import app_source
     from prismserve.emulate.catalog import MODELS
+    from prismserve.planner import load_spec
     from prismserve.profile import profile
     from prismserve.runtime.pool import InProcessPool
     from prismserve.runtime.ray_runtime import RayRuntime
 
     emulated = MODELS[model]
-    specs = servegen(Arrivals("poisson", 1.0), count=requests, any_to_any=model == "qwen25-omni", seed=5)
-    runtime = RayRuntime(pool=InProcessPool({"a": 32}))
-    await runtime.start()
-    try:
-        app = await runtime.register_app(app_source(model), model)
-        started = time.perf_counter()
-        measured = await profile(runtime, app, specs)
-        seconds = time.perf_counter() - started
-    finally:
-        await runtime.close()
+    specs = servegen(Arrivals("poisson", 1.0), count=requests, any_to_any=model == "qwen25-omni", seed=seed)
+    started = time.perf_counter()
+    if given is not None:
+        measured = load_spec(given)
+    else:
+        runtime = RayRuntime(pool=InProcessPool({"a": 32}))
+        await runtime.start()
+        try:
+            app = await runtime.register_app(app_source(model), model)
+            measured = await profile(runtime, app, specs)
+        finally:
+            await runtime.close()
+    seconds = time.perf_counter() - started
     exact = emulated.served_spec(specs, speedup)
     return {
         "model": model,
         "speedup": speedup,
         "requests": requests,
-        "profile_s": seconds,
+        "seed": seed,
+        "profile": given,
+        "profile_s": None if given else seconds,
         "options": {
             o.name: {
                 "measured_rps": o.throughput,
@@ -63,10 +73,15 @@ def main() -> None:
     parser.add_argument("--model", default="internvl3-38b")
     parser.add_argument("--speedup", type=float, default=20.0, help="sim time divisor")
     parser.add_argument("--requests", type=int, default=200, help="workload size (servegen image)")
+    parser.add_argument("--seed", type=int, default=5, help="workload seed (the paper scripts: 0)")
+    parser.add_argument("--profile", help="compare this profile file instead of measuring one")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
-    results = asyncio.run(measure(args.model, args.speedup, args.requests))
-    print(f"{args.model}, speedup {args.speedup:g}: profiled in {results['profile_s']:.0f} s")
+    results = asyncio.run(measure(args.model, args.speedup, args.requests, args.seed, args.profile))
+    if args.profile:
+        print(f"{args.model}, speedup {args.speedup:g}: {args.profile}")
+    else:
+        print(f"{args.model}, speedup {args.speedup:g}: profiled in {results['profile_s']:.0f} s")
     print(f"{'option':<10} {'measured':>10} {'cost model':>11} {'ratio':>6}  (req/s as served)")
     for name, row in results["options"].items():
         print(f"{name:<10} {row['measured_rps']:>10.3f} {row['cost_model_rps']:>11.3f} {row['ratio']:>6.2f}")

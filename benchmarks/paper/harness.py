@@ -95,7 +95,10 @@ class Server:
             workload = Path(self._dir.name) / "workload.jsonl"
             write_requests(self.plan_for, workload)
             command += ["--gpus", str(self.gpus), "--profile-workload", str(workload), "--no-replan"]
-            env |= {"PRISMSERVE_SIM_SPEEDUP": str(self.speedup), "PRISMSERVE_PROFILE_CACHE": self._dir.name}
+            # A profile is kept under a key of everything it depends on (app, hardware, workload,
+            # version): a cache the user names is reused across runs, else each run measures anew.
+            cache = os.environ.get("PRISMSERVE_PROFILE_CACHE") or self._dir.name
+            env |= {"PRISMSERVE_SIM_SPEEDUP": str(self.speedup), "PRISMSERVE_PROFILE_CACHE": cache}
         self._process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
