@@ -49,6 +49,7 @@ SCRIPTS = {
         "vllm",
     ],
     "bench_profile_emulated.py": ["--requests", "30", "--speedup", "50"],
+    "profile_round_drain.py": ["--requests", "300"],
     "bench_hf_batching.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
     "bench_multiturn.py": ["--conversations", "1"],
     "bench_vllm.py": [
@@ -364,6 +365,58 @@ def test_a_script_starts_its_own_ray_beside_a_running_cluster(ray_cluster, tmp_p
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(out.read_text())
+
+
+def test_bench_profile_emulated_compares_a_given_profile_with_the_cost_model(tmp_path):
+    """`--profile FILE` reads a profile the server made instead of measuring one: each option's
+    measured rate over the emulation's own at the speedup given. A file holding the emulation's own
+    spec at speedup 4, with option G made half as fast, compares at 1.0 and G at 0.5."""
+    from prismserve.bench.workloads import Arrivals, servegen
+    from prismserve.emulate.catalog import QWEN25_OMNI
+    from prismserve.profile.spec import spec_document
+
+    specs = servegen(Arrivals("poisson", 1.0), count=60, any_to_any=True, seed=3)
+    exact = QWEN25_OMNI.served_spec(specs, 4.0)
+    options = [
+        o.model_copy(update={"throughput": o.throughput / 2}) if o.name == "G" else o for o in exact.options
+    ]
+    profile = tmp_path / "qwen25-omni.yaml"
+    profile.write_text(spec_document(exact.model_copy(update={"options": options}), {"profile of": "test"}))
+    out = tmp_path / "compared.json"
+    args = ["--model", "qwen25-omni", "--speedup", "4", "--requests", "60", "--seed", "3"]
+    script = str(ROOT / "benchmarks" / "bench_profile_emulated.py")
+    result = run_script([script, *args, "--profile", str(profile), "--out", str(out)], tmp_path, 300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    ratios = {name: row["ratio"] for name, row in json.loads(out.read_text())["options"].items()}
+    assert ratios.keys() == {o.name for o in exact.options}
+    assert ratios.pop("G") == pytest.approx(0.5)
+    assert all(r == pytest.approx(1.0) for r in ratios.values()), ratios
+
+
+def test_the_round_drain_is_computed_as_the_sim_batcher_serves():
+    """`profile_round_drain.py` computes a round's busy time with the `sim` batcher's processor
+    sharing; the batcher itself, serving the same works started together, is busy that long. Equal
+    works finish together at the full-batch rate (no drain); a round with one long request is
+    busy longer than its work takes at that rate."""
+    import time
+
+    from prismserve.executors.sim import SharedEngine, SimProfile
+
+    drain = load_module(ROOT / "benchmarks" / "profile_round_drain.py")
+    works, growth = [0.04, 0.04, 0.1, 0.3], 0.5
+
+    async def served() -> float:
+        engine = SharedEngine(SimProfile(latency_s=1.0, batch_growth=growth, max_batch=4, continuous=True))
+        started = time.perf_counter()
+        await asyncio.gather(*(engine.run(w) for w in works))
+        return time.perf_counter() - started
+
+    computed = drain.busy_seconds(works, growth)
+    assert computed == pytest.approx(0.04 * 2.5 + 0.06 * 1.5 + 0.2)  # 4, then 2, then 1 running
+    assert computed * 0.98 <= asyncio.run(served()) <= computed * 1.3
+    gain = 4 / (1 + growth * 3)  # the batch's speed over one request's
+    assert drain.busy_seconds([0.1] * 4, growth) == pytest.approx(0.4 / gain)
+    assert computed > 1.25 * sum(works) / gain  # 0.39 s against 0.30 at the full-batch rate
 
 
 def test_twin_sends_every_request_a_photo_of_its_own():
