@@ -381,16 +381,13 @@ class StepLoop:
 def _engine_cpus() -> set[int]:
     """The cores `$PRISMSERVE_SIM_ENGINE_CPUS` names for a step loop's thread (none: anywhere)."""
     value = os.environ.get("PRISMSERVE_SIM_ENGINE_CPUS", "")
-    try:
-        cpus = {int(core) for core in value.split(",") if core.strip()}
-    except ValueError:
-        cpus = {-1}
-    if any(not 0 <= core < (os.cpu_count() or 1) for core in cpus):
+    cores = [core.strip() for core in value.split(",") if core.strip()]
+    if not all(core.isdigit() and int(core) < (os.cpu_count() or 1) for core in cores):
         raise ValueError(
             f"PRISMSERVE_SIM_ENGINE_CPUS={value!r}: name this machine's cores, comma-separated "
             f"(0 to {(os.cpu_count() or 1) - 1}), or leave it unset"
         )
-    return cpus
+    return {int(core) for core in cores}
 
 
 _IDLE_EXIT_S = 1.0  # an engine thread with nothing to do for this long ends (the next request starts one)
