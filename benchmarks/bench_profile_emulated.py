@@ -72,7 +72,9 @@ def main() -> None:
     )
     parser.add_argument("--model", default="internvl3-38b")
     parser.add_argument("--speedup", type=float, default=20.0, help="sim time divisor")
-    parser.add_argument("--requests", type=int, default=200, help="workload size (servegen image)")
+    parser.add_argument(
+        "--requests", type=int, default=200, help="workload size (ServeGen image; any-to-any for qwen25-omni)"
+    )
     parser.add_argument("--seed", type=int, default=5, help="workload seed (the paper scripts: 0)")
     parser.add_argument("--profile", help="compare this profile file instead of measuring one")
     parser.add_argument("--out", help="write the results as JSON here")
