@@ -8,13 +8,15 @@ with server-side turn detection (silero-vad; 1.5 s of silence ends a turn, as th
   turn      the workloads' spoken query (query_to_cars.wav at 24 kHz) and 2 s of silence appended as
             a microphone sends it (100 ms pieces, sent at once): the turn is detected, committed and
             answered with text and speech. Timed from `speech_stopped` to the first transcript and
-            the first audio delta, and to `response.done` (with its usage).
+            the first audio delta, and to `response.done` (with its usage); the CPU seconds the
+            talker's and the vocoder's replicas used for the whole answer.
   barge-in  a text question answered aloud; once its first audio delta is here, the clip is spoken
             again. Timed from the first piece of that speech sent to `speech_started`, from
             `speech_started` to `response.done` (status `cancelled`), and from `response.done`
             until the talker's and the vocoder's replicas are idle (their processes use under a
-            quarter of a core over 200 ms; read from /proc, so the server must run on this machine);
-            audio deltas after `speech_started` are counted (0 expected).
+            quarter of a core over 200 ms; read from /proc, so the server must run on this machine),
+            with the CPU seconds they used meanwhile: work a load slows down but does not add to, to
+            set beside the turn's; audio deltas after `speech_started` are counted (0 expected).
 Medians over `--rounds` rounds are printed.
 Run: python benchmarks/bench_realtime.py [--family qwen2.5-omni|qwen3-omni] [--rounds 3] [--out result.json]
      [--url URL --model NAME --admin-token TOKEN]
@@ -77,10 +79,13 @@ def first(events: list[tuple[float, Any]], kind: str) -> float:
     return next(at for at, event in events if event.type == kind)
 
 
-def spoken_turn(connection: Any, clip: bytes) -> dict[str, Any]:
-    """The clip spoken and then silence: the detected turn's answer, timed from the end of speech."""
+def spoken_turn(connection: Any, clip: bytes, pids: dict[str, list[int]]) -> dict[str, Any]:
+    """The clip spoken and then silence: the detected turn's answer, timed from the end of speech,
+    and the CPU seconds its speech took."""
+    before = stage_cpu(pids)
     speak(connection, clip + bytes(2 * RATE * 2))
     events = events_until(connection, "response.done")
+    used = stage_cpu(pids)
     stopped = first(events, "input_audio_buffer.speech_stopped")
     done = events[-1][1].response
     audio = b"".join(base64.b64decode(e.delta) for _, e in events if e.type == "response.output_audio.delta")
@@ -94,6 +99,7 @@ def spoken_turn(connection: Any, clip: bytes) -> dict[str, Any]:
         "first_transcript_s": first(events, "response.output_audio_transcript.delta") - stopped,
         "first_audio_s": first(events, "response.output_audio.delta") - stopped,
         "done_s": events[-1][0] - stopped,
+        **{f"{stage}_cpu_s": used[stage] - before[stage] for stage in pids},
     }
 
 
@@ -109,11 +115,16 @@ def speaking_pids(url: str, token: str) -> dict[str, list[int]]:
     return pids
 
 
+def stage_cpu(pids: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds each stage's processes have used so far."""
+    return {stage: process_cpu(each) for stage, each in pids.items()}
+
+
 def cpu_shares(pids: dict[str, list[int]], window_s: float = WINDOW_S) -> dict[str, float]:
     """Cores each stage's processes used over the next `window_s` seconds."""
-    before = {stage: process_cpu(each) for stage, each in pids.items()}
+    before = stage_cpu(pids)
     time.sleep(window_s)
-    return {stage: (process_cpu(each) - before[stage]) / window_s for stage, each in pids.items()}
+    return {stage: (cores - before[stage]) / window_s for stage, cores in stage_cpu(pids).items()}
 
 
 def idle_after(pids: dict[str, list[int]], since: float) -> dict[str, float]:
@@ -144,7 +155,9 @@ def barge_in(connection: Any, clip: bytes, pids: dict[str, list[int]]) -> dict[s
     started = first(events, "input_audio_buffer.speech_started")
     kinds = [e.type for _, e in events]
     after = kinds[kinds.index("input_audio_buffer.speech_started") :]
+    cancelled = stage_cpu(pids)
     idle = idle_after(pids, time.perf_counter())
+    used = stage_cpu(pids)
     return {
         "answering": [e.type for _, e in answering],
         "status": events[-1][1].response.status,
@@ -153,6 +166,7 @@ def barge_in(connection: Any, clip: bytes, pids: dict[str, list[int]]) -> dict[s
         "speech_started_s": started - spoke,
         "cancelled_s": events[-1][0] - started,
         **{f"{stage}_idle_after_done_s": seconds for stage, seconds in idle.items()},
+        **{f"{stage}_cpu_after_done_s": used[stage] - cancelled[stage] for stage in pids},
     }
 
 
@@ -179,7 +193,7 @@ def session(url: str, model: str, rounds: int, token: str) -> list[dict[str, Any
         assert connection.recv().type == "session.updated"
         for _ in range(rounds):
             results.append(
-                {"turn": spoken_turn(connection, clip), "barge_in": barge_in(connection, clip, pids)}
+                {"turn": spoken_turn(connection, clip, pids), "barge_in": barge_in(connection, clip, pids)}
             )
     return results
 
