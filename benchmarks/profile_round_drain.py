@@ -1,15 +1,16 @@
-"""What a profile round's drain costs a continuous-batching option, computed on the emulation.
+"""What a profile round's drain would cost a continuous-batching option, computed on the emulation.
 
 The shaped profiler (`prismserve/profile/shaped.py`) times a path on one round of `batch` requests
 of one type started together, and reads a replica's seconds per request as its busy time over
-the round's requests. On a continuous batcher the batch is full only until the round's shortest
-request ends; the rest of the round runs at a partial batch, slower per request. This computes,
-per continuous option of an emulated model, the rate such rounds would measure over the option's
-full-batch rate, if every request's inputs were there at the round's start: each request's work
-on the option from the emulation's costs, served by the `sim` batcher's processor sharing
-(`SharedEngine`: each of n running requests at 1 / (1 + growth (n - 1)) of its batch-1 speed).
-Compare with `bench_profile_emulated.py`, which measures the rates on replicas: an option measured
-lower than computed here also loses to its inputs arriving one by one.
+the round's requests. With the workload's own outputs (as it did before
+`prismserve.profile.requests.profile_requests` gave a round's requests the type's mean output), a
+continuous batcher's batch is full only until the round's shortest request ends; the rest of the
+round runs at a partial batch, slower per request. This computes, per continuous option of an
+emulated model, the rate such rounds would measure over the option's full-batch rate, if every
+request's inputs were there at the round's start: each request's work on the option from the
+emulation's costs, served by the `sim` batcher's processor sharing (`SharedEngine`: each of n
+running requests at 1 / (1 + growth (n - 1)) of its batch-1 speed). Compare with
+`bench_profile_emulated.py`, which measures the rates on replicas.
 Run: python benchmarks/profile_round_drain.py [--model qwen25-omni] [--requests 2000] [--seed 0]
      [--batch 8] [--out result.json]
 """

@@ -70,9 +70,10 @@ def video_url(root: str, frames: int = 8) -> str:
     return "data:image/gif;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def prompt(tokens: int) -> str:
-    """About `tokens` words of text."""
-    return " ".join(_WORDS[i % len(_WORDS)] for i in range(tokens))
+def prompt(tokens: int, start: int = 0) -> str:
+    """About `tokens` words of text, from the `start`-th word of its cycle (texts of one length that
+    differ: an engine's prefix cache serves none of them from another)."""
+    return " ".join(_WORDS[(start + i) % len(_WORDS)] for i in range(tokens))
 
 
 def chat_body(spec: RequestSpec, model: str, stream: bool = True, root: Path | None = None) -> dict:

@@ -26,7 +26,7 @@ from prismserve.planner import Host, Plan, PlanSpec
 from prismserve.profile.budgets import Budgets, budgets_document, budgets_path, measure_budgets, served
 from prismserve.profile.cache import cache_key, cache_path, cached, hardware
 from prismserve.profile.measure import seconds_per_request
-from prismserve.profile.requests import chat_request, deployments_of, servable, shares
+from prismserve.profile.requests import deployments_of, profile_requests, servable, shares
 from prismserve.profile.shaped import profile_shaped
 from prismserve.profile.spec import build_spec, option_layout, spec_document
 
@@ -60,9 +60,10 @@ async def profile(
 ) -> PlanSpec:
     """The planner's spec of `app` (registered on `runtime`) for the mix of `specs`: one solo option
     per deployment and the colocations the app packs on one GPU, their per-type times measured in
-    rounds of `batch` requests of a type at a time. With `shared_cpu` (default: when the replicas run
-    on this machine's CPU, as on declared GPUs) the machine's CPU time per request is measured too:
-    every replica shares those CPUs, which caps the planned rate (`PlanSpec.host`).
+    rounds of `batch` requests of a type at a time, each asking for the type's mean output tokens
+    (`requests.profile_requests`). With `shared_cpu` (default: when the replicas run on this
+    machine's CPU, as on declared GPUs) the machine's CPU time per request is measured too: every
+    replica shares those CPUs, which caps the planned rate (`PlanSpec.host`).
 
     An app that gives its spec's shape (`Config.planner_spec`: emulated models, whose options are
     alternatives for the same components) is measured on that shape (`shaped.py`); its `sim`
@@ -70,11 +71,7 @@ async def profile(
     kept = servable(app, specs)
     if app.config.planner_spec is not None:
         return await profile_shaped(runtime, app, kept, batch, rounds)
-    media = w.workloads_dir()
-    examples: dict[str, list[Any]] = {}
-    for entry in kept:
-        if len(examples.setdefault(entry.request_type, [])) < batch:
-            examples[entry.request_type].append(chat_request(entry, media))
+    examples = profile_requests(kept, w.workloads_dir(), batch)
     uses = {t: await deployments_of(app, requests[0]) for t, requests in examples.items()}
     paths = {task.deployment_key(): path for path, task in app.named_unit_tasks().items()}
     measured, cpu = await seconds_per_request(runtime, app, examples, batch, rounds)
@@ -123,6 +120,7 @@ async def cached_profile(
         "workload": _workload_identity(workload_name, requests),
         "batch": batch,
         "rounds": rounds,
+        "requests": "asking for the type's mean output tokens",  # not each its own: profiles differ
     }
     if app.config.planner_spec is not None:  # emulated: its sim replicas run at this speed
         about["sim speedup"] = os.environ.get("PRISMSERVE_SIM_SPEEDUP", "1")

@@ -9,7 +9,8 @@ name is written by hand.
 from __future__ import annotations
 
 import base64
-from collections import Counter
+from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +22,42 @@ from prismserve.protocol.chat import ChatRequest
 from prismserve.task import TaskGraph, use_dispatcher
 
 
-def chat_request(spec: RequestSpec, media: Path) -> ChatRequest:
-    """The chat request for a workload entry, with the shared workload media (as `prismserve bench` sends)."""
+def chat_request(spec: RequestSpec, media: Path, variant: int = 0) -> ChatRequest:
+    """The chat request for a workload entry, with the shared workload media (as `prismserve bench`
+    sends); its text starts at the `variant`-th word (`payloads.prompt`)."""
     root = str(media)
     return ChatRequest.of(
-        prompt(spec.text_tokens),
+        prompt(spec.text_tokens, variant),
         images=[_data(image_url(root, size)) for size in spec.images],
         audios=[base64.b64decode(audio_base64(root))] * spec.audios,
         videos=[_data(video_url(root))] * spec.videos,
         audio_out=spec.audio_out,
         max_tokens=spec.output_tokens,
     )
+
+
+def profile_requests(specs: list[RequestSpec], media: Path, count: int) -> dict[str, list[ChatRequest]]:
+    """`count` chat requests of each type of `specs`: its first requests (again if it has fewer), each
+    asking for the type's mean output tokens, their texts starting at different words (so that no
+    engine's prefix cache serves one from another).
+
+    The profile times rounds of these requests started together. With the workload's own outputs a
+    continuous batcher's batch is full only until the round's shortest request ends, and with
+    heavy-tailed outputs (ServeGen's) most of the round ran at a partial batch: decoders measured
+    0.43-0.66 of their rate at full batch (benchmarks/profile_round_drain.py). Served under load,
+    finished requests are replaced and the batch stays full. With equal outputs the round's decodes
+    end together, and its decode time per request is the mean request's at full batch (a decode's
+    cost grows linearly with its tokens). The inputs stay the workload's: an image's cost is not
+    linear in its size (InternVL's tiles), so no mean image stands for the mix."""
+    by_type: dict[str, list[RequestSpec]] = defaultdict(list)
+    for spec in specs:
+        by_type[spec.request_type].append(spec)
+    requests = {}
+    for name, group in by_type.items():
+        output = max(1, round(sum(s.output_tokens for s in group) / len(group)))
+        chosen = [replace(group[i % len(group)], output_tokens=output) for i in range(count)]
+        requests[name] = [chat_request(spec, media, variant) for variant, spec in enumerate(chosen)]
+    return requests
 
 
 def _data(url: str) -> bytes:

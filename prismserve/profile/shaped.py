@@ -11,9 +11,11 @@ run with), and rounds of each request type are sent along paths that between the
 not true by construction.
 
 A path is timed on one round that fills its replicas' batches (`batch`, or their `max_batch` if
-larger) after a single warm-up round for the whole app: a type has many paths (every role of a
-monolithic option is a path of its own), and the rounds of several paths already repeat each
-option's work, so `rounds` more per path would multiply a profile's minutes for little.
+larger) with the type's requests, each asking for its mean output tokens (`requests.profile_requests`:
+with the workload's own outputs a round would drain), after a single warm-up round for the whole
+app: a type has many paths (every role of a monolithic option is a path of its own), and the rounds
+of several paths already repeat each option's work, so `rounds` more per path would multiply a
+profile's minutes for little.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from prismserve.errors import InvalidRequestError
 from prismserve.planner import CellPlan, Plan, PlanSpec
 from prismserve.planner.paths import Path, entry_role, valid_paths
 from prismserve.profile.measure import seconds_per_request
-from prismserve.profile.requests import chat_request
+from prismserve.profile.requests import profile_requests
 from prismserve.protocol.chat import ChatRequest
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ async def profile_shaped(
     assert app.config.planner_spec is not None  # the caller checked
     shape = PlanSpec.model_validate(app.config.planner_spec(kept))
     deployments, largest = await _deploy_one_of_each(runtime, app, shape)
-    examples = _examples(kept, max(batch, largest) * 2)
+    examples = profile_requests(kept, w.workloads_dir(), max(batch, largest) * 2)
     keys = {option: app.named_unit_tasks()[path].deployment_key() for option, path in deployments.items()}
     measured: Measured = {o.name: {} for o in shape.options}
     warm = False  # one warm-up round for the whole app
@@ -102,16 +104,6 @@ async def _deploy_one_of_each(runtime: Any, app: App, shape: PlanSpec) -> tuple[
     await runtime.deploy(app.name, deployed)
     largest = max((int(p.get("max_batch", 1)) for p in deployed.profiles.values()), default=1)
     return deployments, largest
-
-
-def _examples(kept: list[RequestSpec], count: int) -> dict[str, list[ChatRequest]]:
-    """Up to `count` chat requests of each type of the workload, in workload order."""
-    media = w.workloads_dir()
-    examples: dict[str, list[ChatRequest]] = {}
-    for entry in kept:
-        if len(examples.setdefault(entry.request_type, [])) < count:
-            examples[entry.request_type].append(chat_request(entry, media))
-    return examples
 
 
 def covering(paths: list[Path]) -> list[Path]:

@@ -370,7 +370,9 @@ def test_a_script_starts_its_own_ray_beside_a_running_cluster(ray_cluster, tmp_p
 def test_bench_profile_emulated_compares_a_given_profile_with_the_cost_model(tmp_path):
     """`--profile FILE` reads a profile the server made instead of measuring one: each option's
     measured rate over the emulation's own at the speedup given. A file holding the emulation's own
-    spec at speedup 4, with option G made half as fast, compares at 1.0 and G at 0.5."""
+    spec at speedup 4, with option G made half as fast, compares at 1.0 and G at 0.5; with `--gpus`,
+    the plan made from the emulation's own spec is the best plan (share 1), from the file's at most
+    as good."""
     from prismserve.bench.workloads import Arrivals, servegen
     from prismserve.emulate.catalog import QWEN25_OMNI
     from prismserve.profile.spec import spec_document
@@ -382,15 +384,22 @@ def test_bench_profile_emulated_compares_a_given_profile_with_the_cost_model(tmp
     ]
     profile = tmp_path / "qwen25-omni.yaml"
     profile.write_text(spec_document(exact.model_copy(update={"options": options}), {"profile of": "test"}))
-    out = tmp_path / "compared.json"
-    args = ["--model", "qwen25-omni", "--speedup", "4", "--requests", "60", "--seed", "3"]
+    own = tmp_path / "own.yaml"
+    own.write_text(spec_document(exact, {"profile of": "test"}))
+    args = ["--model", "qwen25-omni", "--speedup", "4", "--requests", "60", "--seed", "3", "--gpus", "4"]
     script = str(ROOT / "benchmarks" / "bench_profile_emulated.py")
-    result = run_script([script, *args, "--profile", str(profile), "--out", str(out)], tmp_path, 300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    ratios = {name: row["ratio"] for name, row in json.loads(out.read_text())["options"].items()}
+    results = {}
+    for given in (profile, own):
+        out = tmp_path / f"{given.stem}.json"
+        result = run_script([script, *args, "--profile", str(given), "--out", str(out)], tmp_path, 300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        results[given.stem] = json.loads(out.read_text())
+    ratios = {name: row["ratio"] for name, row in results["qwen25-omni"]["options"].items()}
     assert ratios.keys() == {o.name for o in exact.options}
     assert ratios.pop("G") == pytest.approx(0.5)
     assert all(r == pytest.approx(1.0) for r in ratios.values()), ratios
+    assert results["own"]["plans"]["4"]["share"] == pytest.approx(1.0)
+    assert 0 < results["qwen25-omni"]["plans"]["4"]["share"] <= 1 + 1e-9
 
 
 def test_the_round_drain_is_computed_as_the_sim_batcher_serves():

@@ -14,7 +14,7 @@ from prismserve.bench.workloads import RequestSpec, workloads_dir
 from prismserve.planner import plan_for_budget
 from prismserve.profile import cached_profile, deployable, profile
 from prismserve.profile.measure import serve_one
-from prismserve.profile.requests import chat_request, deployments_of, model_order
+from prismserve.profile.requests import chat_request, deployments_of, model_order, profile_requests
 from prismserve.runtime.pool import InProcessPool
 from prismserve.runtime.ray_runtime import RayRuntime
 
@@ -75,6 +75,28 @@ def test_each_request_types_deployments_are_read_from_the_apps_recorded_graph(wo
 def test_model_order_keeps_every_types_order_and_falls_back_on_disagreement():
     assert model_order([[LLM], [ENC, LLM], [AUD, LLM, TALK, VOC]]) == [ENC, AUD, LLM, TALK, VOC]
     assert model_order([["a", "b"], ["b", "a"]]) == ["a", "b"]
+
+
+def test_profile_requests_ask_for_their_types_mean_output_and_differ_in_text(workloads):
+    """A profile round's requests end together (a continuous batcher's batch stays full, as under
+    load) and keep the workload's inputs; a type with fewer requests than a round is repeated, its
+    texts apart, so that no prefix cache serves one from another."""
+    specs = [
+        RequestSpec(0.0, 8, 300, images=((64, 48),)),
+        RequestSpec(0.0, 9, 2),
+        RequestSpec(0.0, 8, 10, images=((96, 48),)),
+        RequestSpec(0.0, 8, 11, images=((64, 64),)),
+    ]
+    made = profile_requests(specs, workloads, 4)
+    assert sorted(made) == ["image+text", "text"]
+    images = made["image+text"]
+    assert [r.max_tokens for r in images] == [107] * 4  # (300 + 10 + 11) / 3
+    assert [r.max_tokens for r in made["text"]] == [2] * 4
+    widths = [[len(i.data) for i in r.images] for r in images]
+    assert widths[0] == widths[3] != widths[1] != widths[2]  # the type's own images, again from the first
+    texts = [r.messages[0].text for r in images + made["text"]]
+    assert len(set(texts)) == len(texts)
+    assert len({len(t.split()) for t in texts[:4]}) == 1  # the same length: the text starts apart
 
 
 def test_the_profile_plans_a_deployment_that_serves_every_type_without_a_router(workloads):
