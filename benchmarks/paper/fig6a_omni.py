@@ -201,8 +201,8 @@ def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
         if "best_exact_rps" in cell:  # the plan was made from a profile measured on replicas
             share = cell["runs"]["prismserve"]["exact_rps"] / cell["best_exact_rps"]
             why = (
-                f"the plan, made from a profile measured on the replicas (which rates the decoders "
-                f"low), has {share:.2f} of the best plan's capacity under the emulation's costs; {WHY}"
+                f"the plan, made from a profile measured on the replicas, has {share:.2f} of the best "
+                f"plan's capacity under the emulation's costs; {WHY}"
             )
         out.append(
             (
