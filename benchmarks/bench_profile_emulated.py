@@ -76,13 +76,12 @@ def plan_capacities(
     emulated: Any, specs: list[Any], measured: Any, exact: Any, gpus: int
 ) -> dict[str, float]:
     """The capacity (req/s, A100 scale) under the emulation's own costs of the plans for `gpus` GPUs
-    made from the `measured` spec and from the `exact` one (cells up to `gpus`, as the paper
-    scripts plan)."""
+    made from the `measured` spec and from the `exact` one, planned as `serve --gpus` plans."""
     from prismserve.planner import plan_for_budget
 
     capacity = {}
     for label, spec in (("measured_plan_rps", measured), ("best_plan_rps", exact)):
-        plan = plan_for_budget(spec, gpus, max_exponent=gpus.bit_length() - 1)
+        plan = plan_for_budget(spec, gpus)
         capacity[label] = emulated.capacity(plan.replicas(), plan.routing, specs)
     return {**capacity, "share": capacity["measured_plan_rps"] / capacity["best_plan_rps"]}
 

@@ -38,8 +38,9 @@ def chat_request(spec: RequestSpec, media: Path, variant: int = 0) -> ChatReques
 
 def profile_requests(specs: list[RequestSpec], media: Path, count: int) -> dict[str, list[ChatRequest]]:
     """`count` chat requests of each type of `specs`: its first requests (again if it has fewer), each
-    asking for the type's mean output tokens, their texts starting at different words (so that no
-    engine's prefix cache serves one from another).
+    asking for the type's mean output tokens, their texts starting at different words of the
+    prompt's cycle (so that no engine's prefix cache serves one from another, for as many requests
+    as the cycle has words: 17).
 
     The profile times rounds of these requests started together. With the workload's own outputs a
     continuous batcher's batch is full only until the round's shortest request ends, and with
