@@ -130,7 +130,9 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
             encode_s=float(getattr(task_input, "sim_encode_s", 0.0)),
             raw_items=raw_items,
             embedded_items=encoded,
-            admit_s=costs.admit_s + costs.admit_item_s * (raw_items + encoded),  # its frontend takes all
+            # its frontend takes every item
+            admit_s=costs.admit_s * costs.admit_cpu_share + costs.admit_item_s * (raw_items + encoded),
+            handoff_s=costs.admit_s * (1 - costs.admit_cpu_share),
             media=raw_items + encoded > 0,
         )
 
@@ -310,6 +312,8 @@ class StepLoop:
         request.tag = (loop, queue)
         if request.admit_s > 0:
             await self._admit(loop, request)
+        if request.handoff_s > 0:
+            await asyncio.sleep(request.handoff_s)
         with self._lock:
             self._arrived.append((time.perf_counter(), request))
             if self._thread is None:
@@ -322,6 +326,8 @@ class StepLoop:
                 while more and not queue.empty():
                     more = queue.get_nowait()
                     ready += more
+                if output_s := self.core.costs.output_token_s * ready:
+                    _spend_cpu(output_s)  # on the loop, as vLLM's output handler
                 yield ready
                 if not more:
                     return

@@ -41,9 +41,16 @@ class StepCosts(BaseModel):
     delay it without holding up steps (a `sim` executor spends them off its event loop, a prompt
     with media on one media-processor thread, as vLLM's renderer does). `admit_wait_share` is the
     share of the media processing queued at its arrival that a request without media waits out
-    first: vLLM tokenizes text on a pool, yet measured (vLLM-CPU, the tiny Qwen2.5-VL) a text
-    request sent 6 ms after four photos got its first token 20-35 ms later than alone, a part of
-    their processing (the frontend's Python work takes the GIL in turn).
+    first: vLLM's renderer tokenizes text apart from the media processor, yet measured (vLLM-CPU,
+    the tiny Qwen2.5-VL) a text request sent 6 ms after four photos got its first token 9-17 ms
+    later than alone, a part of their processing (the frontend's Python work takes the GIL and the
+    host's core in turn). `admit_cpu_share` is the share of `admit_s` spent as CPU; the rest is
+    waiting that a busy host does not stretch (the hand-offs between the frontend and the engine's
+    process): measured on the same engine, a text request's frontend process used 1.2 ms more CPU
+    than the twin's, of 4.3 ms more time.
+    `output_token_s` is the frontend's CPU seconds per token it hands out, on the replica's event
+    loop as vLLM's output handler processes each step's outputs there (measured: 0.22 ms a token
+    on vLLM-CPU, 0.08 of them the twin's own path).
     `kv_capacity_tokens` None means the KV cache never runs out.
     """
 
@@ -57,6 +64,8 @@ class StepCosts(BaseModel):
     admit_s: float = Field(default=0.0, ge=0)
     admit_item_s: float = Field(default=0.0, ge=0)
     admit_wait_share: float = Field(default=0.0, ge=0, le=1)
+    admit_cpu_share: float = Field(default=1.0, ge=0, le=1)
+    output_token_s: float = Field(default=0.0, ge=0)
     max_num_batched_tokens: int = Field(default=2048, ge=1)
     max_num_seqs: int = Field(default=256, ge=1)
     kv_capacity_tokens: int | None = Field(default=None, ge=1)
@@ -77,7 +86,8 @@ class SimRequest:
     encode_s: float = 0.0  # encoder seconds of its own, beside its items' (`StepCosts`)
     raw_items: int = 0  # media items the engine's encoder runs
     embedded_items: int = 0  # items encoded elsewhere whose embeddings it brings
-    admit_s: float = 0.0  # seconds in the frontend before the scheduler sees it
+    admit_s: float = 0.0  # CPU seconds in the frontend before the scheduler sees it
+    handoff_s: float = 0.0  # seconds it then waits, using no CPU, until the scheduler sees it
     media: bool = False  # brings media: the frontend's media processor takes it (one at a time)
     tag: object = None  # the caller's handle for the request (a future, an id)
     computed: int = 0  # tokens whose KV is cached (prompt and output)
@@ -274,9 +284,10 @@ class Timeline:
 def simulate(costs: StepCosts, arrivals: Iterable[tuple[float, SimRequest]]) -> list[Timeline]:
     """Serve `arrivals` ((time, request), any order) on one engine in virtual time; the timelines
     in the order given. A request arriving during a step joins at the next step, as in vLLM; its
-    frontend seconds (`admit_s`) delay it, without the media queue of the real-time `StepLoop`."""
-    pending = [(at + request.admit_s, i, request) for i, (at, request) in enumerate(arrivals)]
-    timelines = [Timeline(at - request.admit_s) for at, _, request in pending]
+    frontend seconds (`admit_s`, `handoff_s`) delay it, without the media queue of the real-time
+    `StepLoop`."""
+    pending = [(at + _frontend_s(request), i, request) for i, (at, request) in enumerate(arrivals)]
+    timelines = [Timeline(at - _frontend_s(request)) for at, _, request in pending]
     heapq.heapify(pending)
     engine, now = EngineCore(costs), 0.0
     index: dict[int, int] = {}
@@ -296,3 +307,7 @@ def simulate(costs: StepCosts, arrivals: Iterable[tuple[float, SimRequest]]) -> 
                 raise RuntimeError("the engine is stuck: no step can run and no request arrives")
             now = max(now, pending[0][0])
     return timelines
+
+
+def _frontend_s(request: SimRequest) -> float:
+    return request.admit_s + request.handoff_s

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -304,6 +305,11 @@ def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
     assert run["monolith"]["executor_kinds"] == {"real": ["mm-llm-vllm"], "twin": ["sim"]}
     # The real deployment ran the workload twice: the twin is judged against both.
     assert compared["tbt_p50_s"]["real_again"] > 0 and "within" in compared["tbt_p50_s"]
+    # The frontend's CPU seconds were measured, per request and per token, on both.
+    for probes in (run["monolith"]["probes"]["real"], run["monolith"]["probes"]["twin_rounds"][-1]):
+        assert probes["frontend_cpu_s"] > 0 and probes["frontend_token_cpu_s"] > 0
+    assert 0 <= run["monolith"]["parameters"]["admit_cpu_share"] <= 1
+    assert run["monolith"]["twin_round"] == 1  # the one fitted round (0 is the twin at zero cost)
     # The fitted twin's probes moved from zero cost towards the real ones.
     rounds = run["monolith"]["probes"]["twin_rounds"]
     real = run["monolith"]["probes"]["real"]["tbt_1_s"]
@@ -426,6 +432,27 @@ def test_the_round_drain_is_computed_as_the_sim_batcher_serves():
     gain = 4 / (1 + growth * 3)  # the batch's speed over one request's
     assert drain.busy_seconds([0.1] * 4, growth) == pytest.approx(0.4 / gain)
     assert computed > 1.25 * sum(works) / gain  # 1.95 s against 1.5 at the full-batch rate
+
+
+def test_twin_counts_a_processes_cpu_seconds_finer_than_its_ticks():
+    """The twin's CPU probes read Linux's schedstat: a request's frontend work (1-2 ms) is finer
+    than the 10 ms ticks of a process's CPU times, which read 0 or 10 ms for it."""
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+    before = twin.cpu_seconds([os.getpid()])
+    end = time.thread_time() + 0.003
+    while time.thread_time() < end:
+        pass
+    spent = twin.cpu_seconds([os.getpid()]) - before
+    assert 0.003 <= spent < 0.008
+
+
+def test_twin_is_the_fitted_round_whose_probes_came_closest():
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+    real = {"ttft_short_s": 0.004, "tbt_1_s": 0.0016, "encoder_cpu_s": 0.0}
+    assert twin.misfit(real, real) == 0
+    near = {"ttft_short_s": 0.0045, "tbt_1_s": 0.0016, "encoder_cpu_s": 0.0}
+    far = {"ttft_short_s": 0.002, "tbt_1_s": 0.0017, "encoder_cpu_s": 0.0}
+    assert twin.misfit(real, near) < twin.misfit(real, far)
 
 
 def test_twin_sends_every_request_a_photo_of_its_own():

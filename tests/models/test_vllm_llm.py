@@ -188,3 +188,26 @@ def test_a_quantized_checkpoint_runs_quantized_on_vllm(cars_jpg, vllm_probes):
         assert len(tokens) == STEPS, case.prompt
         gap = np.abs(logprobs[0] - reference.numpy()).max()
         assert 1e-4 < gap < 0.1, (case.prompt, gap)
+
+
+def test_a_text_request_is_not_held_behind_a_photos_processing(cars_jpg, vllm_probes):
+    """vLLM's raw-prompt path runs every request's tokenization and media processing on one
+    thread in turn, so a text request waited out the processing of every photo queued before it
+    (28 ms behind four photos on the tiny Qwen2.5-VL); rendered as vLLM's server renders, the text
+    is tokenized apart from the media processor. Here the photo's processing is held until the
+    text request has been answered or 20 s have passed."""
+    from prismserve.models import tiny
+    from prismserve.task.components import MediaItem
+
+    path = str(tiny.build("qwen2.5-vl"))
+    question = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}]
+    job = {
+        "task": VLLMTask(model=path, dtype="float32", with_encoders=True),
+        "image": LLMInput(
+            conversation=question, media=[MediaItem(modality="image", data=cars_jpg)], max_tokens=4
+        ),
+        "text": LLMInput(conversation=[{"role": "user", "content": "What is prismserve?"}], max_tokens=4),
+    }
+    result = vllm_probes.run("vllm_render_probe.py", job)
+    assert result["answered_while_held"], result
+    assert len(result["text"]) == len(result["image"]) == 4  # both answered in full
