@@ -18,7 +18,8 @@ replaced by a `sim` executor (a plan's `profiles`), the LLM running vLLM's step 
   frontend   what is left of a lone request's first-token time: per-request (and per-image)
              seconds before the scheduler sees it (tokenization, the media processor, the
              hand-off to the engine's process), the CPU seconds the LLM's process spends on a
-             text request: which share of them is CPU work a busy host stretches, and
+             text request (which share of those seconds is CPU work a busy host stretches) and
+             per token it hands out (CPU on its event loop), and
              a text request's first token sent just after four photos: the share of their
              processing it waits out (vLLM's frontend takes the GIL in turn)
 The twin starts at zero cost (its own path: runtime, data plane, sim executors), runs the same
@@ -222,9 +223,10 @@ def photos(count: int, short_side: int = 690) -> list[bytes]:
 
 
 def photo_count(args: Any) -> int:
-    """Photos a layout's run sends, with room: each probe round about 90 (the real deployment's and
-    every twin round's), each of the three loads half its requests."""
-    return 96 * (args.rounds + 2) + 2 * args.requests
+    """Photos a layout's run sends, with room: each probe round up to about 100 (the real
+    deployment's and every twin round's; the split's encoder CPU probe 20 of them), each of the
+    three loads half its requests, and the twin's warm-up."""
+    return 112 * (args.rounds + 2) + 2 * args.requests
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -322,9 +324,9 @@ def refine(
     it; in the split the stall moves with the engine's taking in the embeddings, the capacity with
     8 requests in flight with the encoder's batching, and the encoder's CPU seconds per image with
     its share of CPU. A text request's first token just after four photos moves with the share of
-    their processing it waits out, and the CPU seconds the LLM's process spends on a text request
+    their processing it waits out, the CPU seconds the LLM's process spends on a text request
     with the share of the frontend's seconds that is CPU work (the rest waits on the engine's
-    process). The step model is linear in them, so a round or two match the probes.
+    process), and its CPU seconds per token with the frontend's per token. The step model is linear in them, so a round or two match the probes.
     """
     gap = {key: real[key] - twin[key] for key in real}
     short, long_, question = prompt_tokens(SHORT), prompt_tokens(LONG), prompt_tokens(QUESTION)
