@@ -231,7 +231,8 @@ def photo_count(args: Any) -> int:
 
 def cpu_seconds(pids: list[int]) -> float:
     """CPU seconds the threads of `pids` have run, to the nanosecond (Linux's schedstat; the
-    process's tick counts are 10 ms apart, coarser than a request's frontend work)."""
+    process's tick counts are 10 ms apart, coarser than a request's frontend work). Not their
+    descendants, as `bench_omni.process_cpu` counts them: vLLM's worker spins while it waits."""
     total = 0
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").iterdir():

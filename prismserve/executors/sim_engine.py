@@ -36,7 +36,7 @@ class StepCosts(BaseModel):
     once for a step that encodes anything: vLLM runs the step's media through the encoder as one
     batch; `embed_item_s` per item encoded elsewhere whose embeddings the prompt brings: their
     move into the engine's input). The limits are vLLM's scheduler settings;
-    `admit_s` (per request) and `admit_item_s` (per media item, raw or encoded) are CPU seconds in
+    `admit_s` (per request) and `admit_item_s` (per media item, raw or encoded) are seconds in
     the frontend before the scheduler sees a request (tokenization, the media processor): they
     delay it without holding up steps (a `sim` executor spends them off its event loop, a prompt
     with media on one media-processor thread, as vLLM's renderer does). `admit_wait_share` is the
@@ -94,6 +94,11 @@ class SimRequest:
     produced: int = 0  # output tokens produced so far
     encoded: bool = False
     blocks: int = 0
+
+    @property
+    def frontend_s(self) -> float:
+        """Seconds in the frontend before the scheduler sees it."""
+        return self.admit_s + self.handoff_s
 
     @property
     def length(self) -> int:
@@ -286,8 +291,8 @@ def simulate(costs: StepCosts, arrivals: Iterable[tuple[float, SimRequest]]) -> 
     in the order given. A request arriving during a step joins at the next step, as in vLLM; its
     frontend seconds (`admit_s`, `handoff_s`) delay it, without the media queue of the real-time
     `StepLoop`."""
-    pending = [(at + _frontend_s(request), i, request) for i, (at, request) in enumerate(arrivals)]
-    timelines = [Timeline(at - _frontend_s(request)) for at, _, request in pending]
+    pending = [(at + request.frontend_s, i, request) for i, (at, request) in enumerate(arrivals)]
+    timelines = [Timeline(at - request.frontend_s) for at, _, request in pending]
     heapq.heapify(pending)
     engine, now = EngineCore(costs), 0.0
     index: dict[int, int] = {}
@@ -307,7 +312,3 @@ def simulate(costs: StepCosts, arrivals: Iterable[tuple[float, SimRequest]]) -> 
                 raise RuntimeError("the engine is stuck: no step can run and no request arrives")
             now = max(now, pending[0][0])
     return timelines
-
-
-def _frontend_s(request: SimRequest) -> float:
-    return request.admit_s + request.handoff_s
