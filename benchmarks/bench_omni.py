@@ -56,42 +56,52 @@ def requests(image: bytes, audio: bytes, max_tokens: int) -> list[ChatRequest]:
     ]
 
 
-async def one(app, request: ChatRequest, runtime) -> tuple[float, float, float | None]:
-    """End-to-end latency, time to the first text and time to the first audio (None without audio)
-    of one request, served as the gateway serves it."""
+async def one(app, request: ChatRequest, runtime) -> tuple[float, float, float | None, int]:
+    """End-to-end latency, time to the first text, time to the first audio (None without audio) and
+    the text tokens (as the engine counts them; a text chunk is one where it does not) of one
+    request, served as the gateway serves it."""
     start = time.perf_counter()
     first = first_audio = None
+    tokens = 0
     async with runtime.request(app.name):
         async for chunk in await app.serve(request):
             if chunk.text and first is None:
                 first = time.perf_counter() - start
             if chunk.audio and first_audio is None:
                 first_audio = time.perf_counter() - start
-    return time.perf_counter() - start, first or time.perf_counter() - start, first_audio
+            if chunk.text or chunk.tokens:
+                tokens += chunk.tokens if chunk.tokens is not None else 1
+    return time.perf_counter() - start, first or time.perf_counter() - start, first_audio, tokens
 
 
 async def load(runtime, app, cycle: list[ChatRequest], clients: int, total: int) -> dict[str, float]:
-    """`total` requests from `clients` closed-loop clients; throughput and latency percentiles (and
-    the time to first audio when some requests were spoken to)."""
-    latencies, ttfts, ttfas = [], [], []
+    """`total` requests from `clients` closed-loop clients; throughput (requests and text tokens)
+    and latency percentiles (and the time to first audio when some requests were spoken to)."""
+    latencies, ttfts, ttfas, tokens = [], [], [], []
     issued = iter(range(total))
 
-    async def client(offset: int) -> None:
+    async def client() -> None:
         with use_dispatcher(runtime.dispatcher):
             for n in issued:
-                latency, ttft, ttfa = await one(app, cycle[(n + offset) % len(cycle)], runtime)
+                # The n-th request issued is of the cycle's n-th type, whichever client sends it: the
+                # mix is the cycle's. (Offset by the client's number, clients in lockstep each sent
+                # one type only: with 8 clients and a cycle of two, every request was text.)
+                latency, ttft, ttfa, count = await one(app, cycle[n % len(cycle)], runtime)
                 latencies.append(latency)
+                tokens.append(count)
                 ttfts.append(ttft)
                 if ttfa is not None:
                     ttfas.append(ttfa)
 
     start = time.perf_counter()
-    await asyncio.gather(*(client(i) for i in range(clients)))
+    await asyncio.gather(*(client() for _ in range(clients)))
     elapsed = time.perf_counter() - start
     ordered = sorted(latencies)
     row = {
         "requests": total,
         "req_per_s": total / elapsed,
+        # Requests that stop early (a random-weight model's end token) are cheaper: tokens/s says so.
+        "tokens_per_s": sum(tokens) / elapsed,
         "p50_s": statistics.median(ordered),
         "p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
         # A round is tens of requests: a P99 of fewer than 100 would be their maximum, so the

@@ -9,10 +9,11 @@ encoder (transformers) and an LLM replica:
 Closed loop: `--clients` clients send requests back to back, alternating text -> text and
 image+text -> text (cars.jpg), `--max-tokens` each (greedy; tiny random weights rarely stop early).
 `--rounds` rounds in which the two take turns, `--requests` per deployment in all, after a warm-up.
-Reported per deployment, medians over its rounds: throughput, latency P50, P90 and maximum, time to first text
-P50; and vllm / transformers ratios (per round, then the median).
+Reported per deployment, medians over its rounds: throughput (requests and text tokens), latency
+P50, P90 and maximum, time to first text P50; and vllm / transformers ratios (per round, then the
+median).
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
-Run: python benchmarks/bench_vllm.py [--family qwen2.5-vl|internvl3|gemma3] [--clients 8] [--requests 96]
+Run: python benchmarks/bench_vllm.py [--family qwen2.5-vl|internvl3|gemma3] [--clients 8] [--requests 960]
      [--rounds 3] [--out result.json]
 """
 
@@ -52,7 +53,7 @@ async def serve(request: ChatRequest) -> AsyncIterator[ChatChunk]:
 
 # P90 and the maximum: a round is tens of requests, where a P99 would be the maximum by another name
 # (`bench_omni.load` reports a P99 only from 100 requests a round).
-METRICS = ("req_per_s", "p50_s", "p90_s", "max_s", "ttft_p50_s")
+METRICS = ("req_per_s", "tokens_per_s", "p50_s", "p90_s", "max_s", "ttft_p50_s")
 
 
 async def measure(family: str, clients: int, total: int, rounds: int, max_tokens: int) -> dict[str, Any]:
@@ -79,8 +80,9 @@ async def measure(family: str, clients: int, total: int, rounds: int, max_tokens
                 row = await load(runtime, app, cycle, clients, total // rounds)
                 rows[engine].append(row)
                 print(
-                    f"{engine:<13} {row['req_per_s']:6.2f} req/s  p50 {row['p50_s']:.2f} s  "
-                    f"p90 {row['p90_s']:.2f} s  max {row['max_s']:.2f} s  ttft p50 {row['ttft_p50_s']:.2f} s",
+                    f"{engine:<13} {row['req_per_s']:6.1f} req/s  {row['tokens_per_s']:6.0f} tokens/s  "
+                    f"p50 {row['p50_s'] * 1e3:.0f} ms  p90 {row['p90_s'] * 1e3:.0f} ms  "
+                    f"max {row['max_s'] * 1e3:.0f} ms  ttft p50 {row['ttft_p50_s'] * 1e3:.0f} ms",
                     flush=True,
                 )
     finally:
@@ -103,7 +105,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=96, help="per deployment, after the warm-up")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=960,
+        help="per deployment, after the warm-up (rounds of seconds, not a few 100 ms)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds (medians are reported)")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--family", choices=["qwen2.5-vl", "internvl3", "gemma3"], default="qwen2.5-vl")
@@ -112,19 +119,20 @@ def main() -> None:
     results = asyncio.run(measure(args.family, args.clients, args.requests, args.rounds, args.max_tokens))
     results["family"], results["clients"] = args.family, args.clients
     print(
-        f"\ntiny {args.family}, {args.clients} clients, medians of rounds   req/s   p50 s   p90 s   max s  ttft p50 s"
+        f"\ntiny {args.family}, {args.clients} clients, medians of rounds   req/s  tokens/s  p50 ms  p90 ms  "
+        "max ms  ttft p50 ms"
     )
     for name in ("vllm", "transformers"):
         row = results[name]
         print(
-            f"LLM on {name:<38} {row['req_per_s']:6.2f} {row['p50_s']:7.2f} {row['p90_s']:7.2f} {row['max_s']:7.2f} "
-            f"{row['ttft_p50_s']:9.2f}"
+            f"LLM on {name:<38} {row['req_per_s']:6.1f} {row['tokens_per_s']:9.0f} {row['p50_s'] * 1e3:7.0f} "
+            f"{row['p90_s'] * 1e3:7.0f} {row['max_s'] * 1e3:7.0f} {row['ttft_p50_s'] * 1e3:12.0f}"
         )
     ratio = results["vllm_over_transformers"]
     print(
         f"vllm / transformers (median of per-round ratios): throughput {ratio['req_per_s']:.2f}x, "
-        f"p50 {ratio['p50_s']:.2f}x, p90 {ratio['p90_s']:.2f}x, max {ratio['max_s']:.2f}x, "
-        f"ttft p50 {ratio['ttft_p50_s']:.2f}x"
+        f"tokens/s {ratio['tokens_per_s']:.2f}x, p50 {ratio['p50_s']:.2f}x, p90 {ratio['p90_s']:.2f}x, "
+        f"max {ratio['max_s']:.2f}x, ttft p50 {ratio['ttft_p50_s']:.2f}x"
     )
     if args.out:
         with open(args.out, "w") as f:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import pickle
 import sys
@@ -89,6 +90,16 @@ async def naming_errors(source: AsyncIterator[Any], index: int, task_name: str) 
         raise DispatchError.at(index, task_name, f"failed: {type(exc).__name__}: {exc}") from exc
 
 
+def freeze_heap() -> None:
+    """Put every object alive now out of the garbage collector's sight, as vLLM's server does once
+    it has started (`vllm.utils.gc_utils.freeze_gc_heap`). torch, transformers, vLLM and a loaded
+    model leave 450,000-730,000 objects that live as long as the process; a full collection walked
+    them all, 300-490 ms in a loaded LLM replica on this machine, and every stream the replica
+    served stood still meanwhile. Frozen, a full collection walks only what serving allocated."""
+    gc.collect()
+    gc.freeze()
+
+
 class ExecutorReplica:
     """Runs invocations of one unit task with its executor; holds the streams and payloads it produced.
 
@@ -147,6 +158,7 @@ class ExecutorReplica:
             self._slab = ShmSlab(self.slab_bytes, self._node, owner=self.address)
         # The engine's processes and segments, and the slab, to remove at stop whatever happens.
         self._leftovers = leftovers.record([self._slab.path] if self._slab is not None else [])
+        freeze_heap()  # loaded: what is alive now lives as long as the replica
         return {
             "leftovers": self._leftovers,
             "wire": self.address,
@@ -156,6 +168,7 @@ class ExecutorReplica:
             "python": sys.executable,
             "gpu_ids": gpu_ids,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "gc_frozen": gc.get_freeze_count(),
         }
 
     async def health(self) -> None:

@@ -31,6 +31,7 @@ from prismserve.observability import setup_logging, setup_tracing
 from prismserve.observability.logs import FORMATS as LOG_FORMATS
 from prismserve.planner import Plan
 from prismserve.runtime import LocalRuntime, Runtime, create_runtime
+from prismserve.runtime.replica import freeze_heap
 from prismserve.runtime.resources import PlacementError
 from prismserve.task.context import current_request
 
@@ -260,6 +261,7 @@ class GatewayServer:
                 if not await _reported(self._register()):
                     return 2
                 serving = True
+                freeze_heap()  # as each replica does once loaded (in-process replicas live here)
                 self._announce()
                 await self.server.serve(sockets=[self.listener])
             return 0

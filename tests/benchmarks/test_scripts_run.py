@@ -607,3 +607,38 @@ def test_a_replica_killed_under_load_fails_only_requests_it_held_and_runs_again(
     assert report["held_at_kill"] >= 1  # the kill met requests: its outcome says something
     assert all(f["in_flight_at_kill"] and f["status"] for f in report["failed"])
     assert report["recovery_s"] is not None and report["latency_p50_after_s"] is not None
+
+
+def test_closed_loop_clients_send_the_cycles_mix_whatever_their_timing():
+    """`bench_omni.load` (bench_vllm's too): eight clients in lockstep over a cycle of text and
+    image requests send half of each. Offset by the client's number, each client sent one type
+    only there: on vLLM, whose tiny answers all took as long, every request was text."""
+    import contextlib
+
+    from prismserve.protocol.chat import ChatChunk, ChatRequest
+
+    bench_omni = load_module(ROOT / "benchmarks" / "bench_omni.py")
+    sent: list[str] = []
+
+    class App:
+        name = "app"
+
+        async def serve(self, request: ChatRequest):
+            sent.append(request.messages[-1].content[0].text)  # the prompt names the type
+            await asyncio.sleep(0.01)  # every answer as long: the clients stay in lockstep
+
+            async def chunks():
+                yield ChatChunk(text="x", tokens=3)
+
+            return chunks()
+
+    class Runtime:
+        dispatcher = None
+
+        def request(self, name: str):
+            return contextlib.nullcontext()
+
+    cycle = [ChatRequest.of("text"), ChatRequest.of("image", images=[b"\x89PNG"])]
+    row = asyncio.run(bench_omni.load(Runtime(), App(), cycle, clients=8, total=64))
+    assert len(sent) == 64 and sent.count("text") == 32
+    assert row["tokens_per_s"] == pytest.approx(3 * row["req_per_s"])
