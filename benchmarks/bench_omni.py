@@ -10,11 +10,11 @@ after the other in the same run, one replica per deployment:
               thinker (it keeps the audio tower: vLLM takes audio raw), talker, vocoder: 4 replicas
   monolithN   transformers' own end-to-end `generate` in one deployment, N replicas: as many as the
               split deployment it is compared with
-Closed loop: `--clients` clients send requests back to back, cycling through text -> text,
+Closed loop: `--clients` clients send requests back to back, a third each text -> text,
 image+text -> text and audio+text -> text+speech (cars.jpg and query_to_cars.wav of the shared
-workloads). For each N, `--rounds` rounds in which the split deployment(s) of N replicas and the
+workloads; the n-th request issued is the n-th of that cycle, whichever client sends it). For each N, `--rounds` rounds in which the split deployment(s) of N replicas and the
 monolith of N take turns, `--requests` per deployment in all, after a warm-up. Reported per
-deployment, medians over its rounds: throughput (requests/s), end-to-end latency P50, P90 and
+deployment, medians over its rounds: throughput (requests and text tokens a second), end-to-end latency P50, P90 and
 maximum (a P99 too where a round has 100 requests or more), time to first text P50, time to
 first audio P50 (speech requests); and split / monolith ratios (per round, then the median).
 Speech answers run to `--max-codes` codec ids (the tiny talkers never end earlier; 250 are five

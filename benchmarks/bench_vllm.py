@@ -6,8 +6,9 @@ InternVL3 or Gemma 3; CPU). Two deployments on the Ray runtime with declared GPU
 encoder (transformers) and an LLM replica:
   vllm          the LLM on vLLM's async engine (continuous batching), in the vLLM environment
   transformers  the LLM on transformers (continuous batching, `HFEngine`)
-Closed loop: `--clients` clients send requests back to back, alternating text -> text and
-image+text -> text (cars.jpg), `--max-tokens` each (greedy; tiny random weights rarely stop early).
+Closed loop: `--clients` clients send requests back to back, half text -> text and half
+image+text -> text (cars.jpg), `--max-tokens` at most (greedy; a random-weight model may end an
+answer early, the tiny Gemma 3 its image answers at 18 tokens on both engines: tokens/s counts them).
 `--rounds` rounds in which the two take turns, `--requests` per deployment in all, after a warm-up.
 Reported per deployment, medians over its rounds: throughput (requests and text tokens), latency
 P50, P90 and maximum, time to first text P50; and vllm / transformers ratios (per round, then the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 
@@ -14,6 +15,17 @@ from prismserve.protocol.chat import TextDelta
 from prismserve.task import Stream, TaskInput, TaskOutput, UnitTask
 
 COSTS = StepCosts(step_s=0.01, prefill_token_s=0.001, decode_seq_s=0.002, max_num_batched_tokens=100)
+
+
+@pytest.fixture(autouse=True)
+def _no_collector_pauses():
+    """The real-time tests here time the step loop in this process, whose heap (every test module's
+    imports) a full collection walks in 0.25 s or more (in a CI run a text request's first token
+    came 0.36 s late, about one such pause). The collector is off while a test runs, as `timeit`
+    keeps it; the replicas that serve freeze their heap instead (`runtime/replica.py::freeze_heap`)."""
+    gc.disable()
+    yield
+    gc.enable()
 
 
 def test_a_lone_request_takes_its_prefill_then_one_step_per_token():
