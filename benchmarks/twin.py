@@ -9,19 +9,24 @@ replaced by a `sim` executor (a plan's `profiles`), the LLM running vLLM's step 
   decode     gaps between tokens of 1 and of 4 concurrent text streams: the step's fixed
              seconds and each decode's share
   prefill    first-token time of a short and a long text prompt alone: seconds per prompt token
-  encoder    (monolith) how long the image's step stalls a running text stream, with one image and
+             (sent in turn with the image request: the engine's pace drifts over seconds, and
+             the fit reads their differences)
+  new prompt how long a text request's step stalls a running text stream: each new prompt's
+             seconds in its step beyond its tokens
+  encoder    (monolith) how much longer the image's step stalls it, with one image and
              with two: the encoder's seconds inside the step, the head-of-line blocking ModServe
              measures (003 Figure 1); (split) the image request's extra first-token time: the
-             encoder replica's seconds, its stall: the engine taking in the embeddings, the
-             capacity with 8 requests in flight: the encoder's batching, and the CPU seconds the
-             encoder's process spends per image: the share of its time on the host's cores
+             encoder replica's seconds, its stall beyond a text request's: the engine taking in
+             the embeddings, the capacity with 8 requests in flight: the encoder's batching, and
+             the CPU seconds the encoder's process spends per image: the share of its time on
+             the host's cores
   frontend   what is left of a lone request's first-token time: per-request (and per-image)
              seconds before the scheduler sees it (tokenization, the media processor, the
              hand-off to the engine's process), the CPU seconds the LLM's process spends on a
              text request (which share of those seconds is CPU work a busy host stretches) and
              per token it hands out (CPU on its event loop), and
              a text request's first token sent just after four photos: the share of their
-             processing it waits out (vLLM's frontend takes the GIL in turn)
+             processing it waits out (they share the frontend's core)
 The twin starts at zero cost (its own path: runtime, data plane, sim executors), runs the same
 probes, and each parameter is corrected by the gap in its probe (`--rounds` times; the twin is the
 round whose probes came closest), so the profile holds only what the engines add and the twin
@@ -42,10 +47,12 @@ Cores, as separate devices would keep them apart: vLLM's engine (its worker's th
 binds, and its engine-core process) on core 0; this process, Ray, the replicas' frontends, the
 encoder (one thread) and the client on the others. The real encoder and frontends compute on those
 shared cores, so the twin's spend CPU time there too (`SimProfile.cpu_share`, the step loop's
-frontend seconds) where the real ones do; its engine sleeps. Runs share the machine with whatever
-else runs.
+frontend seconds) where the real ones do; its engine sleeps. Idle cores poll rather than halt while
+the script runs (`cores_awake`): on this VM a core back from halting ran at about half speed for
+seconds at a time, which the lone-request probes, idle most, met more than the loaded runs. Runs
+share the machine with whatever else runs.
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
-Run: python benchmarks/twin.py [--requests 200] [--repeats 2] [--layouts monolith split] [--out DIR]
+Run: python benchmarks/twin.py [--requests 600] [--repeats 2] [--layouts monolith split] [--out DIR]
 (writes DIR/twin.json, default benchmarks/results; `--quick`: a few requests, one run)
 """
 
@@ -60,6 +67,7 @@ import math
 import os
 import random
 import statistics
+import struct
 import sys
 import time
 from collections.abc import Iterator
@@ -134,10 +142,18 @@ class Bench:
                         times += spread(times[-1] if times else None, time.perf_counter(), chunk.tokens or 1)
         return start, times[0] - start if times else None, times
 
-    async def ttft(self, text: str, image: bool, repeats: int = 9) -> float:
-        """Median first-token seconds of a lone request."""
-        results = [await self.serve(self.request(text, int(image), 2)) for _ in range(repeats)]
-        return statistics.median(r[1] for r in results if r[1] is not None)
+    async def ttfts(self, repeats: int = 15) -> dict[str, float]:
+        """Median first-token seconds of a lone short prompt, long prompt and image request, sent
+        in turn: the real engine's pace drifts over seconds, and the fit reads the differences
+        between them (the long prompt's extra seconds are its prefill), which runs of one kind
+        after another would take at different paces."""
+        kinds = {"ttft_short_s": (SHORT, 0), "ttft_long_s": (LONG, 0), "ttft_image_s": (QUESTION, 1)}
+        seconds: dict[str, list[float]] = {key: [] for key in kinds}
+        for _ in range(repeats):
+            for key, (text, images) in kinds.items():
+                if (ttft := (await self.serve(self.request(text, images, 2)))[1]) is not None:
+                    seconds[key].append(ttft)
+        return {key: statistics.median(values) for key, values in seconds.items()}
 
     async def tbt(self, streams: int, repeats: int = 4) -> float:
         """Median gap between tokens (after the first) of `streams` text streams decoding at once."""
@@ -277,15 +293,13 @@ async def probe(bench: Bench) -> dict[str, float]:
     """The lone-request and contention probes, the same on the real deployment and the twin."""
     for _ in range(2):  # warm-up
         await bench.serve(bench.request(QUESTION, 1, 4))
-    result = {
-        "ttft_short_s": await bench.ttft(SHORT, False),
-        "ttft_long_s": await bench.ttft(LONG, False),
-        "ttft_image_s": await bench.ttft(QUESTION, True),
+    result = await bench.ttfts() | {
         "tbt_1_s": await bench.tbt(1),
         "tbt_4_s": await bench.tbt(4),
     }
     after = result["ttft_short_s"] + 10 * result["tbt_1_s"]
     result["stall_s"] = await bench.stall(after)
+    result["stall_text_s"] = await bench.stall(after, images=0)  # what any new prompt's step adds
     result["stall_two_s"] = await bench.stall(after, images=2)  # one request, two images: one encoder call
     result["encoder_cpu_s"] = await bench.cpu(True, 1)
     result["frontend_cpu_s"] = await bench.cpu(False, 0)
@@ -299,6 +313,7 @@ PARAMETERS = (
     "step_s",
     "decode_seq_s",
     "prefill_token_s",
+    "prefill_seq_s",
     "admit_s",
     "encode_item_s",
     "encode_step_s",
@@ -319,15 +334,17 @@ def refine(
     """The twin's parameters corrected by the gaps between the real and the twin's probes.
 
     Each probe moves with one parameter: a lone stream's gap with the step, four streams' with each
-    decode's share, the long prompt with the per-token prefill, the short one with the frontend,
-    the image's extra first-token time with the rest of the image's cost. In the monolith the stall
-    moves with the encoder inside the step and a second image's stall with each image's share of
-    it; in the split the stall moves with the engine's taking in the embeddings, the capacity with
-    8 requests in flight with the encoder's batching, and the encoder's CPU seconds per image with
-    its share of CPU. A text request's first token just after four photos moves with the share of
-    their processing it waits out, the CPU seconds the LLM's process spends on a text request
-    with the share of the frontend's seconds that is CPU work (the rest waits on the engine's
-    process), and its CPU seconds per token with the frontend's per token. The step model is linear in them, so a round or two match the probes.
+    decode's share, the long prompt with the per-token prefill, the short one with the frontend, the
+    image's extra first-token time with the rest of the image's cost, a text request's stall with
+    each new prompt's seconds in its step. In the monolith the image's stall beyond that moves with
+    the encoder inside the step and a second image's stall with each image's share of it; in the
+    split the image's stall beyond a text request's moves with the engine's taking in the
+    embeddings, the capacity with 8 requests in flight with the encoder's batching, and the
+    encoder's CPU seconds per image with its share of CPU. A text request's first token just after
+    four photos moves with the share of their processing it waits out, the CPU seconds the LLM's
+    process spends on a text request with the share of the frontend's seconds that is CPU work (the
+    rest waits on the engine's process), and its CPU seconds per token with the frontend's per
+    token. The step model is linear in them, so a round or two match the probes.
     """
     gap = {key: real[key] - twin[key] for key in real}
     short, long_, question = prompt_tokens(SHORT), prompt_tokens(LONG), prompt_tokens(QUESTION)
@@ -335,18 +352,22 @@ def refine(
     prefill = (gap["ttft_long_s"] - gap["ttft_short_s"]) / (long_ - short)
     step = gap["tbt_1_s"] - decode
     image = gap["ttft_image_s"] - gap["ttft_short_s"] - prefill * (question - short)
+    # A text request's stall is its prompt's step: what any new prompt adds beyond its tokens.
+    new_prompt = gap["stall_text_s"] - prefill * question
+    stall = gap["stall_s"] - gap["stall_text_s"]  # what an image adds to its prompt's step
     item = gap["stall_two_s"] - gap["stall_s"]  # what a second image adds to the encoder's step
     moves = {
         "step_s": step,
         "decode_seq_s": decode,
         "prefill_token_s": prefill,
-        "admit_s": gap["ttft_short_s"] - step - prefill * short,
-        "encoder_s": image - gap["stall_s"] if split else 0.0,
+        "prefill_seq_s": new_prompt,
+        "admit_s": gap["ttft_short_s"] - step - prefill * short - new_prompt,
+        "encoder_s": image - stall if split else 0.0,
         "encode_item_s": 0.0 if split else item,
-        "encode_step_s": 0.0 if split else gap["stall_s"] - item,
+        "encode_step_s": 0.0 if split else stall - item,
         # The split's stall is the engine taking in the embeddings (it runs no encoder).
-        "embed_item_s": gap["stall_s"] if split else 0.0,
-        "admit_item_s": 0.0 if split else image - gap["stall_s"],
+        "embed_item_s": stall if split else 0.0,
+        "admit_item_s": 0.0 if split else image - stall,
         "output_token_s": gap["frontend_token_cpu_s"],  # the frontend's CPU per token it hands out
     }
     # A text request behind four photos waits out a share of their processing still queued.
@@ -364,7 +385,7 @@ def refine(
     fitted["admit_cpu_share"] = min(1.0, max(0.0, cpu / fitted["admit_s"])) if fitted["admit_s"] else 1.0
     # One image's stall is the step's encoder seconds plus one item's: where a noisy second-image
     # probe asks for more per item than the whole stall, the item takes all of it.
-    one = 0.0 if split else max(0.0, params["encode_step_s"] + params["encode_item_s"] + gap["stall_s"])
+    one = 0.0 if split else max(0.0, params["encode_step_s"] + params["encode_item_s"] + stall)
     fitted["encode_item_s"] = min(fitted["encode_item_s"], one)
     fitted["encode_step_s"] = one - fitted["encode_item_s"]
     if not split:
@@ -477,6 +498,40 @@ def compare(
             low, high = min(value, again.get(key, value)), max(value, again.get(key, value))
             rows[key]["within"] = low * (1 - bound) <= twin[key] <= high * (1 + bound)
     return rows
+
+
+@contextlib.contextmanager
+def cores_awake() -> Iterator[bool]:
+    """Idle cores poll rather than halt while the run lasts: a wake-up latency of 0 held on
+    /dev/cpu_dma_latency (Linux's PM QoS, as tuned's latency-performance profile sets it). On this
+    VM a core that halts when idle ran a fixed piece of work (every 20 ms, the rest idle) at about
+    half speed for seconds at a time: 0.50 ms, but 0.74-1.06 ms in 5 to 7 of 40 two-second
+    stretches on each core; polling, 0.48-0.54 ms in every one. The lone-request probes leave the cores idle most, so they read the
+    real engine slower than the loaded runs find it, and the twin's engine, which sleeps its steps,
+    does not slow with the host. Yields whether it is held (it needs root)."""
+    try:
+        fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+        os.write(fd, struct.pack("i", 0))
+    except OSError as exc:
+        print(f"idle cores may halt ({exc}): the probes will drift more", flush=True)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.close(fd)  # the kernel drops the request with its last holder
+
+
+def reproduced(compared: dict[str, dict[str, Any]]) -> bool:
+    """Whether the real deployment's second run lies within each bounded figure's bound of its
+    first: what the machine itself meets from one run to the next (a perfect twin would do no
+    better against one real run)."""
+    for key, row in compared.items():
+        if "within" in row:  # a bounded figure
+            bound = next(b for name, b in BOUNDS.items() if name in key)
+            if not 1 - bound <= row["again_ratio"] <= 1 + bound:
+                return False
+    return True
 
 
 def engine_on_its_core() -> None:
@@ -595,6 +650,7 @@ async def run_once(args: Any, seed: int) -> dict[str, Any]:
         row["within"] for name in args.layouts for row in results[name]["compare"].values() if "within" in row
     ]
     results["within_bounds"] = all(checked)
+    results["real_reproduced"] = all(reproduced(results[name]["compare"]) for name in args.layouts)
     return results
 
 
@@ -603,7 +659,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--repeats", type=int, default=2, help="independent runs (each re-profiles)")
     parser.add_argument("--quick", action="store_true", help="12 requests, one run, the monolith only")
     parser.add_argument("--max-tokens", type=int, default=16)
@@ -626,10 +682,14 @@ def main() -> None:
     # everything it starts (Ray's processes inherit it).
     if others := set(range(1, os.cpu_count() or 1)):
         os.sched_setaffinity(0, others)
-    runs = [asyncio.run(run_once(args, args.seed + i)) for i in range(args.repeats)]
+    with cores_awake() as awake:
+        runs = [asyncio.run(run_once(args, args.seed + i)) for i in range(args.repeats)]
     for i, run in enumerate(runs):
-        print(f"run {i + 1}: within bounds: {run['within_bounds']}")
-    out = {"bounds": BOUNDS, "requests": args.requests, "load": args.load, "runs": runs}
+        print(
+            f"run {i + 1}: within bounds: {run['within_bounds']} (the real deployment run again, "
+            f"within the bounds of its first run: {run['real_reproduced']})"
+        )
+    out = {"bounds": BOUNDS, "requests": args.requests, "load": args.load, "cores_awake": awake, "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"twin{'_quick' if args.quick else ''}.json").write_text(json.dumps(out, indent=2))
 
@@ -663,6 +723,7 @@ def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
             for k in keys
         )
         held = all(run[k]["within"] for run in runs for k in keys)
+        itself = " / ".join("yes" if reproduced(run) else "no" for run in runs)
         out.append(
             (
                 f"Twin check ({name}, tiny Qwen2.5-VL on vLLM-CPU): sim twin / real, runs "
@@ -670,7 +731,8 @@ def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
                 "P50 ±15 %, P99 ±30 %, throughput ±10 % of the real runs",
                 cells,
                 "within" if held else "NOT within",
-                "not a paper figure: the check that the sim engines behave like the real ones",
+                "not a paper figure: the check that the sim engines behave like the real ones; the "
+                f"real deployment run again within these bounds of its first run: {itself}",
             )
         )
     return out
@@ -683,8 +745,8 @@ def details(results: Path) -> str:
         return f"(no {path.name} yet: `prismserve bench paper --only twin`)\n"
     data = json.loads(path.read_text())
     lines = [
-        "| run | layout | figure | real | real again | twin | twin / real | within |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | layout | figure | real | real again | twin | twin / real | within | again / real |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, run in enumerate(data["runs"]):
         for name in ("monolith", "split"):
@@ -692,9 +754,14 @@ def details(results: Path) -> str:
                 scale, unit = (1e3, " ms") if key.endswith("_s") else (1.0, "")
                 within = {True: "yes", False: "**no**"}.get(row.get("within"), "-")
                 again = f"{row['real_again'] * scale:.1f}{unit}" if "real_again" in row else "-"
+                itself = "-"
+                if "real_again" in row:
+                    itself = f"{row['again_ratio']:.2f}"
+                    if "within" in row and not reproduced({key: row}):
+                        itself = f"**{itself}**"
                 lines.append(
                     f"| {i + 1} | {name} | {key} | {row['real'] * scale:.1f}{unit} | {again} "
-                    f"| {row['twin'] * scale:.1f}{unit} | {row['ratio']:.2f} | {within} |"
+                    f"| {row['twin'] * scale:.1f}{unit} | {row['ratio']:.2f} | {within} | {itself} |"
                 )
     return "\n".join(lines) + "\n"
 

@@ -265,7 +265,7 @@ class Simulation:
         cluster, costs = self.cluster, self.cluster.llm
         tokens = sum(request.image_tokens)
         encode = cluster.encoder.seconds(tokens, cluster.encoder_gpus) if tokens else 0.0
-        llm = request.llm_tokens * costs.prefill_token_s + request.llm_extra_s
+        llm = request.llm_tokens * costs.prefill_token_s + costs.prefill_seq_s + request.llm_extra_s
         llm += request.output_tokens * (costs.decode_seq_s + costs.step_s / DECODE_BATCH)
         if cluster.monolith:
             return 0.0, llm + (cluster.encoder.seconds(tokens, cluster.llm_gpus) if tokens else 0.0)

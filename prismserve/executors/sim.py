@@ -299,6 +299,8 @@ class StepLoop:
         self._thread: threading.Thread | None = None
         self._media_frontend = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-media")
         self._media_until = 0.0  # when the media processing queued so far ends (perf_counter)
+        self._media_queued = 0.0  # its CPU seconds not yet spent
+        self._media_pace = 1.0  # wall seconds per CPU second of the last item processed
         self._cpus = _engine_cpus()  # read here: a bad value fails the load, not the engine's thread
 
     async def tokens(self, request: SimRequest) -> AsyncGenerator[int]:
@@ -341,11 +343,19 @@ class StepLoop:
         with media on its one media-processor thread (they queue there), a text prompt's
         tokenization on a pool once it has waited out `admit_wait_share` of the media processing
         queued (`StepCosts`). It is CPU work on the host, so it is spent as CPU time and takes
-        longer where the host's cores are busy."""
+        longer where the host's cores are busy: the queue ends when its CPU seconds end at the pace
+        the host ran the last item, not at an idle host's."""
         now = time.perf_counter()
         if request.media:
-            self._media_until = max(self._media_until, now) + request.admit_s
-            await loop.run_in_executor(self._media_frontend, _spend_cpu, request.admit_s)
+            self._media_queued += request.admit_s
+            self._media_until = max(self._media_until, now) + request.admit_s * self._media_pace
+            try:
+                wall = await loop.run_in_executor(self._media_frontend, _timed_spend, request.admit_s)
+            finally:  # an aborted request's item leaves the count too
+                self._media_queued -= request.admit_s
+            if request.admit_s > 0:
+                self._media_pace = max(1.0, wall / request.admit_s)
+            self._media_until = time.perf_counter() + self._media_queued * self._media_pace
             return
         wait = self.core.costs.admit_wait_share * (self._media_until - now)
         if wait > 0:
@@ -443,6 +453,13 @@ def _spend_cpu(seconds: float) -> None:
     end = time.thread_time() + seconds
     while time.thread_time() < end:
         hashlib.sha256(_BLOCK).digest()
+
+
+def _timed_spend(seconds: float) -> float:
+    """`_spend_cpu`, and the wall seconds it took."""
+    start = time.perf_counter()
+    _spend_cpu(seconds)
+    return time.perf_counter() - start
 
 
 _BLOCK = bytes(16 << 10)  # hashing it takes some microseconds, with the GIL released

