@@ -506,17 +506,20 @@ def cores_awake() -> Iterator[bool]:
     /dev/cpu_dma_latency (Linux's PM QoS, as tuned's latency-performance profile sets it). On this
     VM a core that halts when idle ran a fixed piece of work (every 20 ms, the rest idle) at about
     half speed for seconds at a time: 0.50 ms, but 0.74-1.06 ms in 5 to 7 of 40 two-second
-    stretches on each core; polling, 0.48-0.54 ms in every one. The lone-request probes leave the cores idle most, so they read the
-    real engine slower than the loaded runs find it, and the twin's engine, which sleeps its steps,
-    does not slow with the host. Yields whether it is held (it needs root)."""
+    stretches on each core; polling, 0.48-0.54 ms in every one. The lone-request probes leave the
+    cores idle most, so they read the real engine slower than the loaded runs find it, and the
+    twin's engine, which sleeps its steps, does not slow with the host. Yields whether it is held
+    (it needs root)."""
     try:
         fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
-        os.write(fd, struct.pack("i", 0))
     except OSError as exc:
         print(f"idle cores may halt ({exc}): the probes will drift more", flush=True)
+        fd = None
+    if fd is None:
         yield False
         return
     try:
+        os.write(fd, struct.pack("i", 0))
         yield True
     finally:
         os.close(fd)  # the kernel drops the request with its last holder
