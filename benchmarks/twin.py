@@ -480,6 +480,11 @@ def summary(results: list[Any], workload: list[tuple[float, bool]]) -> dict[str,
     return out
 
 
+def bound_of(key: str) -> float | None:
+    """The bound a figure is held to (P50, P99 or throughput), None for one without."""
+    return next((b for name, b in BOUNDS.items() if name in key), None)
+
+
 def compare(
     real: dict[str, float], again: dict[str, float], twin: dict[str, float]
 ) -> dict[str, dict[str, Any]]:
@@ -490,7 +495,7 @@ def compare(
     for key, value in real.items():
         if key not in twin or not value:
             continue
-        bound = next((b for name, b in BOUNDS.items() if name in key), None)
+        bound = bound_of(key)
         rows[key] = {"real": value, "twin": twin[key], "ratio": twin[key] / value}
         if key in again:
             rows[key] |= {"real_again": again[key], "again_ratio": again[key] / value}
@@ -531,7 +536,7 @@ def reproduced(compared: dict[str, dict[str, Any]]) -> bool:
     better against one real run)."""
     for key, row in compared.items():
         if "within" in row:  # a bounded figure
-            bound = next(b for name, b in BOUNDS.items() if name in key)
+            bound = bound_of(key) or 0.0
             if not 1 - bound <= row["again_ratio"] <= 1 + bound:
                 return False
     return True

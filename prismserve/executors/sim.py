@@ -350,7 +350,7 @@ class StepLoop:
             self._media_queued += request.admit_s
             self._media_until = max(self._media_until, now) + request.admit_s * self._media_pace
             try:
-                wall = await loop.run_in_executor(self._media_frontend, _timed_spend, request.admit_s)
+                wall = await loop.run_in_executor(self._media_frontend, _spend_cpu, request.admit_s)
             finally:  # an aborted request's item leaves the count too
                 self._media_queued -= request.admit_s
             if request.admit_s > 0:
@@ -447,18 +447,13 @@ def _priority(task_input: Any) -> float:
     return float(getattr(task_input, "sim_priority", 0))
 
 
-def _spend_cpu(seconds: float) -> None:
+def _spend_cpu(seconds: float) -> float:
     """Keep this thread busy until it has used `seconds` of CPU time, hashing: C code that lets
-    other threads run meanwhile, as a real frontend's tokenizer or image processor does."""
-    end = time.thread_time() + seconds
+    other threads run meanwhile, as a real frontend's tokenizer or image processor does. Returns the
+    wall seconds that took (more than `seconds` where the core was shared)."""
+    start, end = time.perf_counter(), time.thread_time() + seconds
     while time.thread_time() < end:
         hashlib.sha256(_BLOCK).digest()
-
-
-def _timed_spend(seconds: float) -> float:
-    """`_spend_cpu`, and the wall seconds it took."""
-    start = time.perf_counter()
-    _spend_cpu(seconds)
     return time.perf_counter() - start
 
 
