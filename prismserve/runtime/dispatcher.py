@@ -220,7 +220,9 @@ class ReplicaDispatcher:
         return manager
 
     async def _lease(self, index: int, manager: TaskManager, tokens: int = 1) -> Lease:
-        if not manager.replicas:  # the deployed plan gives it none: not a failure, a 503 that says so
+        # The plan gives it none and none is starting (as between a full cluster's old cells removed
+        # and its new ones added, when leases wait): not a failure, a 503 that says so.
+        if not manager.replicas and not manager.expected:
             kind = current_request().request_type or "this"
             raise UnavailableError(
                 f"the deployed plan gives {manager.name} no replica: requests of type {kind!r} were "

@@ -133,6 +133,30 @@ def test_with_the_gpus_full_requests_wait_for_cells_that_start_after_the_old_one
     assert [len(a.text.split()) for a in answers] == [16, 16, 16]
 
 
+def test_a_request_that_finds_the_old_replicas_gone_and_the_new_ones_starting_waits_for_them():
+    """The window of a full cluster's plan change between removing the old cells and adding the new:
+    a deployment has no replica, but some are announced; a request waits for them, not a 503."""
+
+    async def scenario(runtime, app, events):
+        resources, create = runtime.resources, runtime.resources.create_cell
+        asked = []
+
+        async def create_cell(*args, **kwargs):  # every old cell gone, the new one not yet started
+            if not asked and not any(m.replicas for m in runtime.managers.values()):
+                asked.append(asyncio.ensure_future(ask(runtime, app)))
+                await until(
+                    lambda: any(m.stats.waiting for m in runtime.managers.values()) or asked[0].done()
+                )
+            return await create(*args, **kwargs)
+
+        resources.create_cell = create_cell
+        await runtime.deploy("vl", deployment(TEXT_FIRST))
+        return await asked[0]
+
+    answer = run(scenario, {"a": 11})
+    assert len(answer.text.split()) == 16
+
+
 def test_a_new_cell_the_cluster_cannot_place_yet_starts_after_the_drain(caplog):
     """GPUs free by the runtime's count but held in the cluster (another job, a placement group not yet
     released): the new cell is not placed early, and the plan still applies."""
