@@ -268,17 +268,17 @@ class ImageGeneratorSettings(ModelSettings):
 
 
 @functools.cache
-def checkpoint_config(model: str) -> dict[str, Any]:
-    """Checkpoint `model`'s `config.json`: a local directory's, or the hub cache's (no download, no
-    transformers import: gateways read it too); {} when it is not there."""
-    local = Path(model) / "config.json"
+def checkpoint_config(model: str, name: str = "config.json") -> dict[str, Any]:
+    """Checkpoint `model`'s `config.json` (or its JSON file `name`): a local directory's, or the hub
+    cache's (no download, no transformers import: gateways read it too); {} when it is not there."""
+    local = Path(model) / name
     if local.is_file():
         path: Any = local
     else:
         try:
             from huggingface_hub import try_to_load_from_cache
 
-            path = try_to_load_from_cache(model, "config.json")
+            path = try_to_load_from_cache(model, name)
         except (ImportError, ValueError):  # no hub client; not a hub id (HFValidationError)
             return {}
     if not isinstance(path, (str, Path)):

@@ -15,17 +15,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prismserve.task.components import checkpoint_config
+
 # A clip whose header cannot be read counts as this many seconds: an estimate, never a refusal
 # (the encoder itself rejects media it cannot decode).
 UNKNOWN_CLIP_S = 10.0
 
 
 def qwen_image_tokens(
-    width: int, height: int, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280
+    width: int, height: int, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280, factor: int = 28
 ) -> int:
     """Tokens a Qwen-VL / Qwen-Omni vision encoder makes of an image: the processor resizes it to
-    multiples of 28 px within [`min_pixels`, `max_pixels`] (`smart_resize`), one token per 28x28."""
-    factor = 28
+    multiples of `factor` px (its patch times its merge: 28, Qwen3's 32) within [`min_pixels`,
+    `max_pixels`] (`smart_resize`), one token per `factor` x `factor`."""
     h, w = round(height / factor) * factor, round(width / factor) * factor
     if h * w > max_pixels:
         beta = math.sqrt(height * width / max_pixels)
@@ -78,6 +80,24 @@ class MediaTokens(BaseModel):
     tokens_per_image: int = Field(default=256, ge=1)
     audio_per_s: float = Field(default=25.0, gt=0)
     video_fps: float = Field(default=2.0, gt=0)
+    patch_px: int = Field(default=28, ge=1)  # `patches`: pixels a token's side covers (patch x merge)
+
+    def of_checkpoint(self, model: str) -> MediaTokens:
+        """This counting with what it leaves unset read from checkpoint `model`'s processor (its
+        `preprocessor_config.json`, local or in the hub cache; as it is where not there): the pixel
+        bounds and patch of a `patches` model. vLLM and transformers resize by the checkpoint's
+        bounds, not by the defaults here (Qwen's recommended ones): a tiny test checkpoint makes 16
+        tokens at most, Qwen2.5-VL-7B up to 16,384."""
+        config = checkpoint_config(model, "preprocessor_config.json") if self.image == "patches" else {}
+        size = config.get("size")
+        size = size if isinstance(size, dict) else {}
+        found = {
+            "min_pixels": config.get("min_pixels") or size.get("shortest_edge"),
+            "max_pixels": config.get("max_pixels") or size.get("longest_edge"),
+            "patch_px": config.get("patch_size", 0) * config.get("merge_size", 0),
+        }
+        unset = {k: v for k, v in found.items() if v and k not in self.model_fields_set}
+        return self.model_copy(update=unset) if unset else self
 
     def count(self, modality: str, data: bytes) -> int:
         """Tokens the item `data` of `modality` becomes; at least 1."""
@@ -93,7 +113,7 @@ class MediaTokens(BaseModel):
     def image_tokens(self, width: int, height: int) -> int:
         """Tokens of an image of `width` x `height` px."""
         if self.image == "patches":
-            return qwen_image_tokens(width, height, self.min_pixels, self.max_pixels)
+            return qwen_image_tokens(width, height, self.min_pixels, self.max_pixels, self.patch_px)
         if self.image == "tiles":
             return self.tokens_per_tile * internvl_tiles(width, height, self.max_tiles)
         return self.tokens_per_image

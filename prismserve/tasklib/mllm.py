@@ -156,7 +156,8 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
     dtype: Dtype = "auto"
     # GPUs per replica by component: the encoders by modality, and "llm".
     gpus: dict[str, float] = Field(default_factory=dict)
-    # How the model's processor counts media tokens (token-aware routing; default: Qwen-VL's rules).
+    # How the model's processor counts media tokens (token-aware routing, the sim engines' prompts;
+    # default: Qwen-VL's rules), what it leaves unset read from the checkpoint (`of_checkpoint`).
     media_tokens: MediaTokens = Field(default_factory=MediaTokens)
     # MiB of recent media outputs each encoder replica keeps (`EncoderSettings.cache_mib`; 0: none).
     encoder_cache_mib: int = Field(default=256, ge=0)
@@ -166,6 +167,7 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
             raise TaskDefinitionError(
                 "MLLMTask(prefill_decode=True) splits a vLLM engine into prefill and decode: set engine='vllm'"
             )
+        self.counting = self.media_tokens.of_checkpoint(self.encoder_model or self.model)
         encoders = list(self.modalities) if self.encoder_fission else []
         owner = f"MLLMTask(encoder_fission={self.encoder_fission}, prefill_decode={self.prefill_decode})"
         llm: dict[str, Any] = (
@@ -204,7 +206,7 @@ class MLLMTask(Task[ChatRequest, TextOutput]):
 
     def invoke(self, request: ChatRequest) -> TextOutput:
         encoders = self.encoders if self.encoder_fission else None
-        prompt = llm_input(request, self.model, self.modalities, encoders, counting=self.media_tokens)
+        prompt = llm_input(request, self.model, self.modalities, encoders, counting=self.counting)
         if not self.prefill_decode:
             return TextOutput(text=self.llm.invoke(prompt))
         handoff = self.prefill.invoke(prompt)

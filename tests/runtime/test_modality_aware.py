@@ -84,7 +84,12 @@ def test_text_requests_meet_their_ttft_slo_during_an_image_burst():
                 asyncio.ensure_future(first_token_s(runtime, app, ChatRequest.of(f"look {i}", images=images)))
                 for i in range(8)
             ]
-            await asyncio.sleep(0.1)  # the burst's 1.6 s of prefills are queued at the LLM
+            tasks = app.named_unit_tasks()
+            encoders, llm = (runtime.managers[tasks[key].deployment_key()].replicas for key in (ENCODER, LLM))
+            # Until its images are encoded and its 1.6 s of prefills queued at the LLM (leased at
+            # dispatch, the LLM counts them at once); a fixed wait let a slow host's text go first.
+            while sum(r.in_flight for r in encoders) or sum(r.in_flight for r in llm) < len(burst):
+                await asyncio.sleep(0.005)
             texts = []
             for i in range(3):
                 texts.append(asyncio.ensure_future(first_token_s(runtime, app, ChatRequest.of(f"hello {i}"))))
