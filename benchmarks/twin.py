@@ -41,7 +41,9 @@ spread) and on the twin, and the script prints TTFT P50/P99 per request type, TB
 gaps between tokens; the tokens of a vLLM delta that carries several are spread over the gap since
 the previous one), TPOT P50/P99 (each request's mean gap, as vLLM's benchmarks report it),
 throughput, and the probes' stall and capacity, with the twin / real ratio and whether the twin is
-within the bounds of the two real runs: P50 15 %, P99 30 %, throughput 10 %.
+within the bounds of the two real runs: P50 15 %, P99 30 %, throughput 10 %. Before each loaded
+run a lone stream's gap is read again (`lone_tbt_before_load_s`, beside the probes' `tbt_1_s`):
+whether the engine's pace drifted between the fit and the check.
 
 Cores, as separate devices would keep them apart: vLLM's engine (its worker's threads, which vLLM
 binds, and its engine-core process) on core 0; this process, Ray, the replicas' frontends, the
@@ -567,8 +569,12 @@ async def layout(
         print(f"  real probes: {fmt(real_probe)}", flush=True)
         rate = args.load * real_probe["capacity_rps"]
         workload = arrivals(args.requests, rate, seed)
+        # A lone stream's gap just before each loaded run, beside the probes' (`tbt_1_s`): whether
+        # the engine's pace drifted between the fit and the check (the twin cannot follow the host).
+        pace = {"real": await bench.tbt(1)}
         real_results = await load(bench, workload, None)
         lengths = [max(1, len(r[2])) for r in real_results]
+        pace["real_again"] = await bench.tbt(1)
         again_results = await load(bench, workload, lengths)  # the real deployment's own spread
         params = dict.fromkeys(PARAMETERS, 0.0)
         probes, fitted = [], []
@@ -590,6 +596,8 @@ async def layout(
         print(f"  twin: round {best}", flush=True)
         kinds["twin"] = executor_kinds(runtime)
         print(f"  twin probes: {fmt(twin_probe)}", flush=True)
+        pace["twin"] = await bench.tbt(1)
+        print(f"  a lone stream's gap before each load: {fmt({f'{k}_s': v for k, v in pace.items()})}")
         twin_results = await load(bench, workload, lengths)
         real, twin = summary(real_results, workload), summary(twin_results, workload)
         again = summary(again_results, workload)
@@ -599,6 +607,7 @@ async def layout(
             "probes": {"real": real_probe, "twin_rounds": probes},
             "parameters": params,
             "twin_round": best,
+            "lone_tbt_before_load_s": pace,
             "real": real,
             "real_again": again,
             "twin": twin,
@@ -690,16 +699,19 @@ def main() -> None:
     # everything it starts (Ray's processes inherit it).
     if others := set(range(1, os.cpu_count() or 1)):
         os.sched_setaffinity(0, others)
-    with cores_awake() as awake:
-        runs = [asyncio.run(run_once(args, args.seed + i)) for i in range(args.repeats)]
-    for i, run in enumerate(runs):
-        print(
-            f"run {i + 1}: within bounds: {run['within_bounds']} (the real deployment run again, "
-            f"within the bounds of its first run: {run['real_reproduced']})"
-        )
-    out = {"bounds": BOUNDS, "requests": args.requests, "load": args.load, "cores_awake": awake, "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"twin{'_quick' if args.quick else ''}.json").write_text(json.dumps(out, indent=2))
+    runs: list[dict[str, Any]] = []
+    with cores_awake() as awake:
+        for i in range(args.repeats):  # written after each run: a long invocation cut short keeps its runs
+            runs.append(run := asyncio.run(run_once(args, args.seed + i)))
+            print(
+                f"run {i + 1}: within bounds: {run['within_bounds']} (the real deployment run again, "
+                f"within the bounds of its first run: {run['real_reproduced']})"
+            )
+            out = {"bounds": BOUNDS, "requests": args.requests, "load": args.load, "cores_awake": awake}
+            (args.out / f"twin{'_quick' if args.quick else ''}.json").write_text(
+                json.dumps(out | {"runs": runs}, indent=2)
+            )
 
 
 LABELS = {

@@ -315,6 +315,9 @@ def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
     assert run["monolith"]["probes"]["real"]["stall_text_s"] > 0
     assert "stall_text_s" in run["monolith"]["probes"]["twin_rounds"][-1]
     assert isinstance(run["real_reproduced"], bool)  # the real deployment held to the bounds itself
+    # The engine's lone pace read again before each loaded run: drift between the fit and the check.
+    assert set(run["monolith"]["lone_tbt_before_load_s"]) == {"real", "real_again", "twin"}
+    assert all(gap > 0 for gap in run["monolith"]["lone_tbt_before_load_s"].values())
     # The fitted twin's probes moved from zero cost towards the real ones.
     rounds = run["monolith"]["probes"]["twin_rounds"]
     real = run["monolith"]["probes"]["real"]["tbt_1_s"]
