@@ -23,7 +23,9 @@ replaced by a `sim` executor (a plan's `profiles`), the LLM running vLLM's step 
   frontend   what is left of a lone request's first-token time: per-request (and per-image)
              seconds before the scheduler sees it (tokenization, the media processor, the
              hand-off to the engine's process), the CPU seconds the LLM's process spends on a
-             text request (which share of those seconds is CPU work a busy host stretches) and
+             text request (which share of those seconds is CPU work a busy host stretches), on a
+             photo request beyond a text one (which share of the per-image seconds is the media
+             processor's CPU, queued on its one thread; the rest waits off it) and
              per token it hands out (CPU on its event loop), and
              a text request's first token sent just after four photos: the share of their
              processing it waits out (they share the frontend's core)
@@ -305,6 +307,7 @@ async def probe(bench: Bench) -> dict[str, float]:
     result["stall_two_s"] = await bench.stall(after, images=2)  # one request, two images: one encoder call
     result["encoder_cpu_s"] = await bench.cpu(True, 1)
     result["frontend_cpu_s"] = await bench.cpu(False, 0)
+    result["frontend_image_cpu_s"] = await bench.cpu(False, 1)
     longer = await bench.cpu(False, 0, CPU_TOKENS)
     result["frontend_token_cpu_s"] = max(0.0, longer - result["frontend_cpu_s"]) / (CPU_TOKENS - 2)
     result["text_behind_images_s"] = await bench.behind_images()
@@ -323,6 +326,7 @@ PARAMETERS = (
     "admit_item_s",
     "admit_wait_share",
     "admit_cpu_share",
+    "admit_item_cpu_share",
     "output_token_s",
     "encoder_s",
     "encoder_growth",
@@ -345,8 +349,9 @@ def refine(
     encoder's CPU seconds per image with its share of CPU. A text request's first token just after
     four photos moves with the share of their processing it waits out, the CPU seconds the LLM's
     process spends on a text request with the share of the frontend's seconds that is CPU work (the
-    rest waits on the engine's process), and its CPU seconds per token with the frontend's per
-    token. The step model is linear in them, so a round or two match the probes.
+    rest waits on the engine's process), the CPU seconds it spends on a photo request beyond a text
+    one with the share of each image's seconds that is the media processor's CPU, and its CPU
+    seconds per token with the frontend's per token. The step model is linear in them, so a round or two match the probes.
     """
     gap = {key: real[key] - twin[key] for key in real}
     short, long_, question = prompt_tokens(SHORT), prompt_tokens(LONG), prompt_tokens(QUESTION)
@@ -372,8 +377,13 @@ def refine(
         "admit_item_s": 0.0 if split else image - stall,
         "output_token_s": gap["frontend_token_cpu_s"],  # the frontend's CPU per token it hands out
     }
-    # A text request behind four photos waits out a share of their processing still queued.
-    queued = BEHIND_IMAGES * (params["admit_s"] + params["admit_item_s"]) - BEHIND_AFTER_S
+    # A text request behind four photos waits out a share of their processing still queued: the
+    # CPU seconds of each on the media processor's thread.
+    photo_cpu = (
+        params["admit_s"] * params["admit_cpu_share"]
+        + params["admit_item_s"] * params["admit_item_cpu_share"]
+    )
+    queued = BEHIND_IMAGES * photo_cpu - BEHIND_AFTER_S
     moves["admit_wait_share"] = gap["text_behind_images_s"] / queued if queued > 0 else 0.0
     fitted = {name: max(0.0, params[name] + moves.get(name, 0.0)) for name in PARAMETERS}
     fitted["admit_wait_share"] = min(1.0, fitted["admit_wait_share"])
@@ -385,6 +395,14 @@ def refine(
         - 2 * gap["frontend_token_cpu_s"]
     )
     fitted["admit_cpu_share"] = min(1.0, max(0.0, cpu / fitted["admit_s"])) if fitted["admit_s"] else 1.0
+    # Likewise for an image: the CPU its process spends on a photo request beyond a text one.
+    cpu = (
+        params["admit_item_s"] * params["admit_item_cpu_share"]
+        + gap["frontend_image_cpu_s"]
+        - gap["frontend_cpu_s"]
+    )
+    item = fitted["admit_item_s"]
+    fitted["admit_item_cpu_share"] = min(1.0, max(0.0, cpu / item)) if item else 1.0
     # One image's stall is the step's encoder seconds plus one item's: where a noisy second-image
     # probe asks for more per item than the whole stall, the item takes all of it.
     one = 0.0 if split else max(0.0, params["encode_step_s"] + params["encode_item_s"] + stall)

@@ -124,15 +124,16 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
         assert costs is not None
         raw_items = len(getattr(task_input, "media", None) or ())  # the engine's encoder runs these
         encoded = len(getattr(task_input, "encoded", None) or ())  # embeddings from an encoder apart
+        items_s = costs.admit_item_s * (raw_items + encoded)  # its frontend takes every item
         return SimRequest(
             prompt_tokens=self.task.pending_tokens(task_input),
             output_tokens=output_tokens,
             encode_s=float(getattr(task_input, "sim_encode_s", 0.0)),
             raw_items=raw_items,
             embedded_items=encoded,
-            # its frontend takes every item
-            admit_s=costs.admit_s * costs.admit_cpu_share + costs.admit_item_s * (raw_items + encoded),
-            handoff_s=costs.admit_s * (1 - costs.admit_cpu_share),
+            admit_s=costs.admit_s * costs.admit_cpu_share + items_s * costs.admit_item_cpu_share,
+            handoff_s=costs.admit_s * (1 - costs.admit_cpu_share)
+            + items_s * (1 - costs.admit_item_cpu_share),
             media=raw_items + encoded > 0,
         )
 

@@ -10,6 +10,7 @@ from pydantic import Field
 from prismserve.protocol.chat import ChatChunk, ChatRequest, TextDelta
 from prismserve.task import Stream, Task, TaskDefinitionError, TaskOutput, UnitTask
 from prismserve.tasklib.gpus import component_gpus
+from prismserve.tasklib.media_tokens import MediaTokens
 from prismserve.tasklib.mllm import TextOutput, handoff_dir, llm_input
 from prismserve.tasklib.units import (
     DecodeInput,
@@ -72,10 +73,14 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
     # GPUs per replica by component: encoders by modality, "thinker" (or "prefill" and "decode"),
     # "talker", "vocoder"; "whole" (monolith).
     gpus: dict[str, float] = Field(default_factory=dict)
+    # How the model's processor counts media tokens (token-aware routing, the sim engines' prompts;
+    # default: Qwen-VL's rules), what it leaves unset read from the checkpoint (`of_checkpoint`).
+    media_tokens: MediaTokens = Field(default_factory=MediaTokens)
     # MiB of recent media outputs each encoder replica keeps (`EncoderSettings.cache_mib`; 0: none).
     encoder_cache_mib: int = Field(default=256, ge=0)
 
     def post_init(self) -> None:
+        self.counting = self.media_tokens.of_checkpoint(self.model)
         if self.prefill_decode and (self.engine != "vllm" or self.monolith):
             raise TaskDefinitionError(
                 "OmniTask(prefill_decode=True) splits the thinker's vLLM engine into prefill and decode: "
@@ -150,10 +155,12 @@ class OmniTask(Task[ChatRequest, OmniOutput]):
         speaker = request.voice or self.speaker
         speech: dict[str, Any] = {"speech": request.wants_audio, "speaker": speaker}
         if self.monolith:
-            out = self.whole.invoke(llm_input(request, self.model, self.modalities, None, **speech))
+            out = self.whole.invoke(
+                llm_input(request, self.model, self.modalities, None, counting=self.counting, **speech)
+            )
             return OmniOutput(text=out.text, audio=out.audio if request.wants_audio else None)
         encoders = self.encoders if self.encoder_fission else None
-        prompt = llm_input(request, self.model, self.modalities, encoders, **speech)
+        prompt = llm_input(request, self.model, self.modalities, encoders, counting=self.counting, **speech)
         if self.prefill_decode:
             thought = self.decode.invoke(DecodeInput(**prompt.__dict__, handoff=self.prefill.invoke(prompt)))
         else:

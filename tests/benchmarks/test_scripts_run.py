@@ -310,6 +310,13 @@ def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
     for probes in (run["monolith"]["probes"]["real"], run["monolith"]["probes"]["twin_rounds"][-1]):
         assert probes["frontend_cpu_s"] > 0 and probes["frontend_token_cpu_s"] > 0
     assert 0 <= run["monolith"]["parameters"]["admit_cpu_share"] <= 1
+    # A photo request costs the real replica's process more CPU than a text one (its media
+    # processor), which the twin's media thread spends as CPU in that share of each image's seconds.
+    assert (
+        run["monolith"]["probes"]["real"]["frontend_image_cpu_s"]
+        > run["monolith"]["probes"]["real"]["frontend_cpu_s"]
+    )
+    assert 0 <= run["monolith"]["parameters"]["admit_item_cpu_share"] <= 1
     assert run["monolith"]["twin_round"] == 1  # the one fitted round (0 is the twin at zero cost)
     # A text request's arrival stalls a decoding stream (its prompt's step): probed on both.
     assert run["monolith"]["probes"]["real"]["stall_text_s"] > 0
@@ -509,7 +516,12 @@ def test_twin_fits_a_text_requests_stall_as_its_prompts_step_and_an_images_beyon
     zero = dict.fromkeys(twin.PARAMETERS, 0.0)
     probes = dict.fromkeys(
         ("ttft_short_s", "ttft_long_s", "ttft_image_s", "tbt_1_s", "tbt_4_s", "stall_two_s"), 0.0
-    ) | {"encoder_cpu_s": 0.0, "frontend_cpu_s": 0.0, "frontend_token_cpu_s": 0.0}
+    ) | {
+        "encoder_cpu_s": 0.0,
+        "frontend_cpu_s": 0.0,
+        "frontend_token_cpu_s": 0.0,
+        "frontend_image_cpu_s": 0.0,
+    }
     probes |= {"text_behind_images_s": 0.0, "capacity_rps": 50.0}
     twin_probes = probes | {"stall_s": 0.0, "stall_text_s": 0.0}
     real = probes | {"stall_s": 0.003, "stall_text_s": 0.0025, "stall_two_s": 0.003}
@@ -519,6 +531,40 @@ def test_twin_fits_a_text_requests_stall_as_its_prompts_step_and_an_images_beyon
     split = twin.refine(zero, real, twin_probes, split=True)
     assert split["prefill_seq_s"] == pytest.approx(0.0025)
     assert split["embed_item_s"] == pytest.approx(0.0005)
+
+
+def test_twin_spends_as_the_media_processors_cpu_only_the_share_of_a_photos_seconds_measured_as_cpu():
+    """Measured on vLLM-CPU (the tiny Qwen2.5-VL), a photo request's replica spent 12.5 ms more CPU
+    than a text request's, of 16-25 ms more first-token time: the fit spent all of those seconds as
+    CPU on the twin's one media thread, and under load its photos queued there far longer than
+    vLLM's (image TTFT up to 4.4x). The fit's `admit_item_cpu_share` is the CPU share of them."""
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+    zero = dict.fromkeys(twin.PARAMETERS, 0.0)
+    probes = {
+        key: 0.0
+        for key in (
+            "ttft_short_s",
+            "ttft_long_s",
+            "tbt_1_s",
+            "tbt_4_s",
+            "stall_s",
+            "stall_text_s",
+            "stall_two_s",
+            "encoder_cpu_s",
+            "frontend_cpu_s",
+            "frontend_token_cpu_s",
+            "text_behind_images_s",
+        )
+    } | {"capacity_rps": 50.0}
+    real = probes | {"ttft_image_s": 0.020, "frontend_image_cpu_s": 0.0125}
+    fitted = twin.refine(zero, real, probes | {"ttft_image_s": 0.0, "frontend_image_cpu_s": 0.0}, split=False)
+    assert fitted["admit_item_s"] == pytest.approx(0.020)
+    assert fitted["admit_item_cpu_share"] == pytest.approx(0.625)
+    # A second round: the twin now spends 12.5 ms of CPU a photo, as the real one did; the share holds.
+    again = twin.refine(
+        fitted, real, probes | {"ttft_image_s": 0.020, "frontend_image_cpu_s": 0.0125}, split=False
+    )
+    assert again["admit_item_cpu_share"] == pytest.approx(0.625)
 
 
 def test_twin_is_the_fitted_round_whose_probes_came_closest():

@@ -10,7 +10,7 @@ from transformers import Qwen2VLImageProcessor
 
 from prismserve.models import tiny
 from prismserve.protocol.chat import ChatRequest
-from prismserve.tasklib import MediaTokens, MLLMTask
+from prismserve.tasklib import MediaTokens, MLLMTask, OmniTask
 from prismserve.tasklib.mllm import conversation
 
 SIZES = [(1280, 690), (690, 1280), (64, 64), (3394, 1830), (300, 30)]
@@ -47,3 +47,17 @@ def test_an_mllm_task_counts_by_its_checkpoint_and_what_the_app_sets_wins(tiny_v
     assert mine.max_pixels == 28 * 28 * 100 and mine.patch_px == 28 and mine.min_pixels == 3136
     # A checkpoint not on this machine: the defaults, as before.
     assert MediaTokens().of_checkpoint("nobody/not-here") == MediaTokens()
+
+
+def test_an_omni_task_counts_by_its_checkpoint_split_or_whole():
+    """The Omni thinker's prompt carries each image's tokens as the checkpoint's processor makes
+    them, with encoders apart or not (it was counted by Qwen's defaults: 1,150 tokens where the
+    tiny Qwen3-Omni makes 8)."""
+    qwen3 = str(tiny.build("qwen3-omni"))
+    request = ChatRequest.of("what is it", images=[png(1280, 690)])
+    made = processor_tokens(qwen3, 1280, 690)
+    for fission in (False, True):
+        graph = OmniTask(model=qwen3, encoder_fission=fission).record(request)
+        (thinker,) = [i for i in graph if type(i.task).__name__ == "ThinkerTask"]
+        items = thinker.input.encoded if fission else thinker.input.media
+        assert [item.tokens for item in items] == [made], fission
