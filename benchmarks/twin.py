@@ -44,8 +44,12 @@ gaps between tokens; the tokens of a vLLM delta that carries several are spread 
 the previous one), TPOT P50/P99 (each request's mean gap, as vLLM's benchmarks report it),
 throughput, and the probes' stall and capacity, with the twin / real ratio and whether the twin is
 within the bounds of the two real runs: P50 15 %, P99 30 %, throughput 10 %. Before each loaded
-run a lone stream's gap is read again (`lone_tbt_before_load_s`, beside the probes' `tbt_1_s`):
-whether the engine's pace drifted between the fit and the check.
+run a lone stream's gap is read again (`lone_tbt_before_load_s`, beside the probes' `tbt_1_s`).
+The real engine's pace drifts on this VM (a lone stream's gap 3.7-8.3 ms within one invocation),
+and the twin, which sleeps its steps, cannot follow it: the twin checked runs the engine step's
+seconds scaled by the lone gap before the real runs over the probes' (`pace_factor`), a lone-request
+reading like the profile's own, not the loaded figures. The twin at the probes' pace runs the same
+workload too (`twin_at_probes_pace`, its ratios printed): what the drift alone moves.
 
 Cores, as separate devices would keep them apart: vLLM's engine (its worker's threads, which vLLM
 binds, and its engine-core process) on core 0; this process, Ray, the replicas' frontends, the
@@ -245,7 +249,7 @@ def photos(count: int, short_side: int = 690) -> list[bytes]:
 def photo_count(args: Any) -> int:
     """Photos a layout's run sends, with room: each probe round up to about 100 (the real
     deployment's and every twin round's; the split's encoder CPU probe 20 of them), each of the
-    three loads half its requests, and the twin's warm-up."""
+    four loads (two real, two twin) half its requests, and the twins' warm-ups."""
     return 112 * (args.rounds + 2) + 2 * args.requests
 
 
@@ -607,25 +611,35 @@ async def layout(
         # the fitted round whose probes came closest to the real ones.
         best = min(range(1, len(probes)), key=lambda i: misfit(real_probe, probes[i]), default=0)
         params, twin_probe = fitted[best], probes[best]
-        if best != len(probes) - 1:
-            await runtime.deploy("vl", twin_plan(params, split))
-            for _ in range(2):  # warm-up, as the probes begin
-                await bench.serve(bench.request(QUESTION, 1, 4))
         print(f"  twin: round {best}", flush=True)
-        kinds["twin"] = executor_kinds(runtime)
         print(f"  twin probes: {fmt(twin_probe)}", flush=True)
-        pace["twin"] = await bench.tbt(1)
+        # The twin at the engine's pace during the real runs: the fit's engine seconds scaled by
+        # the lone stream's gap read just before them over the probes' (`at_pace`). On this VM the
+        # real engine's pace drifted by up to 2x between the fit and the loaded runs (lone gaps
+        # 3.7-8.3 ms in one invocation); the twin sleeps its steps and cannot follow the host.
+        factor = statistics.mean([pace["real"], pace["real_again"]]) / real_probe["tbt_1_s"]
+        print(f"  the engine's pace at the real runs / at the probes: {factor:.3f}", flush=True)
+        fit_pace = await twin_load(runtime, bench, params, split, workload, lengths)
+        params = at_pace(params, factor)
+        pace["twin"], twin_results = await twin_load(runtime, bench, params, split, workload, lengths)
+        kinds["twin"] = executor_kinds(runtime)
         print(f"  a lone stream's gap before each load: {fmt({f'{k}_s': v for k, v in pace.items()})}")
-        twin_results = await load(bench, workload, lengths)
         real, twin = summary(real_results, workload), summary(twin_results, workload)
         again = summary(again_results, workload)
+        at_fit = summary(fit_pace[1], workload)
+        print(
+            "  the twin at the probes' pace / real: "
+            + ", ".join(f"{key} {at_fit[key] / real[key]:.2f}" for key in real if bound_of(key) is not None)
+        )
         return {
             "rate_rps": rate,
             "executor_kinds": kinds,
             "probes": {"real": real_probe, "twin_rounds": probes},
             "parameters": params,
             "twin_round": best,
-            "lone_tbt_before_load_s": pace,
+            "pace_factor": factor,
+            "lone_tbt_before_load_s": pace | {"twin_at_probes_pace": fit_pace[0]},
+            "twin_at_probes_pace": at_fit,
             "real": real,
             "real_again": again,
             "twin": twin,
@@ -637,6 +651,39 @@ async def layout(
         }
     finally:
         await runtime.unregister_app("vl")
+
+
+# The step's own seconds, which the engine's pace scales; the frontend's and a split encoder's are
+# CPU time spent on the host's other cores, which follow the host by themselves.
+ENGINE_STEP = (
+    "step_s",
+    "decode_seq_s",
+    "prefill_token_s",
+    "prefill_seq_s",
+    "encode_item_s",
+    "encode_step_s",
+    "embed_item_s",
+)
+
+
+def at_pace(params: dict[str, float], factor: float) -> dict[str, float]:
+    """`params` with the engine step's seconds multiplied by `factor`."""
+    return params | {name: params[name] * factor for name in ENGINE_STEP}
+
+
+async def twin_load(
+    runtime: RayRuntime,
+    bench: Bench,
+    params: dict[str, float],
+    split: bool,
+    workload: list[tuple[float, bool]],
+    lengths: list[int],
+) -> tuple[float, list[Any]]:
+    """Deploy the twin with `params`, read a lone stream's gap, and run the workload on it."""
+    await runtime.deploy("vl", twin_plan(params, split))
+    for _ in range(2):  # warm-up, as the probes begin
+        await bench.serve(bench.request(QUESTION, 1, 4))
+    return await bench.tbt(1), await load(bench, workload, lengths)
 
 
 def executor_kinds(runtime: RayRuntime) -> list[str]:

@@ -323,8 +323,15 @@ def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
     assert "stall_text_s" in run["monolith"]["probes"]["twin_rounds"][-1]
     assert isinstance(run["real_reproduced"], bool)  # the real deployment held to the bounds itself
     # The engine's lone pace read again before each loaded run: drift between the fit and the check.
-    assert set(run["monolith"]["lone_tbt_before_load_s"]) == {"real", "real_again", "twin"}
-    assert all(gap > 0 for gap in run["monolith"]["lone_tbt_before_load_s"].values())
+    paces = run["monolith"]["lone_tbt_before_load_s"]
+    assert set(paces) == {"real", "real_again", "twin", "twin_at_probes_pace"}
+    assert all(gap > 0 for gap in paces.values())
+    # The twin checked runs at the real engine's pace before its runs; the one at the probes' pace ran too.
+    factor = run["monolith"]["pace_factor"]
+    assert factor == pytest.approx(
+        (paces["real"] + paces["real_again"]) / 2 / run["monolith"]["probes"]["real"]["tbt_1_s"]
+    )
+    assert run["monolith"]["twin_at_probes_pace"]["throughput_rps"] > 0
     # The fitted twin's probes moved from zero cost towards the real ones.
     rounds = run["monolith"]["probes"]["twin_rounds"]
     real = run["monolith"]["probes"]["real"]["tbt_1_s"]
@@ -565,6 +572,18 @@ def test_twin_spends_as_the_media_processors_cpu_only_the_share_of_a_photos_seco
         fitted, real, probes | {"ttft_image_s": 0.020, "frontend_image_cpu_s": 0.0125}, split=False
     )
     assert again["admit_item_cpu_share"] == pytest.approx(0.625)
+
+
+def test_twin_at_the_engines_pace_scales_the_steps_seconds_only():
+    """The real engine's pace drifted up to 2x between the fit and the loaded runs on this VM; the
+    twin checked scales the engine step's seconds by it. The frontend's and a split encoder's
+    seconds are CPU time on the other cores, which follow the host by themselves: not scaled."""
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+    params = dict.fromkeys(twin.PARAMETERS, 0.01)
+    paced = twin.at_pace(params, 1.5)
+    assert {k for k in params if paced[k] != params[k]} == set(twin.ENGINE_STEP)
+    assert all(paced[k] == pytest.approx(0.015) for k in twin.ENGINE_STEP)
+    assert set(twin.ENGINE_STEP) <= set(twin.PARAMETERS)
 
 
 def test_twin_is_the_fitted_round_whose_probes_came_closest():
