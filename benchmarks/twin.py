@@ -247,10 +247,11 @@ def photos(count: int, short_side: int = 690) -> list[bytes]:
 
 
 def photo_count(args: Any) -> int:
-    """Photos a layout's run sends, with room: each probe round up to about 100 (the real
-    deployment's and every twin round's; the split's encoder CPU probe 20 of them), each of the
-    four loads (two real, two twin) half its requests, and the twins' warm-ups."""
-    return 112 * (args.rounds + 2) + 2 * args.requests
+    """Photos a layout's run sends, with room: each probe round 128 (the real deployment's and
+    every twin round's: first-token times 15, stalls 27, behind the photos 28, the encoder's and the
+    LLM's CPU 20 each, capacity 16, warm-up 2), and each of the four loads (two real, two twin) its
+    image requests, about half its requests (a tenth more: the workload's draw), with warm-ups."""
+    return 136 * (args.rounds + 2) + round(2.2 * args.requests)
 
 
 def cpu_seconds(pids: list[int]) -> float:
