@@ -319,6 +319,25 @@ async def probe(bench: Bench) -> dict[str, float]:
     return result
 
 
+# What `probe` and `capacity` measure, on the real deployment and on each twin round.
+PROBES = (
+    "ttft_short_s",
+    "ttft_long_s",
+    "ttft_image_s",
+    "tbt_1_s",
+    "tbt_4_s",
+    "stall_s",
+    "stall_text_s",
+    "stall_two_s",
+    "encoder_cpu_s",
+    "frontend_cpu_s",
+    "frontend_image_cpu_s",
+    "frontend_token_cpu_s",
+    "text_behind_images_s",
+    "capacity_rps",
+    "capacity_tps",
+)
+
 PARAMETERS = (
     "step_s",
     "decode_seq_s",
@@ -382,16 +401,7 @@ def refine(
         "admit_item_s": 0.0 if split else image - stall,
         "output_token_s": gap["frontend_token_cpu_s"],  # the frontend's CPU per token it hands out
     }
-    # A text request behind four photos waits out a share of their processing still queued: the
-    # CPU seconds of each on the media processor's thread.
-    photo_cpu = (
-        params["admit_s"] * params["admit_cpu_share"]
-        + params["admit_item_s"] * params["admit_item_cpu_share"]
-    )
-    queued = BEHIND_IMAGES * photo_cpu - BEHIND_AFTER_S
-    moves["admit_wait_share"] = gap["text_behind_images_s"] / queued if queued > 0 else 0.0
     fitted = {name: max(0.0, params[name] + moves.get(name, 0.0)) for name in PARAMETERS}
-    fitted["admit_wait_share"] = min(1.0, fitted["admit_wait_share"])
     # Of the frontend's seconds before the first token, the CPU its process spends beyond the
     # twin's own (and beyond the probe's two tokens) is CPU work.
     cpu = (
@@ -408,6 +418,11 @@ def refine(
     )
     item = fitted["admit_item_s"]
     fitted["admit_item_cpu_share"] = min(1.0, max(0.0, cpu / item)) if item else 1.0
+    # A text request behind four photos waits out a share of their processing still queued: the
+    # share that makes its wait the twin's so far plus the gap, of the photos' processing as now
+    # fitted (of the twin's so far, a first round, at zero cost, could never move it).
+    waited = params["admit_wait_share"] * max(0.0, queued(params)) + gap["text_behind_images_s"]
+    fitted["admit_wait_share"] = min(1.0, max(0.0, waited / queued(fitted))) if queued(fitted) > 0 else 0.0
     # One image's stall is the step's encoder seconds plus one item's: where a noisy second-image
     # probe asks for more per item than the whole stall, the item takes all of it.
     one = 0.0 if split else max(0.0, params["encode_step_s"] + params["encode_item_s"] + stall)
@@ -420,6 +435,16 @@ def refine(
         "encoder_growth": growth(params["encoder_growth"], real, twin),
         "encoder_cpu_share": min(1.0, max(0.0, cpu)),
     }
+
+
+def queued(params: dict[str, float]) -> float:
+    """The media processing still queued when the text request behind four photos arrives: each
+    photo's CPU seconds on the media processor's thread."""
+    photo = (
+        params["admit_s"] * params["admit_cpu_share"]
+        + params["admit_item_s"] * params["admit_item_cpu_share"]
+    )
+    return BEHIND_IMAGES * photo - BEHIND_AFTER_S
 
 
 def misfit(real: dict[str, float], twin: dict[str, float]) -> float:
