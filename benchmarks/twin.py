@@ -375,7 +375,8 @@ def refine(
     process spends on a text request with the share of the frontend's seconds that is CPU work (the
     rest waits on the engine's process), the CPU seconds it spends on a photo request beyond a text
     one with the share of each image's seconds that is the media processor's CPU, and its CPU
-    seconds per token with the frontend's per token. The step model is linear in them, so a round or two match the probes.
+    seconds per token with the frontend's per token. The step model is linear in them, so a round
+    or two match the probes.
     """
     gap = {key: real[key] - twin[key] for key in real}
     short, long_, question = prompt_tokens(SHORT), prompt_tokens(LONG), prompt_tokens(QUESTION)
@@ -874,7 +875,32 @@ def details(results: Path) -> str:
                     f"| {i + 1} | {name} | {key} | {row['real'] * scale:.1f}{unit} | {again} "
                     f"| {row['twin'] * scale:.1f}{unit} | {row['ratio']:.2f} | {within} | {itself} |"
                 )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + paces(data["runs"])
+
+
+def paces(runs: list[dict[str, Any]]) -> str:
+    """The engine's pace at the probes and before the real runs, and the twin left at the probes'
+    pace against the real run (runs that recorded it)."""
+    keys = [k for k in LABELS if "p50" in k]
+    lines = [
+        "",
+        "| run | layout | lone gap: probes | before the real runs | pace factor | the twin at the probes' pace / real: "
+        + ", ".join(LABELS[k] for k in keys)
+        + " |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, run in enumerate(runs):
+        for name in ("monolith", "split"):
+            result = run.get(name, {})
+            if "pace_factor" not in result:
+                continue
+            lone, at_probes = result["lone_tbt_before_load_s"], result["twin_at_probes_pace"]
+            ratios = ", ".join(f"{at_probes[k] / result['real'][k]:.2f}" for k in keys)
+            lines.append(
+                f"| {i + 1} | {name} | {result['probes']['real']['tbt_1_s'] * 1e3:.1f} ms "
+                f"| {lone['real'] * 1e3:.1f} / {lone['real_again'] * 1e3:.1f} ms | {result['pace_factor']:.2f} | {ratios} |"
+            )
+    return "\n".join(lines) + "\n" if len(lines) > 3 else ""
 
 
 if __name__ == "__main__":

@@ -50,8 +50,8 @@ class StepCosts(BaseModel):
     process): measured on the same engine, a text request's frontend process used 1.2 ms more CPU
     than the twin's, of 4.3 ms more time. `admit_item_cpu_share` is the same for `admit_item_s`: the
     share of an item's seconds its media processor spends as CPU (and queues for), the rest a wait
-    off that queue (measured: the tiny Qwen2.5-VL's replica spent 12.5 ms more CPU on a photo request
-    than on a text one, of 16-25 ms more time before its first token).
+    off that queue (measured: the tiny Qwen2.5-VL's replica spent 12-21 ms more CPU on a photo request
+    than on a text one, of 16-30 ms more time before its first token).
     `output_token_s` is the frontend's CPU seconds per token it hands out, on the replica's event
     loop as vLLM's output handler processes each step's outputs there (measured: 0.22 ms a token
     on vLLM-CPU, 0.08 of them the twin's own path).

@@ -790,3 +790,16 @@ def test_closed_loop_clients_send_the_cycles_mix_whatever_their_timing():
     row = asyncio.run(bench_omni.load(Runtime(), App(), cycle, clients=8, total=64))
     assert len(sent) == 64 and sent.count("text") == 32
     assert row["tokens_per_s"] == pytest.approx(3 * row["req_per_s"])
+
+
+def test_twin_details_show_each_runs_pace_factor_and_the_twin_left_at_the_probes_pace():
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+    runs = json.loads((ROOT / "benchmarks" / "results" / "twin.json").read_text())["runs"]
+    shown = twin.details(ROOT / "benchmarks" / "results")
+    for i, run in enumerate(runs):
+        for name in ("monolith", "split"):
+            result = run[name]
+            ratio = result["twin_at_probes_pace"]["tbt_p50_s"] / result["real"]["tbt_p50_s"]
+            assert f"| {i + 1} | {name} |" in shown and f"| {result['pace_factor']:.2f} |" in shown
+            assert f"{ratio:.2f}" in shown
+    assert twin.paces([{"monolith": {"compare": {}}}]) == ""  # a run from before the pace was read
