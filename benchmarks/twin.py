@@ -646,14 +646,14 @@ async def layout(
         # 3.7-8.3 ms in one invocation); the twin sleeps its steps and cannot follow the host.
         factor = statistics.mean([pace["real"], pace["real_again"]]) / real_probe["tbt_1_s"]
         print(f"  the engine's pace at the real runs / at the probes: {factor:.3f}", flush=True)
-        fit_pace = await twin_load(runtime, bench, params, split, workload, lengths)
+        fit_gap, fit_results = await twin_load(runtime, bench, params, split, workload, lengths)
         params = at_pace(params, factor)
         pace["twin"], twin_results = await twin_load(runtime, bench, params, split, workload, lengths)
         kinds["twin"] = executor_kinds(runtime)
         print(f"  a lone stream's gap before each load: {fmt({f'{k}_s': v for k, v in pace.items()})}")
         real, twin = summary(real_results, workload), summary(twin_results, workload)
         again = summary(again_results, workload)
-        at_fit = summary(fit_pace[1], workload)
+        at_fit = summary(fit_results, workload)
         print(
             "  the twin at the probes' pace / real: "
             + ", ".join(f"{key} {at_fit[key] / real[key]:.2f}" for key in real if bound_of(key) is not None)
@@ -665,7 +665,7 @@ async def layout(
             "parameters": params,
             "twin_round": best,
             "pace_factor": factor,
-            "lone_tbt_before_load_s": pace | {"twin_at_probes_pace": fit_pace[0]},
+            "lone_tbt_before_load_s": pace | {"twin_at_probes_pace": fit_gap},
             "twin_at_probes_pace": at_fit,
             "real": real,
             "real_again": again,
