@@ -19,7 +19,8 @@ replaced by a `sim` executor (a plan's `profiles`), the LLM running vLLM's step 
              encoder replica's seconds, its stall beyond a text request's: the engine taking in
              the embeddings, the capacity with 8 requests in flight: the encoder's batching, and
              the CPU seconds the encoder's process spends per image: the share of its time on
-             the host's cores
+             the host's cores, and per image with 8 requests in flight: how that CPU grows with
+             its batch (a CPU encoder computes every image of it)
   frontend   what is left of a lone request's first-token time: per-request (and per-image)
              seconds before the scheduler sees it (tokenization, the media processor, the
              hand-off to the engine's process), the CPU seconds the LLM's process spends on a
@@ -201,10 +202,15 @@ class Bench:
         pids = self.processes(encoder)
         if not pids:
             return 0.0
-        before, start = cpu_seconds(pids), time.perf_counter()
+        threads, start = thread_cpu_seconds(pids), time.perf_counter()
+        before = sum(threads.values())
         for _ in range(repeats):
             await self.serve(self.request(QUESTION if images else SHORT, images, tokens))
         busy, seconds = cpu_seconds(pids) - before, time.perf_counter() - start
+        if images and not encoder:  # which threads spent a photo request's CPU (the log shows it)
+            after = thread_cpu_seconds(pids)
+            spent = sorted(((after[t] - threads.get(t, 0.0)) / repeats, t) for t in after)[-4:]
+            print("  a photo's CPU by thread: " + ", ".join(f"{t} {s * 1e3:.2f} ms" for s, t in spent[::-1]))
         before = cpu_seconds(pids)
         await asyncio.sleep(seconds)
         return max(0.0, busy - (cpu_seconds(pids) - before)) / repeats
@@ -258,12 +264,18 @@ def cpu_seconds(pids: list[int]) -> float:
     """CPU seconds the threads of `pids` have run, to the nanosecond (Linux's schedstat; the
     process's tick counts are 10 ms apart, coarser than a request's frontend work). Not their
     descendants, as `bench_omni.process_cpu` counts them: vLLM's worker spins while it waits."""
-    total = 0
+    return sum(thread_cpu_seconds(pids).values())
+
+
+def thread_cpu_seconds(pids: list[int]) -> dict[str, float]:
+    """`cpu_seconds` by thread ("pid/tid name")."""
+    out = {}
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").iterdir():
             with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
+                name = (task / "comm").read_text().strip()
+                out[f"{pid}/{task.name} {name}"] = int((task / "schedstat").read_text().split()[0]) / 1e9
+    return out
 
 
 def spread(previous: float | None, now: float, tokens: int) -> list[float]:
@@ -276,9 +288,12 @@ def spread(previous: float | None, now: float, tokens: int) -> list[float]:
 
 async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> dict[str, float]:
     """Requests/s and tokens/s the deployment completes with `at_once` of the workload's mix
-    always in flight."""
+    always in flight, and the CPU seconds its encoder replicas spend per image meanwhile (0
+    without them): a batch's CPU, which a CPU encoder spends on each of its images."""
     queue = [i % 2 == 1 for i in range(requests)]
     tokens = 0
+    encoders = bench.processes(True)
+    cpu = cpu_seconds(encoders)
     start = time.perf_counter()
 
     async def client() -> None:
@@ -290,7 +305,12 @@ async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> dict[s
 
     await asyncio.gather(*(client() for _ in range(at_once)))
     seconds = time.perf_counter() - start
-    return {"capacity_rps": requests / seconds, "capacity_tps": tokens / seconds}
+    images = requests // 2
+    return {
+        "capacity_rps": requests / seconds,
+        "capacity_tps": tokens / seconds,
+        "encoder_load_cpu_s": (cpu_seconds(encoders) - cpu) / images,
+    }
 
 
 def prompt_tokens(text: str) -> int:
@@ -336,6 +356,7 @@ PROBES = (
     "text_behind_images_s",
     "capacity_rps",
     "capacity_tps",
+    "encoder_load_cpu_s",
 )
 
 PARAMETERS = (
@@ -355,6 +376,7 @@ PARAMETERS = (
     "encoder_s",
     "encoder_growth",
     "encoder_cpu_share",
+    "encoder_cpu_growth",
 )
 
 
@@ -369,8 +391,9 @@ def refine(
     each new prompt's seconds in its step. In the monolith the image's stall beyond that moves with
     the encoder inside the step and a second image's stall with each image's share of it; in the
     split the image's stall beyond a text request's moves with the engine's taking in the
-    embeddings, the capacity with 8 requests in flight with the encoder's batching, and the
-    encoder's CPU seconds per image with its share of CPU. A text request's first token just after
+    embeddings, the capacity with 8 requests in flight with the encoder's batching, the
+    encoder's CPU seconds per image with its share of CPU, and those with 8 in flight with how its
+    CPU grows with its batch. A text request's first token just after
     four photos moves with the share of their processing it waits out, the CPU seconds the LLM's
     process spends on a text request with the share of the frontend's seconds that is CPU work (the
     rest waits on the engine's process), the CPU seconds it spends on a photo request beyond a text
@@ -431,11 +454,12 @@ def refine(
     fitted["encode_step_s"] = one - fitted["encode_item_s"]
     if not split:
         return fitted
-    cpu = params["encoder_cpu_share"] + gap["encoder_cpu_s"] / max(fitted["encoder_s"], 1e-3)
-    return fitted | {
+    share = params["encoder_cpu_share"] + gap["encoder_cpu_s"] / max(fitted["encoder_s"], 1e-3)
+    fitted |= {
         "encoder_growth": growth(params["encoder_growth"], real, twin),
-        "encoder_cpu_share": min(1.0, max(0.0, cpu)),
+        "encoder_cpu_share": min(1.0, max(0.0, share)),
     }
+    return fitted | {"encoder_cpu_growth": cpu_growth(params["encoder_cpu_growth"], fitted, gap)}
 
 
 def queued(params: dict[str, float]) -> float:
@@ -465,6 +489,16 @@ def growth(current: float, real: dict[str, float], twin: dict[str, float]) -> fl
     return min(1.0, max(0.0, (slower - 1) / (batch - 1)))
 
 
+def cpu_growth(current: float, fitted: dict[str, float], gap: dict[str, float]) -> float:
+    """How a split encoder's CPU grows with its batch, from its CPU per image with 8 requests in
+    flight: a batch of b (about 4, as in `growth`) spends (1 + cpu_growth (b - 1)) times one image's
+    CPU, so each image's CPU moves by (b - 1) / b of one image's for each unit of it."""
+    batch, one = 4, fitted["encoder_cpu_share"] * fitted["encoder_s"]
+    if one <= 0:
+        return current
+    return min(1.0, max(0.0, current + gap["encoder_load_cpu_s"] * batch / (one * (batch - 1))))
+
+
 def twin_plan(params: dict[str, float], split: bool) -> Plan:
     """The plan that turns the app's deployments into their sim twins with `params`."""
     encoder_s, growth = params["encoder_s"], params["encoder_growth"]
@@ -479,6 +513,7 @@ def twin_plan(params: dict[str, float], split: bool) -> Plan:
             max_batch=8,
             payload_bytes=64 << 10,
             cpu_share=params["encoder_cpu_share"],
+            cpu_growth=params["encoder_cpu_growth"],
         )
         profiles[ENCODER] = encoder.model_dump()
         cells.append({"gpus": 1, "replicas": {ENCODER: 1}})

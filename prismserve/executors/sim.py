@@ -65,7 +65,9 @@ class SimProfile(BaseModel):
     `cpu_share`: the part of a batch's seconds the component computes on the host's CPU (an
     encoder run on the CPU, as on a machine without GPUs): spent as CPU time in a worker thread,
     the rest slept, so it takes its share of the cores from everything else on them, as the real
-    one does.
+    one does. `cpu_growth`: how that CPU grows with the batch, (1 + cpu_growth (b - 1)) times one
+    request's (None: as its seconds, by `batch_growth`). A CPU encoder computes every image of a
+    batch, so its CPU can grow faster than its seconds; a batch lasts at least its CPU.
     """
 
     latency_s: float = Field(default=0.0, ge=0)
@@ -80,6 +82,7 @@ class SimProfile(BaseModel):
     engine: StepCosts | None = None
     tp_speedup: dict[int, float] = Field(default_factory=dict)
     cpu_share: float = Field(default=0.0, ge=0, le=1)
+    cpu_growth: float | None = Field(default=None, ge=0)
 
     def batch_time(self, size: int, work: float = 1.0) -> float:
         """Seconds one batch of `size` requests of mean work `work` takes."""
@@ -138,13 +141,15 @@ class SimExecutor(Executor[UnitTask[Any, Any], TaskInput, Any]):
         )
 
     async def _serve_batch(self, inputs: list[Any]) -> list[None]:
-        alone = sum(self._seconds(item) for item in inputs) / len(inputs)
-        seconds = alone * (1 + self.profile.batch_growth * (len(inputs) - 1))
-        share = self.profile.cpu_share
-        if share > 0:  # the CPU part takes longer where the cores are busy; the rest does not
-            await asyncio.to_thread(_spend_cpu, seconds * share)
-        await _sleep(seconds * (1 - share))
-        return [None] * len(inputs)
+        profile, size = self.profile, len(inputs)
+        alone = sum(self._seconds(item) for item in inputs) / size
+        seconds = alone * (1 + profile.batch_growth * (size - 1))
+        growth = profile.batch_growth if profile.cpu_growth is None else profile.cpu_growth
+        cpu = alone * profile.cpu_share * (1 + growth * (size - 1))
+        if cpu > 0:  # the CPU part takes longer where the cores are busy; the rest does not
+            await asyncio.to_thread(_spend_cpu, cpu)
+        await _sleep(max(0.0, seconds - cpu))
+        return [None] * size
 
     async def _service(self, task_input: Any) -> None:
         timed = self.profile.latency_s > 0 or self.profile.token_s > 0

@@ -591,6 +591,26 @@ def test_twin_fits_a_text_requests_wait_behind_photos_from_the_first_round():
     assert again["admit_wait_share"] == pytest.approx(0.0275 / 0.044 + 0.0075 / 0.044)
 
 
+def test_twin_fits_how_a_split_encoders_cpu_grows_with_its_batch():
+    """A CPU encoder computes every image of its batch, while the sim encoder spent `cpu_share` of
+    its batch's seconds, which grow by `batch_growth` (0.36-0.6 fitted): under load the twin's
+    encoder could leave the frontends' core idler than the real one. Its CPU per image with 8
+    requests in flight is now probed and fitted as the batch's CPU growth (a batch of about 4)."""
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+    zero, probes = dict.fromkeys(twin.PARAMETERS, 0.0), zero_probes(twin)
+    real = probes | {"ttft_image_s": 0.030, "encoder_cpu_s": 0.024, "encoder_load_cpu_s": 0.015}
+    fitted = twin.refine(zero, real, probes, split=True)
+    assert fitted["encoder_cpu_share"] == pytest.approx(0.8)
+    # Each image's 15 ms is a batch of 4's (1 + 3 g) of one image's 24 ms, over 4.
+    assert fitted["encoder_cpu_growth"] == pytest.approx(0.015 * 4 / (0.024 * 3))
+    # The twin then spent 13.5 ms an image: the growth moves by the gap.
+    again = twin.refine(fitted, real, real | {"encoder_load_cpu_s": 0.0135}, split=True)
+    assert again["encoder_cpu_growth"] == pytest.approx(fitted["encoder_cpu_growth"] + 0.0015 * 4 / 0.072)
+    encoder = twin.twin_plan(again, split=True).profiles[twin.ENCODER]
+    assert encoder["cpu_growth"] == pytest.approx(again["encoder_cpu_growth"])
+    assert twin.refine(zero, real, probes, split=False)["encoder_cpu_growth"] == 0  # no encoder apart
+
+
 def test_twin_at_the_engines_pace_scales_the_steps_seconds_only():
     """The real engine's pace drifted up to 2x between the fit and the loaded runs on this VM; the
     twin checked scales the engine step's seconds by it. The frontend's and a split encoder's
@@ -642,12 +662,16 @@ def test_twin_capacity_counts_every_concurrent_clients_tokens():
         def request(self, text: str, images: int) -> None:
             return None
 
+        def processes(self, encoder: bool) -> list[int]:
+            return [os.getpid()] if encoder else []
+
         async def serve(self, request: None) -> tuple[float, float, list[float]]:
             await asyncio.sleep(0.01)
             return 0.0, 0.01, [0.0] * 5
 
     measured = asyncio.run(twin.capacity(Bench(), requests=32, at_once=8))
     assert measured["capacity_tps"] / measured["capacity_rps"] == pytest.approx(5)
+    assert measured["encoder_load_cpu_s"] >= 0  # the encoder's (here this process's) CPU per image
 
 
 def test_twin_times_every_token_of_a_delta_that_carries_several():

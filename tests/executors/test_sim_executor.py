@@ -43,6 +43,22 @@ def test_a_batch_takes_the_mean_work_of_its_inputs():
     assert times[0] == pytest.approx(0.3, abs=0.08) and times[1] == pytest.approx(times[0], abs=0.02)
 
 
+def test_a_cpu_encoders_batch_spends_every_items_cpu_where_its_growth_says():
+    """A CPU encoder computes each image of a batch, so its batch's CPU grows faster than its
+    seconds (`cpu_growth`); the batch lasts at least its CPU. Before, the sim spent `cpu_share` of
+    the batch's seconds whatever the batch: 4 images here spent 0.04 s of CPU, not 0.1."""
+    profile = SimProfile(latency_s=0.05, batch_growth=0.2, max_batch=4, cpu_share=0.5, cpu_growth=1.0)
+    cpu = time.process_time()
+    times = asyncio.run(finish_times(profile, [1.0] * 4))
+    # One batch of 4: CPU 0.05 * 0.5 * 4 = 0.1 s, beyond its 0.05 * 1.6 = 0.08 s.
+    assert time.process_time() - cpu == pytest.approx(0.1, abs=0.02)
+    assert min(times) >= 0.1
+    # Without `cpu_growth` the CPU grows as the seconds: 0.08 * 0.5.
+    cpu = time.process_time()
+    asyncio.run(finish_times(profile.model_copy(update={"cpu_growth": None}), [1.0] * 4))
+    assert time.process_time() - cpu == pytest.approx(0.04, abs=0.015)
+
+
 def test_continuous_batching_lets_short_requests_leave_early():
     profile = SimProfile(latency_s=0.1, batch_growth=1.0, max_batch=2, continuous=True)
     short, long_, queued = asyncio.run(finish_times(profile, [1.0, 3.0, 1.0]))
