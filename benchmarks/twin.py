@@ -202,18 +202,13 @@ class Bench:
         pids = self.processes(encoder)
         if not pids:
             return 0.0
-        threads, start = thread_cpu_seconds(pids), time.perf_counter()
-        before = sum(threads.values())
+        before, start = cpu_threads(pids), time.perf_counter()
         for _ in range(repeats):
             await self.serve(self.request(QUESTION if images else SHORT, images, tokens))
-        busy, seconds = cpu_seconds(pids) - before, time.perf_counter() - start
-        if images and not encoder:  # which threads spent a photo request's CPU (the log shows it)
-            after = thread_cpu_seconds(pids)
-            spent = sorted(((after[t] - threads.get(t, 0.0)) / repeats, t) for t in after)[-4:]
-            print("  a photo's CPU by thread: " + ", ".join(f"{t} {s * 1e3:.2f} ms" for s, t in spent[::-1]))
-        before = cpu_seconds(pids)
+        busy, seconds = cpu_spent(before, cpu_threads(pids)), time.perf_counter() - start
+        before = cpu_threads(pids)
         await asyncio.sleep(seconds)
-        return max(0.0, busy - (cpu_seconds(pids) - before)) / repeats
+        return max(0.0, busy - cpu_spent(before, cpu_threads(pids))) / repeats
 
     async def stall(self, after_s: float, images: int = 1, repeats: int = 9) -> float:
         """How much longer than its median gap a running text stream's longest gap is when an
@@ -260,22 +255,25 @@ def photo_count(args: Any) -> int:
     return 136 * (args.rounds + 2) + round(2.2 * args.requests)
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds the threads of `pids` have run, to the nanosecond (Linux's schedstat; the
-    process's tick counts are 10 ms apart, coarser than a request's frontend work). Not their
+def cpu_threads(pids: list[int]) -> dict[str, float]:
+    """CPU seconds each thread of `pids` has run ("pid/tid"), to the nanosecond (Linux's schedstat;
+    the process's tick counts are 10 ms apart, coarser than a request's frontend work). Not their
     descendants, as `bench_omni.process_cpu` counts them: vLLM's worker spins while it waits."""
-    return sum(thread_cpu_seconds(pids).values())
-
-
-def thread_cpu_seconds(pids: list[int]) -> dict[str, float]:
-    """`cpu_seconds` by thread ("pid/tid name")."""
     out = {}
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").iterdir():
             with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                name = (task / "comm").read_text().strip()
-                out[f"{pid}/{task.name} {name}"] = int((task / "schedstat").read_text().split()[0]) / 1e9
+                out[f"{pid}/{task.name}"] = int((task / "schedstat").read_text().split()[0]) / 1e9
     return out
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> float:
+    """CPU seconds spent between two `cpu_threads` readings: each thread's growth, a thread new
+    since counted whole. A thread that ended meanwhile is gone from `after` and counts 0: the sums'
+    difference counted minus its whole life's CPU. The sim engine's thread ends after a second
+    idle, so a probe whose idle reading outlasted it read its busy CPU too high by that thread's
+    life over the requests (a twin's photo request 36-63 ms where 0-20 ms was spent)."""
+    return sum(seconds - before.get(thread, 0.0) for thread, seconds in after.items())
 
 
 def spread(previous: float | None, now: float, tokens: int) -> list[float]:
@@ -293,7 +291,7 @@ async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> dict[s
     queue = [i % 2 == 1 for i in range(requests)]
     tokens = 0
     encoders = bench.processes(True)
-    cpu = cpu_seconds(encoders)
+    cpu = cpu_threads(encoders)
     start = time.perf_counter()
 
     async def client() -> None:
@@ -309,7 +307,7 @@ async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> dict[s
     return {
         "capacity_rps": requests / seconds,
         "capacity_tps": tokens / seconds,
-        "encoder_load_cpu_s": (cpu_seconds(encoders) - cpu) / images,
+        "encoder_load_cpu_s": cpu_spent(cpu, cpu_threads(encoders)) / images,
     }
 
 
