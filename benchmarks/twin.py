@@ -289,7 +289,7 @@ async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> dict[s
     always in flight, and the CPU seconds its encoder replicas spend per image meanwhile (0
     without them): a batch's CPU, which a CPU encoder spends on each of its images."""
     queue = [i % 2 == 1 for i in range(requests)]
-    tokens = 0
+    tokens, images = 0, sum(queue)
     encoders = bench.processes(True)
     cpu = cpu_threads(encoders)
     start = time.perf_counter()
@@ -303,7 +303,6 @@ async def capacity(bench: Bench, requests: int = 32, at_once: int = 8) -> dict[s
 
     await asyncio.gather(*(client() for _ in range(at_once)))
     seconds = time.perf_counter() - start
-    images = requests // 2
     return {
         "capacity_rps": requests / seconds,
         "capacity_tps": tokens / seconds,
@@ -453,11 +452,10 @@ def refine(
     if not split:
         return fitted
     share = params["encoder_cpu_share"] + gap["encoder_cpu_s"] / max(fitted["encoder_s"], 1e-3)
-    fitted |= {
-        "encoder_growth": growth(params["encoder_growth"], real, twin),
-        "encoder_cpu_share": min(1.0, max(0.0, share)),
-    }
-    return fitted | {"encoder_cpu_growth": cpu_growth(params["encoder_cpu_growth"], fitted, gap)}
+    fitted["encoder_growth"] = growth(params["encoder_growth"], real, twin)
+    fitted["encoder_cpu_share"] = min(1.0, max(0.0, share))
+    fitted["encoder_cpu_growth"] = cpu_growth(params["encoder_cpu_growth"], fitted, gap)
+    return fitted
 
 
 def queued(params: dict[str, float]) -> float:

@@ -509,7 +509,7 @@ def test_twin_counts_no_cpu_for_a_thread_that_ended_between_its_readings():
 
     thread = threading.Thread(target=spin_then_end)
     thread.start()
-    while _spun(thread) < 0.05:  # its spin is behind it
+    while twin.cpu_threads([os.getpid()])[f"{os.getpid()}/{thread.native_id}"] < 0.05:  # spun
         time.sleep(0.01)
     before = twin.cpu_threads([os.getpid()])
     go.set()
@@ -517,12 +517,6 @@ def test_twin_counts_no_cpu_for_a_thread_that_ended_between_its_readings():
     after = twin.cpu_threads([os.getpid()])
     assert sum(after.values()) - sum(before.values()) < -0.04  # the sums' difference: its life, negative
     assert twin.cpu_spent(before, after) > -0.001
-
-
-def _spun(thread: threading.Thread) -> float:
-    """CPU seconds `thread` of this process has run."""
-    stat = Path(f"/proc/{os.getpid()}/task/{thread.native_id}/schedstat")
-    return int(stat.read_text().split()[0]) / 1e9
 
 
 def test_twin_reads_lone_requests_in_turn_as_the_engines_pace_drifts():
@@ -782,7 +776,7 @@ def test_the_dataplane_bench_moves_payloads_between_two_nodes_over_the_wire_and_
 def test_the_soak_short_form_loses_no_request_and_leaks_nothing(tmp_path, tiny_omni_profiles):
     """The reliability suite's soak, 1 minute in three rounds (docs/reliability.md has the longer runs' figures):
     no request lost, no slab or file descriptor leaked, the gateway's memory flat. The replicas'
-    memory is reported, not judged: their engines' grows for their first minutes, which 2 minutes
+    memory is reported, not judged: their engines' grows for their first minutes, which a minute
     cannot tell from a leak (the longer form judges it after its warm-up)."""
     out = tmp_path / "soak.json"
     args = [*tiny_omni_profiles, "--minutes", "1", "--round-s", "20", "--out", str(out)]
