@@ -89,6 +89,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import host_pace  # noqa: E402
 from bench_triinfer_tiny import APP_SOURCE  # noqa: E402
 
 import prismserve  # noqa: E402, F401  (telemetry off)
@@ -165,14 +166,19 @@ class Bench:
         return {key: statistics.median(values) for key, values in seconds.items()}
 
     async def tbt(self, streams: int, repeats: int = 4) -> float:
-        """Median gap between tokens (after the first) of `streams` text streams decoding at once."""
+        """Median gap between tokens (`decode_gaps`) of `streams` text streams decoding at once,
+        over `repeats` rounds that gave gaps (a stream handed out whole in one delta gives none)."""
         gaps: list[float] = []
-        for _ in range(repeats):
+        for _ in range(3 * repeats):
             results = await asyncio.gather(
                 *(self.serve(self.request(SHORT, 0, PROBE_TOKENS)) for _ in range(streams))
             )
-            gaps += [b - a for _, _, t in results for a, b in zip(t[1:], t[2:], strict=False)]
-        return statistics.median(gaps)
+            if more := [g for _, _, t in results for g in decode_gaps(t)]:
+                gaps += more
+                repeats -= 1
+            if not repeats:
+                return statistics.median(gaps)
+        raise RuntimeError(f"{streams} stream(s) handed out every token in one delta: no gap to read")
 
     async def behind_images(self, repeats: int = 7) -> float:
         """Median first-token seconds of a text request sent `BEHIND_AFTER_S` after `BEHIND_IMAGES`
@@ -220,10 +226,10 @@ class Bench:
             await asyncio.sleep(after_s)
             start, ttft, _ = await self.serve(self.request(QUESTION, images, 2))
             _, _, times = await stream
-            if ttft is None or len(times) < 3 or times[-1] < start + ttft:
+            gaps = decode_gaps(times)
+            if ttft is None or not gaps or times[-1] < start + ttft:
                 continue
-            gaps = np.diff(times[1:])
-            stalls.append(float(gaps.max() - np.median(gaps)))
+            stalls.append(max(gaps) - float(np.median(gaps)))
         return statistics.median(stalls) if stalls else 0.0
 
 
@@ -274,6 +280,16 @@ def cpu_spent(before: dict[str, float], after: dict[str, float]) -> float:
     idle, so a probe whose idle reading outlasted it read its busy CPU too high by that thread's
     life over the requests (a twin's photo request 36-63 ms where 0-20 ms was spent)."""
     return sum(seconds - before.get(thread, 0.0) for thread, seconds in after.items())
+
+
+def decode_gaps(times: list[float]) -> list[float]:
+    """The gaps between a stream's tokens after its first delta, less the first of them (as the
+    gap to the second token is left out of one that began with a single token). The tokens of a
+    first delta that carries several have no gap before them to spread over: counted, they were
+    gaps of 0, the frontend's bunching rather than the engine's pace (a lone stream handed out
+    whole read a gap of 0, and the pace factor taken from it halved the twin's steps)."""
+    first = next((i for i, t in enumerate(times) if t != times[0]), len(times))
+    return [float(g) for g in np.diff(times[max(1, first) :])]
 
 
 def spread(previous: float | None, now: float, tokens: int) -> list[float]:
@@ -540,9 +556,9 @@ async def load(bench: Bench, workload: list[tuple[float, bool]], lengths: list[i
 
 def summary(results: list[Any], workload: list[tuple[float, bool]]) -> dict[str, float]:
     """TTFT percentiles by request type, TBT percentiles, throughput over the makespan."""
-    gaps = [g for _, _, t in results for g in np.diff(t[1:])]
+    gaps = [g for _, _, t in results for g in decode_gaps(t)]
     # Each request's mean gap (vLLM's TPOT): the share of its decoding an image's step stalled.
-    tpots = [float(np.mean(np.diff(t[1:]))) for _, _, t in results if len(t) > 2]
+    tpots = [float(np.mean(mine)) for _, _, t in results if (mine := decode_gaps(t))]
     first = min(r[0] for r in results)
     makespan = max(r[2][-1] for r in results) - first
     out = {
@@ -776,9 +792,12 @@ async def run_once(args: Any, seed: int) -> dict[str, Any]:
     pool = photos(photo_count(args))  # each layout's deployment is new: its caches start empty
     # One core for vLLM's engine (its threads bound to core 0), one thread for every other replica:
     # on two cores an encoder would otherwise take the engine's core, which separate GPUs never do.
+    # The host's own pace first, nothing else running: how far it moves on its own from one
+    # second to the next, which the real engines follow and the bounds do not allow for.
+    results: dict[str, Any] = {"seed": seed, "host_pace": host_pace.pace(args.host_seconds)}
+    print(f"the host's pace: {host_pace.line(results['host_pace'])}", flush=True)
     runtime = RayRuntime(fake_gpus=4, replica_env=CORES_APART)
     await runtime.start()
-    results: dict[str, Any] = {"seed": seed}
     try:
         for name in args.layouts:
             print(f"{name}:", flush=True)
@@ -814,10 +833,16 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="corrections of the twin's parameters by its probes"
     )
+    parser.add_argument(
+        "--host-seconds",
+        type=float,
+        default=20.0,
+        help="seconds of each run's reading of the host's own pace",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args()
     if args.quick:
-        args.requests, args.repeats, args.layouts = 12, 1, ["monolith"]
+        args.requests, args.repeats, args.layouts, args.host_seconds = 12, 1, ["monolith"], 2.0
     # Core 0 for vLLM's engine (see `engine_on_its_core`), the other cores for this process and
     # everything it starts (Ray's processes inherit it).
     if others := set(range(1, os.cpu_count() or 1)):
@@ -910,17 +935,20 @@ def details(results: Path) -> str:
 
 
 def paces(runs: list[dict[str, Any]]) -> str:
-    """The engine's pace at the probes and before the real runs, and the twin left at the probes'
-    pace against the real run (runs that recorded it)."""
+    """The engine's pace at the probes and before the real runs, the twin left at the probes'
+    pace against the real run (runs that recorded it), and the host's own pace before the run."""
     keys = [k for k in LABELS if "p50" in k]
     lines = [
         "",
         "| run | layout | lone gap: probes | before the real runs | pace factor | the twin at the probes' pace / real: "
         + ", ".join(LABELS[k] for k in keys)
-        + " |",
-        "|---|---|---|---|---|---|",
+        + " | the host alone before the run: slowest second / fastest, by core |",
+        "|---|---|---|---|---|---|---|",
     ]
     for i, run in enumerate(runs):
+        host = " / ".join(
+            f"{c['slowest_over_fastest']:.2f}" for c in run.get("host_pace", {}).get("cores", {}).values()
+        )
         for name in ("monolith", "split"):
             result = run.get(name, {})
             if "pace_factor" not in result:
@@ -929,7 +957,8 @@ def paces(runs: list[dict[str, Any]]) -> str:
             ratios = ", ".join(f"{at_probes[k] / result['real'][k]:.2f}" for k in keys)
             lines.append(
                 f"| {i + 1} | {name} | {result['probes']['real']['tbt_1_s'] * 1e3:.1f} ms "
-                f"| {lone['real'] * 1e3:.1f} / {lone['real_again'] * 1e3:.1f} ms | {result['pace_factor']:.2f} | {ratios} |"
+                f"| {lone['real'] * 1e3:.1f} / {lone['real_again'] * 1e3:.1f} ms | {result['pace_factor']:.2f} | {ratios} "
+                f"| {host or '-'} |"
             )
     return "\n".join(lines) + "\n" if len(lines) > 3 else ""
 

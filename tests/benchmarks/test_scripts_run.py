@@ -295,6 +295,10 @@ def test_twin_check_runs_the_real_engine_and_its_sim_twin(tmp_path):
     result = run_script([str(ROOT / "benchmarks" / "twin.py"), *args], ROOT, 500)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     (run,) = json.loads((tmp_path / "twin_quick.json").read_text())["runs"]
+    # The host's own pace was read first, on every core at once, a median per one-second window.
+    assert set(run["host_pace"]["cores"]) == {str(core) for core in range(os.cpu_count() or 1)}
+    for core in run["host_pace"]["cores"].values():
+        assert len(core["window_ms"]) >= 2 and core["slowest_over_fastest"] >= 1
     compared = run["monolith"]["compare"]
     assert {
         "ttft_text_p50_s",
@@ -738,6 +742,39 @@ def test_twin_times_every_token_of_a_delta_that_carries_several():
     assert times[2] - times[1] == pytest.approx(times[3] - times[2])
     assert times[3] - times[2] == pytest.approx((times[3] - times[0]) / 3)
     assert ttft is not None and ttft > 0
+
+
+def test_twin_reads_no_gap_from_a_first_delta_that_carries_several_tokens():
+    """A stream whose first delta carries several tokens has no gap before them to spread them
+    over: counted, they were gaps of 0. A lone stream handed out whole after a loaded run read a
+    gap of 0 (the round of 2026-11-30's run 1 split) and the pace factor taken from it scaled the
+    twin's steps by 0.67. The pace reading skips such streams; the gaps after the first delta count."""
+    twin = load_module(ROOT / "benchmarks" / "twin.py")
+    # As a stream begun with one token leaves out its first gap, so does one begun with three.
+    assert twin.decode_gaps([1.0, 1.0, 1.0, 1.01, 1.02, 1.03]) == pytest.approx([0.01, 0.01])
+    assert twin.decode_gaps([1.0, 1.01, 1.02, 1.03]) == pytest.approx([0.01, 0.01])
+    assert twin.decode_gaps([1.0] * 24) == []
+    served: list[int] = []
+
+    class Bunching(twin.Bench):
+        def request(self, text, images, max_tokens=None):
+            return text
+
+        async def serve(self, request):
+            served.append(1)
+            if len(served) <= 3:  # three streams handed out whole, then streams a step apart
+                return 0.0, 0.1, [0.1] * twin.PROBE_TOKENS
+            return 0.0, 0.1, [0.1 + 0.005 * i for i in range(twin.PROBE_TOKENS)]
+
+    assert asyncio.run(Bunching(None, None, iter(()), 2).tbt(1)) == pytest.approx(0.005)
+    assert len(served) == 7  # four streams that gave gaps
+
+    class Whole(Bunching):
+        async def serve(self, request):
+            return 0.0, 0.1, [0.1] * twin.PROBE_TOKENS
+
+    with pytest.raises(RuntimeError, match="one delta"):
+        asyncio.run(Whole(None, None, iter(()), 2).tbt(1))
 
 
 def test_twin_is_judged_against_the_range_of_the_two_real_runs():
