@@ -59,7 +59,9 @@ shared cores, so the twin's spend CPU time there too (`SimProfile.cpu_share`, th
 frontend seconds) where the real ones do; its engine sleeps. Idle cores poll rather than halt while
 the script runs (`cores_awake`): on this VM a core back from halting ran at about half speed for
 seconds at a time, which the lone-request probes, idle most, met more than the loaded runs. Runs
-share the machine with whatever else runs.
+share the machine with whatever else runs. Before each run the host's own pace is read, nothing of
+ours running (`host_pace.py`: how far a fixed piece of work's time moves from one second to the
+next, which the real engines follow and the bounds do not allow for).
 Needs the vLLM environment: `python3 -m prismserve vllm-env`.
 Run: python benchmarks/twin.py [--requests 600] [--repeats 2] [--layouts monolith split] [--out DIR]
 (writes DIR/twin.json, default benchmarks/results; `--quick`: a few requests, one run)
@@ -287,7 +289,7 @@ def decode_gaps(times: list[float]) -> list[float]:
     gap to the second token is left out of one that began with a single token). The tokens of a
     first delta that carries several have no gap before them to spread over: counted, they were
     gaps of 0, the frontend's bunching rather than the engine's pace (a lone stream handed out
-    whole read a gap of 0, and the pace factor taken from it halved the twin's steps)."""
+    whole read a gap of 0, and the pace factor taken from it cut the twin's steps by a third)."""
     first = next((i for i, t in enumerate(times) if t != times[0]), len(times))
     return [float(g) for g in np.diff(times[max(1, first) :])]
 
@@ -790,12 +792,12 @@ async def run_once(args: Any, seed: int) -> dict[str, Any]:
     """One run: every layout profiled, loaded and twinned afresh."""
     model = str(tiny.build("qwen2.5-vl"))
     pool = photos(photo_count(args))  # each layout's deployment is new: its caches start empty
-    # One core for vLLM's engine (its threads bound to core 0), one thread for every other replica:
-    # on two cores an encoder would otherwise take the engine's core, which separate GPUs never do.
     # The host's own pace first, nothing else running: how far it moves on its own from one
     # second to the next, which the real engines follow and the bounds do not allow for.
     results: dict[str, Any] = {"seed": seed, "host_pace": host_pace.pace(args.host_seconds)}
     print(f"the host's pace: {host_pace.line(results['host_pace'])}", flush=True)
+    # One core for vLLM's engine (its threads bound to core 0), one thread for every other replica:
+    # on two cores an encoder would otherwise take the engine's core, which separate GPUs never do.
     runtime = RayRuntime(fake_gpus=4, replica_env=CORES_APART)
     await runtime.start()
     try:
@@ -881,6 +883,7 @@ def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
         return [("Twin: sim vs real engines", "-", "not run", "-", f"no {path.name}")]
     data = json.loads(path.read_text())
     out = []
+    host = " and ".join(spread for run in data["runs"] if (spread := host_spread(run)))
     for name in ("monolith", "split"):
         runs = [run[name]["compare"] for run in data["runs"] if name in run]
         if not runs:
@@ -900,7 +903,8 @@ def rows(results: Path) -> list[tuple[str, str, str, str, str]]:
                 cells,
                 "within" if held else "NOT within",
                 "not a paper figure: the check that the sim engines behave like the real ones; the "
-                f"real deployment run again within these bounds of its first run: {itself}",
+                f"real deployment run again within these bounds of its first run: {itself}"
+                + (f"; the host alone, its slowest second over its fastest by core: {host}" if host else ""),
             )
         )
     return out
@@ -934,6 +938,13 @@ def details(results: Path) -> str:
     return "\n".join(lines) + "\n" + paces(data["runs"])
 
 
+def host_spread(run: dict[str, Any]) -> str:
+    """A run's reading of the host alone: each core's slowest second over its fastest ('' for a
+    run from before it was read)."""
+    cores = run.get("host_pace", {}).get("cores", {}).values()
+    return " / ".join(f"{core['slowest_over_fastest']:.2f}" for core in cores)
+
+
 def paces(runs: list[dict[str, Any]]) -> str:
     """The engine's pace at the probes and before the real runs, the twin left at the probes'
     pace against the real run (runs that recorded it), and the host's own pace before the run."""
@@ -946,9 +957,7 @@ def paces(runs: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for i, run in enumerate(runs):
-        host = " / ".join(
-            f"{c['slowest_over_fastest']:.2f}" for c in run.get("host_pace", {}).get("cores", {}).values()
-        )
+        host = host_spread(run)
         for name in ("monolith", "split"):
             result = run.get(name, {})
             if "pace_factor" not in result:

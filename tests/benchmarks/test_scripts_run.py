@@ -53,6 +53,7 @@ SCRIPTS = {
         "vllm",
     ],
     "bench_profile_emulated.py": ["--requests", "30", "--speedup", "50"],
+    "host_pace.py": ["--seconds", "2"],
     "profile_round_drain.py": ["--requests", "300"],
     "bench_hf_batching.py": ["--clients", "2", "--requests", "4", "--rounds", "1", "--max-tokens", "4"],
     "bench_multiturn.py": ["--conversations", "1"],
@@ -913,4 +914,7 @@ def test_twin_details_show_each_runs_pace_factor_and_the_twin_left_at_the_probes
             ratio = result["twin_at_probes_pace"]["tbt_p50_s"] / result["real"]["tbt_p50_s"]
             assert f"| {i + 1} | {name} |" in shown and f"| {result['pace_factor']:.2f} |" in shown
             assert f"{ratio:.2f}" in shown
+        # The host's own pace read before the run: each core's slowest second over its fastest.
+        host = " / ".join(f"{c['slowest_over_fastest']:.2f}" for c in run["host_pace"]["cores"].values())
+        assert f"| {host} |" in shown
     assert twin.paces([{"monolith": {"compare": {}}}]) == ""  # a run from before the pace was read
