@@ -31,13 +31,13 @@ def unit() -> int:
 
 
 def windows(core: int, seconds: float) -> list[float]:
-    """On `core` alone, the median seconds of `unit` in each `WINDOW_S` of `seconds`."""
+    """On `core` alone, the median seconds of `unit` in each whole `WINDOW_S` of `seconds`."""
     os.sched_setaffinity(0, {core})
     out: list[float] = []
-    end = time.perf_counter() + seconds
-    while (start := time.perf_counter()) < end:
-        times = []
-        while time.perf_counter() < min(end, start + WINDOW_S):
+    for _ in range(max(1, int(seconds / WINDOW_S))):
+        times: list[float] = []
+        end = time.perf_counter() + WINDOW_S
+        while not times or time.perf_counter() < end:
             began = time.perf_counter()
             unit()
             times.append(time.perf_counter() - began)
