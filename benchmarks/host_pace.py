@@ -77,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds to read, one window a second")
     parser.add_argument("--out", type=Path, help="write the reading as JSON here")
     args = parser.parse_args()
     reading = pace(args.seconds)

@@ -171,14 +171,14 @@ class Bench:
         """Median gap between tokens (`decode_gaps`) of `streams` text streams decoding at once,
         over `repeats` rounds that gave gaps (a stream handed out whole in one delta gives none)."""
         gaps: list[float] = []
+        read = 0  # rounds that gave gaps
         for _ in range(3 * repeats):
             results = await asyncio.gather(
                 *(self.serve(self.request(SHORT, 0, PROBE_TOKENS)) for _ in range(streams))
             )
-            if more := [g for _, _, t in results for g in decode_gaps(t)]:
-                gaps += more
-                repeats -= 1
-            if not repeats:
+            more = [g for _, _, t in results for g in decode_gaps(t)]
+            gaps, read = gaps + more, read + bool(more)
+            if read == repeats:
                 return statistics.median(gaps)
         raise RuntimeError(f"{streams} stream(s) handed out every token in one delta: no gap to read")
 
